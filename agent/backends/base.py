@@ -1,0 +1,60 @@
+"""The contract between the agent's connection loop and a cluster backend.
+
+A backend owns the cluster-side objects of every attempt. Its source of truth is the cluster itself,
+so `inventory()` after a restart tells what exists. Creation is idempotent: creating an attempt that
+already exists (or existed) changes nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+# Attempt states as the agent sees them. PENDING: objects created, not every pod running yet.
+# LOST: the objects vanished without a result (node or cluster loss).
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+LOST = "LOST"
+UNSCHEDULABLE = "UNSCHEDULABLE"
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, LOST, UNSCHEDULABLE})
+
+
+@dataclass(frozen=True)
+class AttemptStatus:
+    job_id: int
+    attempt: int
+    state: str
+    reason: str = ""
+    exit_code: int = 0
+    at: float = 0.0  # wall-clock seconds since the epoch when the state was observed
+
+
+@dataclass(frozen=True)
+class CapacityReport:
+    """Amounts are milli-units per resource name (cpu 1 core = 1000, memory 1 byte = 1000)."""
+
+    allocatable: dict[str, int] = field(default_factory=dict)
+    free: dict[str, int] = field(default_factory=dict)  # allocatable minus requests of non-terminated pods
+    largest_free_node: dict[str, int] = field(default_factory=dict)
+
+
+StatusCallback = Callable[[AttemptStatus], None]
+
+
+class Backend(Protocol):
+    def start(self, on_status: StatusCallback) -> None:
+        """Begin running; every later change of an attempt's state is passed to on_status, in order."""
+
+    def create_attempt(self, job_id: int, attempt: int, spec: dict) -> bool:
+        """Create the objects of every pod set of the attempt. False when they already exist(ed)."""
+
+    def delete_attempt(self, job_id: int, attempt: int) -> None:
+        """Delete the attempt's objects (cancel, preempt, orphan). No error when absent."""
+
+    def inventory(self) -> list[AttemptStatus]:
+        """The current status of every attempt the cluster holds objects (or a record) for."""
+
+    def capacity(self) -> CapacityReport: ...
+
+    def stop(self) -> None: ...

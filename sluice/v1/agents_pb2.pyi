@@ -1,0 +1,137 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from sluice.v1 import jobs_pb2 as _jobs_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Capacity(_message.Message):
+    __slots__ = ("allocatable", "free", "largest_free_node", "applied_through")
+    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    LARGEST_FREE_NODE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_THROUGH_FIELD_NUMBER: _ClassVar[int]
+    allocatable: _jobs_pb2.Resources
+    free: _jobs_pb2.Resources
+    largest_free_node: _jobs_pb2.Resources
+    applied_through: int
+    def __init__(self, allocatable: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., applied_through: _Optional[int] = ...) -> None: ...
+
+class AttemptStatus(_message.Message):
+    __slots__ = ("job_id", "attempt", "state", "reason", "exit_code", "at")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    state: str
+    reason: str
+    exit_code: int
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("cluster", "agent_version", "inventory", "capacity")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    agent_version: str
+    inventory: _containers.RepeatedCompositeFieldContainer[AttemptStatus]
+    capacity: Capacity
+    def __init__(self, cluster: _Optional[str] = ..., agent_version: _Optional[str] = ..., inventory: _Optional[_Iterable[_Union[AttemptStatus, _Mapping]]] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("capacity",)
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    capacity: Capacity
+    def __init__(self, capacity: _Optional[_Union[Capacity, _Mapping]] = ...) -> None: ...
+
+class StatusReport(_message.Message):
+    __slots__ = ("seq", "status")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    status: AttemptStatus
+    def __init__(self, seq: _Optional[int] = ..., status: _Optional[_Union[AttemptStatus, _Mapping]] = ...) -> None: ...
+
+class CommandAck(_message.Message):
+    __slots__ = ("command_ids",)
+    COMMAND_IDS_FIELD_NUMBER: _ClassVar[int]
+    command_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, command_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AgentMessage(_message.Message):
+    __slots__ = ("hello", "heartbeat", "status", "ack")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    heartbeat: Heartbeat
+    status: StatusReport
+    ack: CommandAck
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ...) -> None: ...
+
+class DispatchAttempt(_message.Message):
+    __slots__ = ("job_id", "attempt", "spec_json")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    spec_json: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., spec_json: _Optional[str] = ...) -> None: ...
+
+class CancelAttempt(_message.Message):
+    __slots__ = ("job_id", "attempt", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    reason: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("id", "dispatch", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    dispatch: DispatchAttempt
+    cancel: CancelAttempt
+    def __init__(self, id: _Optional[int] = ..., dispatch: _Optional[_Union[DispatchAttempt, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ...) -> None: ...
+
+class Welcome(_message.Message):
+    __slots__ = ("cluster", "heartbeat_seconds")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    heartbeat_seconds: int
+    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ...) -> None: ...
+
+class StatusAck(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class DispatcherMessage(_message.Message):
+    __slots__ = ("welcome", "command", "status_ack")
+    WELCOME_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_ACK_FIELD_NUMBER: _ClassVar[int]
+    welcome: Welcome
+    command: Command
+    status_ack: StatusAck
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,229 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Job(_message.Message):
+    __slots__ = ("id", "name", "queue", "service_class", "priority", "state", "reason", "cluster", "attempt", "created_at", "dispatched_at", "started_at", "finished_at", "labels", "spec_json", "submitted_by", "max_retries")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    queue: str
+    service_class: str
+    priority: int
+    state: str
+    reason: str
+    cluster: str
+    attempt: int
+    created_at: _timestamp_pb2.Timestamp
+    dispatched_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    labels: _containers.ScalarMap[str, str]
+    spec_json: str
+    submitted_by: str
+    max_retries: int
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., service_class: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., cluster: _Optional[str] = ..., attempt: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec_json: _Optional[str] = ..., submitted_by: _Optional[str] = ..., max_retries: _Optional[int] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("id", "job_id", "attempt", "from_state", "to_state", "reason", "cluster", "at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    job_id: int
+    attempt: int
+    from_state: str
+    to_state: str
+    reason: str
+    cluster: str
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., from_state: _Optional[str] = ..., to_state: _Optional[str] = ..., reason: _Optional[str] = ..., cluster: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("specs_json",)
+    SPECS_JSON_FIELD_NUMBER: _ClassVar[int]
+    specs_json: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, specs_json: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class DescribeJobResponse(_message.Message):
+    __slots__ = ("job", "events", "queue_position")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    events: _containers.RepeatedCompositeFieldContainer[JobEvent]
+    queue_position: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("queue", "state", "limit", "page_token")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    state: str
+    limit: int
+    page_token: str
+    def __init__(self, queue: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("job_id", "after_event_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    after_event_id: int
+    def __init__(self, job_id: _Optional[int] = ..., after_event_id: _Optional[int] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("milli",)
+    class MilliEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MILLI_FIELD_NUMBER: _ClassVar[int]
+    milli: _containers.ScalarMap[str, int]
+    def __init__(self, milli: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ClusterView(_message.Message):
+    __slots__ = ("name", "tier", "site", "labels", "state", "capacity_source", "capacity_age_seconds", "allocatable", "free", "largest_free_node", "running_jobs", "connected")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    LARGEST_FREE_NODE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tier: str
+    site: str
+    labels: _containers.ScalarMap[str, str]
+    state: str
+    capacity_source: str
+    capacity_age_seconds: float
+    allocatable: Resources
+    free: Resources
+    largest_free_node: Resources
+    running_jobs: int
+    connected: bool
+    def __init__(self, name: _Optional[str] = ..., tier: _Optional[str] = ..., site: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., capacity_source: _Optional[str] = ..., capacity_age_seconds: _Optional[float] = ..., allocatable: _Optional[_Union[Resources, _Mapping]] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[Resources, _Mapping]] = ..., running_jobs: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class ListClustersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListClustersResponse(_message.Message):
+    __slots__ = ("clusters",)
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    clusters: _containers.RepeatedCompositeFieldContainer[ClusterView]
+    def __init__(self, clusters: _Optional[_Iterable[_Union[ClusterView, _Mapping]]] = ...) -> None: ...
+
+class QueueView(_message.Message):
+    __slots__ = ("name", "parent", "guaranteed", "max", "used", "queued_jobs", "running_jobs")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parent: str
+    guaranteed: Resources
+    max: Resources
+    used: Resources
+    queued_jobs: int
+    running_jobs: int
+    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., guaranteed: _Optional[_Union[Resources, _Mapping]] = ..., max: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., queued_jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueView]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueView, _Mapping]]] = ...) -> None: ...
