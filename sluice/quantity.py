@@ -122,3 +122,17 @@ def format_duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{suffix}"
     return f"{seconds:g}s"
+
+
+def format_duration_exact(seconds: float) -> str:
+    """Like format_duration, but parse_duration of the result is exactly `seconds` (for round trips)."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise QuantityError(f"duration {seconds!r} is not a finite, non-negative number of seconds")
+    text = format_duration(seconds)
+    try:
+        if parse_duration(text) == seconds:
+            return text
+    except QuantityError:  # format_duration wrote an exponent, e.g. '1e-07s'
+        pass
+    # repr() is the shortest decimal that reads back as the same float; 'f' spells it without exponent.
+    return f"{Decimal(repr(float(seconds))):f}s"

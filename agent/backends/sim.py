@@ -1,0 +1,559 @@
+"""An in-process simulated Kubernetes cluster that implements the agent's Backend protocol.
+
+Used by the demo, tests, benchmarks and policy simulation. It models nodes with allocatable
+resources, pods that are created Pending, bound to nodes first fit, run for the duration their
+template annotates and then succeed or fail, and the attempt states an agent reports.
+
+Guarantees:
+- Binding never overcommits a node (checked on every bind; any excess is recorded in
+  `max_overcommit`, which must stay empty).
+- Creation is idempotent: an attempt created once (in this process or in the ledger) is never
+  created again, and `duplicates` counts pods that were created twice anyway (must stay 0).
+- Status changes reach `on_status` in order, each once, from one delivery thread and never while
+  the state lock is held, so the callback may call back into the cluster.
+- State only advances to the injected clock's `now`: every public call first applies the events
+  that are due, so with a fake clock the cluster runs in virtual time (the thread only delivers).
+
+Attempt states: PENDING on create; RUNNING when every pod of the attempt runs at the same time
+(the gang is up); SUCCEEDED when every pod succeeded; FAILED when any pod fails or outlives
+maxRuntime, and the attempt's other pods are deleted then. Pods bind one by one, as on a cluster
+without a gang scheduler, so a pod may end before its last gang member binds; RUNNING is then
+skipped. Final attempts stay in inventory() for `final_retention` seconds of the clock.
+
+Time scale: `SimConfig.time_scale` multiplies every simulated duration, pod run times and
+`maxRuntime` alike, so a scaled-down run keeps the same shape as the real one. Reasons quote the
+unscaled `maxRuntime` as the user wrote it.
+
+Ledger format (one line per record, appended, fsynced per batch):
+    created <job_id> <attempt> <pod_name>
+    ended <job_id> <attempt> <STATE> <exit_code>
+    deleted <job_id> <attempt>          (a non-final attempt was deleted; it vanishes on restore)
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import os
+import pathlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from agent.backends.base import (
+    FAILED,
+    FINAL_STATES,
+    LOST,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    AttemptStatus,
+    CapacityReport,
+    StatusCallback,
+)
+from sluice.quantity import QuantityError, add, fits, parse_duration, parse_quantity, subtract
+
+logger = logging.getLogger(__name__)
+
+DURATION_ANNOTATION = "sluice.io/sim-duration"
+EXIT_CODE_ANNOTATION = "sluice.io/sim-exit-code"
+DEFAULT_DURATION = "1s"
+LOST_REASON = "simulated cluster restarted; its pods are gone"
+RESTORED_REASON = "recorded before the simulated cluster restarted"
+
+# Pod phases. DELETED: removed before it ended (attempt deleted, or a gang member failed).
+_POD_PENDING = "Pending"
+_POD_RUNNING = "Running"
+_POD_SUCCEEDED = "Succeeded"
+_POD_FAILED = "Failed"
+_POD_DELETED = "Deleted"
+
+# What happens when a running pod's deadline comes.
+_END_EXIT = "exit"  # the container exits with its annotated exit code
+_END_KILL = "kill"  # maxRuntime passed first
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    nodes: int  # number of nodes, named node-0 .. node-{nodes-1}
+    node: dict[str, int]  # allocatable of each node, milli-units per resource
+    ledger_path: pathlib.Path | None = None  # append-only record of created pods and ended attempts
+    time_scale: float = 1.0  # multiplies every simulated duration (pod run time, maxRuntime)
+    final_retention: float = 600.0  # seconds of clock a final attempt stays in inventory()
+
+
+@dataclass(frozen=True)
+class SimPod:
+    """A read-only view of one simulated pod (for tests and the demo)."""
+
+    name: str
+    job_id: int
+    attempt: int
+    phase: str
+    node: str | None
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+def pod_requests(pod_spec: object) -> dict[str, int]:
+    """Effective requests of one pod, milli-units per resource.
+
+    Per resource: max(sum over containers, max over initContainers); a container's limit stands
+    in for a missing request. Malformed parts (missing maps, unparsable amounts) count as zero:
+    validation happens elsewhere, the simulator only has to keep going.
+    """
+    if not isinstance(pod_spec, dict):
+        return {}
+    total: dict[str, int] = {}
+    for container in _dicts(pod_spec.get("containers")):
+        total = add(total, _container_requests(container))
+    init_max: dict[str, int] = {}
+    for container in _dicts(pod_spec.get("initContainers")):
+        for name, amount in _container_requests(container).items():
+            init_max[name] = max(init_max.get(name, 0), amount)
+    return {name: max(total.get(name, 0), init_max.get(name, 0)) for name in total.keys() | init_max.keys()}
+
+
+def first_fit(request: dict[str, int], free_per_node: list[dict[str, int]]) -> int | None:
+    """Index of the first node whose free resources hold the request, or None."""
+    for index, free in enumerate(free_per_node):
+        if fits(request, free):
+            return index
+    return None
+
+
+def ledger_duplicates(path: pathlib.Path | str) -> int:
+    """How many pod names a ledger records as created more than once (always 0 when correct)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for record in _read_ledger(pathlib.Path(path)):
+        if record[0] == "created":
+            counts[record[3]] += 1
+    return sum(1 for count in counts.values() if count > 1)
+
+
+def _dicts(value: object) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _amounts(mapping: object) -> dict[str, int]:
+    if not isinstance(mapping, dict):
+        return {}
+    out: dict[str, int] = {}
+    for name, amount in mapping.items():
+        try:
+            out[str(name)] = parse_quantity(amount)
+        except QuantityError:
+            out[str(name)] = 0
+    return out
+
+
+def _container_requests(container: dict) -> dict[str, int]:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return {}
+    return {**_amounts(resources.get("limits")), **_amounts(resources.get("requests"))}
+
+
+def _seconds(value: object, default: float | None) -> float | None:
+    if value is None:
+        return default
+    try:
+        return parse_duration(value)
+    except QuantityError:
+        logger.warning("sim: unparsable duration, using the default", extra={"value": value})
+        return default
+
+
+def _exit_code(value: object) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 1
+
+
+def _read_ledger(path: pathlib.Path) -> Iterable[tuple]:
+    """Parsed ledger records; a torn or unknown line (a crash mid-write) is skipped."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in text.splitlines():
+        parts = line.split()
+        try:
+            if parts[0] == "created" and len(parts) == 4:
+                records.append(("created", int(parts[1]), int(parts[2]), parts[3]))
+            elif parts[0] == "ended" and len(parts) == 5 and parts[3] in FINAL_STATES:
+                records.append(("ended", int(parts[1]), int(parts[2]), parts[3], int(parts[4])))
+            elif parts[0] == "deleted" and len(parts) == 3:
+                records.append(("deleted", int(parts[1]), int(parts[2])))
+        except (IndexError, ValueError):
+            continue
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutable simulation state (only touched under SimCluster._cond)
+
+
+@dataclass(eq=False)
+class _Pod:
+    name: str
+    attempt: _Attempt
+    request: dict[str, int]
+    duration: float  # scaled seconds from bind to exit
+    exit_code: int
+    phase: str = _POD_PENDING
+    node: int | None = None
+
+
+@dataclass(eq=False)
+class _Attempt:
+    job_id: int
+    attempt: int
+    max_runtime: float | None = None  # scaled seconds
+    max_runtime_text: str = ""
+    pods: list[_Pod] = field(default_factory=list)
+    state: str = PENDING
+    reason: str = ""
+    exit_code: int = 0
+    at: float = 0.0
+    running: int = 0  # pods bound and not yet ended
+    succeeded: int = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job_id, self.attempt)
+
+    def status(self) -> AttemptStatus:
+        return AttemptStatus(self.job_id, self.attempt, self.state, self.reason, self.exit_code, self.at)
+
+
+class SimCluster:
+    """A simulated cluster implementing agent.backends.base.Backend."""
+
+    def __init__(self, config: SimConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self._config = config
+        self._clock = clock
+        self._cond = threading.Condition(threading.Lock())
+        self._node_alloc = dict(config.node)
+        self._node_used: list[dict[str, int]] = [{} for _ in range(config.nodes)]
+        self._pending: list[_Pod] = []  # creation order; entries that left Pending are skipped
+        self._events: list[tuple[float, int, _Pod, str]] = []  # heap of (deadline, seq, pod, kind)
+        self._seq = itertools.count()
+        self._attempts: dict[tuple[int, int], _Attempt] = {}  # what inventory() shows
+        self._known: set[tuple[int, int]] = set()  # every attempt ever created, here or in the ledger
+        self._pod_names: set[str] = set()
+        self._retention: collections.deque[tuple[float, _Attempt]] = collections.deque()
+        self._outbox: collections.deque[AttemptStatus] = collections.deque()
+        self._now = clock()
+        self._on_status: StatusCallback | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._duplicates = 0
+        self._pods_created = 0
+        self._max_overcommit: dict[str, int] = {}
+        if config.ledger_path is not None:
+            self._restore(config.ledger_path)
+
+    # -- Backend protocol ---------------------------------------------------------------------
+
+    def start(self, on_status: StatusCallback) -> None:
+        """Start the delivery thread; changes made before start are delivered first. Once per cluster."""
+        with self._cond:
+            if self._thread is not None:
+                raise RuntimeError("SimCluster.start called twice")
+            self._on_status = on_status
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="sim-cluster", daemon=True)
+        self._thread.start()
+
+    def create_attempt(self, job_id: int, attempt: int, spec: dict) -> bool:
+        key = (int(job_id), int(attempt))
+        with self._cond:
+            now = self._advance()
+            if key in self._known:
+                return False
+            self._known.add(key)
+            record = self._build_attempt(key, spec, now)
+            self._ledger_write(f"created {key[0]} {key[1]} {pod.name}\n" for pod in record.pods)
+            for pod in record.pods:
+                if pod.name in self._pod_names:
+                    self._duplicates += 1
+                    logger.error("sim: pod created twice", extra={"pod": pod.name})
+                self._pod_names.add(pod.name)
+            self._pods_created += len(record.pods)
+            self._attempts[key] = record
+            self._pending.extend(record.pods)
+            self._emit(record)
+            if not record.pods:
+                self._finish(record, FAILED, "the job has no pods to run", 0, now)
+            else:
+                self._bind_pending(now)
+            self._cond.notify_all()
+        return True
+
+    def delete_attempt(self, job_id: int, attempt: int) -> None:
+        key = (int(job_id), int(attempt))
+        with self._cond:
+            now = self._advance()
+            record = self._attempts.get(key)
+            if record is None or record.state in FINAL_STATES:
+                return  # absent, or final: its pods are already gone and its record stays
+            self._remove_pods(record)
+            del self._attempts[key]
+            # Changes queued but not yet delivered are dropped: a deleted attempt gets no further status.
+            kept = [status for status in self._outbox if (status.job_id, status.attempt) != key]
+            self._outbox.clear()
+            self._outbox.extend(kept)
+            self._ledger_write([f"deleted {key[0]} {key[1]}\n"])
+            self._bind_pending(now)
+            self._cond.notify_all()
+
+    def inventory(self) -> list[AttemptStatus]:
+        with self._cond:
+            self._advance()
+            return [record.status() for record in self._attempts.values()]
+
+    def capacity(self) -> CapacityReport:
+        with self._cond:
+            self._advance()
+            allocatable = {name: amount * self._config.nodes for name, amount in self._node_alloc.items()}
+            free = dict(allocatable)
+            for used in self._node_used:
+                free = subtract(free, used)
+            for pod in self._pending:
+                if pod.phase == _POD_PENDING:
+                    free = subtract(free, pod.request)
+            largest: dict[str, int] = {}
+            for used in self._node_used:
+                for name, amount in subtract(self._node_alloc, used).items():
+                    largest[name] = max(largest.get(name, amount), amount)
+            if not self._node_used:
+                largest = {name: 0 for name in self._node_alloc}
+            return CapacityReport(allocatable=allocatable, free=free, largest_free_node=largest)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # -- assertions and views -----------------------------------------------------------------
+
+    @property
+    def duplicates(self) -> int:
+        """Pods created a second time for an attempt whose pods already existed (must stay 0)."""
+        with self._cond:
+            return self._duplicates
+
+    @property
+    def pods_created(self) -> int:
+        with self._cond:
+            return self._pods_created
+
+    @property
+    def max_overcommit(self) -> dict[str, int]:
+        """Per resource, the largest amount any node ever exceeded its allocatable by (must stay {})."""
+        with self._cond:
+            return dict(self._max_overcommit)
+
+    def pods(self) -> list[SimPod]:
+        """Every pod of every non-final attempt, in creation order."""
+        with self._cond:
+            self._advance()
+            return [
+                SimPod(pod.name, pod.attempt.job_id, pod.attempt.attempt, pod.phase,
+                       None if pod.node is None else f"node-{pod.node}")
+                for record in self._attempts.values() for pod in record.pods
+            ]
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        """Advance to the clock, deliver queued changes outside the lock, sleep until the next event."""
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    now = self._advance()
+                    if self._outbox:
+                        batch = list(self._outbox)
+                        self._outbox.clear()
+                        on_status = self._on_status
+                        break
+                    timeout = max(self._events[0][0] - now, 0.0) if self._events else None
+                    self._cond.wait(timeout)
+            for status in batch:
+                try:
+                    on_status(status)
+                except Exception:
+                    logger.exception("sim: on_status raised",
+                                     extra={"job_id": status.job_id, "attempt": status.attempt})
+
+    # -- state changes (caller holds the lock) ------------------------------------------------
+
+    def _advance(self) -> float:
+        """Apply every event due by the clock's now, each at its own deadline; return now."""
+        now = max(self._clock(), self._now)
+        while self._events and self._events[0][0] <= now:
+            deadline, _, pod, kind = heapq.heappop(self._events)
+            self._now = max(deadline, self._now)
+            self._pod_ends(pod, kind, self._now)
+        self._now = now
+        while self._retention and self._retention[0][0] <= now:
+            _, record = self._retention.popleft()
+            if self._attempts.get(record.key) is record:
+                del self._attempts[record.key]
+        if self._outbox:
+            self._cond.notify_all()
+        return now
+
+    def _build_attempt(self, key: tuple[int, int], spec: object, now: float) -> _Attempt:
+        scale = self._config.time_scale
+        body = spec.get("spec") if isinstance(spec, dict) else None
+        body = body if isinstance(body, dict) else {}
+        record = _Attempt(key[0], key[1], at=now)
+        max_runtime = _seconds(body.get("maxRuntime"), None)
+        if max_runtime is not None:
+            record.max_runtime = max_runtime * scale
+            record.max_runtime_text = str(body.get("maxRuntime")).strip()
+        for pod_set in _dicts(body.get("podSets")):
+            template = pod_set.get("template") if isinstance(pod_set.get("template"), dict) else {}
+            metadata = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+            annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
+            duration = _seconds(annotations.get(DURATION_ANNOTATION, DEFAULT_DURATION),
+                                parse_duration(DEFAULT_DURATION))
+            exit_code = _exit_code(annotations.get(EXIT_CODE_ANNOTATION, "0"))
+            request = pod_requests(template.get("spec"))
+            try:
+                count = max(int(pod_set.get("count", 1)), 0)
+            except (TypeError, ValueError):
+                count = 1
+            name = str(pod_set.get("name", "pods"))
+            for index in range(count):
+                record.pods.append(_Pod(f"{key[0]}-{key[1]}-{name}-{index}", record, request,
+                                        duration * scale, exit_code))
+        return record
+
+    def _bind_pending(self, now: float) -> None:
+        """Bind Pending pods first fit, in creation order; a pod that fits nowhere keeps waiting."""
+        free = [subtract(self._node_alloc, used) for used in self._node_used]
+        still_pending = []
+        for pod in self._pending:
+            if pod.phase != _POD_PENDING:
+                continue
+            index = first_fit(pod.request, free)
+            if index is None:
+                still_pending.append(pod)
+                continue
+            free[index] = subtract(free[index], pod.request)
+            self._bind(pod, index, now)
+        self._pending = still_pending
+
+    def _bind(self, pod: _Pod, index: int, now: float) -> None:
+        pod.phase = _POD_RUNNING
+        pod.node = index
+        used = add(self._node_used[index], pod.request)
+        self._node_used[index] = used
+        for name, amount in used.items():
+            excess = amount - self._node_alloc.get(name, 0)
+            if excess > 0:
+                self._max_overcommit[name] = max(self._max_overcommit.get(name, 0), excess)
+                logger.error("sim: node overcommitted", extra={"node": f"node-{index}", "resource": name})
+        record = pod.attempt
+        if record.max_runtime is not None and pod.duration > record.max_runtime:
+            heapq.heappush(self._events, (now + record.max_runtime, next(self._seq), pod, _END_KILL))
+        else:
+            heapq.heappush(self._events, (now + pod.duration, next(self._seq), pod, _END_EXIT))
+        record.running += 1
+        # The gang is up only when every pod runs at once. A pod that ended before the last one
+        # bound means it never was: RUNNING is then skipped and the attempt goes straight to final.
+        if record.running == len(record.pods) and record.state == PENDING:
+            record.state, record.at = RUNNING, now
+            self._emit(record)
+
+    def _pod_ends(self, pod: _Pod, kind: str, now: float) -> None:
+        if pod.phase != _POD_RUNNING:
+            return  # deleted since its event was scheduled
+        self._unbind(pod)
+        record = pod.attempt
+        record.running -= 1
+        if kind == _END_KILL:
+            pod.phase = _POD_FAILED
+            self._finish(record, FAILED, f"exceeded maxRuntime {record.max_runtime_text}", 0, now)
+        elif pod.exit_code != 0:
+            pod.phase = _POD_FAILED
+            self._finish(record, FAILED, f"pod {pod.name} exited with code {pod.exit_code}",
+                         pod.exit_code, now)
+        else:
+            pod.phase = _POD_SUCCEEDED
+            record.succeeded += 1
+            if record.succeeded == len(record.pods):
+                self._finish(record, SUCCEEDED, "", 0, now)
+        self._bind_pending(now)
+
+    def _finish(self, record: _Attempt, state: str, reason: str, exit_code: int, now: float) -> None:
+        self._remove_pods(record)
+        record.state, record.reason, record.exit_code, record.at = state, reason, exit_code, now
+        self._emit(record)
+        self._ledger_write([f"ended {record.job_id} {record.attempt} {state} {exit_code}\n"])
+        self._retention.append((now + self._config.final_retention, record))
+
+    def _remove_pods(self, record: _Attempt) -> None:
+        """Delete every pod of the attempt that has not ended; free what it held."""
+        for pod in record.pods:
+            if pod.phase == _POD_RUNNING:
+                self._unbind(pod)
+            if pod.phase in (_POD_PENDING, _POD_RUNNING):
+                pod.phase = _POD_DELETED
+        record.pods = []
+
+    def _unbind(self, pod: _Pod) -> None:
+        if pod.node is not None:
+            self._node_used[pod.node] = subtract(self._node_used[pod.node], pod.request)
+            pod.node = None
+
+    def _emit(self, record: _Attempt) -> None:
+        self._outbox.append(record.status())
+
+    # -- ledger -------------------------------------------------------------------------------
+
+    def _ledger_write(self, lines: Iterable[str]) -> None:
+        path = self._config.ledger_path
+        if path is None:
+            return
+        text = "".join(lines)
+        if not text:
+            return
+        with open(path, "a") as ledger:
+            ledger.write(text)
+            ledger.flush()
+            os.fsync(ledger.fileno())
+
+    def _restore(self, path: pathlib.Path) -> None:
+        now = self._now
+        restored: dict[tuple[int, int], _Attempt] = {}
+        for kind, job_id, attempt, *rest in _read_ledger(path):
+            key = (job_id, attempt)
+            self._known.add(key)
+            if kind == "created":
+                self._pod_names.add(rest[0])
+                restored.setdefault(key, _Attempt(job_id, attempt, state=LOST, reason=LOST_REASON, at=now))
+            elif kind == "ended":
+                state, exit_code = rest
+                restored[key] = _Attempt(job_id, attempt, state=state, reason=RESTORED_REASON,
+                                         exit_code=exit_code, at=now)
+            elif kind == "deleted":
+                if key in restored and restored[key].state == LOST:
+                    del restored[key]
+        for key, record in restored.items():
+            self._attempts[key] = record
+            self._retention.append((now + self._config.final_retention, record))

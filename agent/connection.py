@@ -1,0 +1,191 @@
+"""The agent's link to the dispatcher: one outbound gRPC stream, reopened with backoff.
+
+On every connection the agent sends a hello with its inventory (from the backend, i.e. the cluster)
+and capacity, then every status report not yet acked, in order. Commands are applied in id order and
+acked after they took effect; their (job, attempt) makes a repeat harmless (creation is idempotent).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport
+from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+_HEARTBEAT = object()
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    cluster: str
+    dispatcher: str  # host:port
+    token: str
+    heartbeat_s: float = 1.0  # capacity report interval
+    backoff_initial_s: float = 0.2  # first reconnect delay, doubled up to backoff_max_s
+    backoff_max_s: float = 10.0
+
+
+def _status_message(status: AttemptStatus) -> agents_pb2.AttemptStatus:
+    at = Timestamp()
+    at.FromNanoseconds(int(status.at * 1e9))
+    return agents_pb2.AttemptStatus(job_id=status.job_id, attempt=status.attempt, state=status.state,
+                                    reason=status.reason, exit_code=status.exit_code, at=at)
+
+
+def _capacity_message(report: CapacityReport, applied_through: int) -> agents_pb2.Capacity:
+    return agents_pb2.Capacity(allocatable=jobs_pb2.Resources(milli=report.allocatable),
+                               free=jobs_pb2.Resources(milli=report.free),
+                               largest_free_node=jobs_pb2.Resources(milli=report.largest_free_node),
+                               applied_through=applied_through)
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings, backend: Backend):
+        self.settings = settings
+        self.backend = backend
+        self.connected = threading.Event()
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._unacked: dict[int, AttemptStatus] = {}  # status reports the dispatcher has not recorded yet
+        self._out: queue.Queue | None = None  # the current connection's outgoing messages
+        self._applied = 0  # the last command id this process applied
+        self._heartbeat_queued = False  # one queued heartbeat is enough: it reads capacity when sent
+        self._stop = threading.Event()
+        self._call = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Agent":
+        self.backend.start(self._on_status)
+        self._thread = threading.Thread(target=self.run, name=f"agent-{self.settings.cluster}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()
+        if self._thread:
+            self._thread.join(5)
+        self.backend.stop()
+
+    def run(self) -> None:
+        backoff = self.settings.backoff_initial_s
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self._connect_once()
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return
+                code = exc.code() if hasattr(exc, "code") else None
+                log.warning("dispatcher link lost; reconnecting", extra={"cluster": self.settings.cluster,
+                                                                        "code": str(code)})
+                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                            grpc.StatusCode.NOT_FOUND):
+                    backoff = self.settings.backoff_max_s  # will not fix itself quickly
+            finally:
+                self.connected.clear()
+            if time.monotonic() - started > 5 * self.settings.heartbeat_s:
+                backoff = self.settings.backoff_initial_s  # the link was up for a while: start over
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, self.settings.backoff_max_s)
+
+    # -- one connection --------------------------------------------------------------------------
+    def _connect_once(self) -> None:
+        out: queue.Queue = queue.Queue()
+        with self._lock:
+            hello = agents_pb2.Hello(cluster=self.settings.cluster, agent_version=VERSION,
+                                     inventory=[_status_message(s) for s in self.backend.inventory()],
+                                     capacity=self._capacity())
+            out.put(agents_pb2.AgentMessage(hello=hello))
+            self._heartbeat_queued = False
+            for seq in sorted(self._unacked):
+                out.put(self._report(seq, self._unacked[seq]))
+            self._out = out
+        channel = grpc.insecure_channel(self.settings.dispatcher, options=[
+            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.max_receive_message_length", 64 << 20)])
+        try:
+            call = agents_pb2_grpc.AgentsStub(channel).Connect(
+                self._outgoing(out), metadata=[("authorization", f"Bearer {self.settings.token}")])
+            with self._lock:
+                self._call = call
+            for message in call:
+                kind = message.WhichOneof("kind")
+                if kind == "welcome":
+                    self.connected.set()
+                    log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster})
+                elif kind == "command":
+                    self._apply(message.command, out)
+                elif kind == "status_ack":
+                    with self._lock:
+                        for seq in [s for s in self._unacked if s <= message.status_ack.seq]:
+                            del self._unacked[seq]
+        finally:
+            with self._lock:
+                self._out = None
+                self._call = None
+            out.put(None)
+            channel.close()
+
+    def _outgoing(self, out: queue.Queue):
+        while True:
+            try:
+                item = out.get(timeout=self.settings.heartbeat_s)
+            except queue.Empty:
+                item = _HEARTBEAT
+            if item is None:
+                return
+            if item is _HEARTBEAT:
+                with self._lock:
+                    self._heartbeat_queued = False
+                    item = agents_pb2.AgentMessage(heartbeat=agents_pb2.Heartbeat(capacity=self._capacity()))
+            yield item
+
+    def _apply(self, command: agents_pb2.Command, out: queue.Queue) -> None:
+        kind = command.WhichOneof("kind")
+        if kind == "dispatch":
+            d = command.dispatch
+            created = self.backend.create_attempt(d.job_id, d.attempt, json.loads(d.spec_json))
+            log.info("attempt created" if created else "attempt already existed",
+                     extra={"job_id": d.job_id, "attempt": d.attempt})
+        elif kind == "cancel":
+            self.backend.delete_attempt(command.cancel.job_id, command.cancel.attempt)
+        with self._lock:
+            self._applied = max(self._applied, command.id)
+            out.put(agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])))
+            self._queue_heartbeat(out)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _capacity(self) -> agents_pb2.Capacity:
+        # Read applied_through before the snapshot: the snapshot then holds at least those commands.
+        applied = self._applied
+        return _capacity_message(self.backend.capacity(), applied)
+
+    def _report(self, seq: int, status: AttemptStatus) -> agents_pb2.AgentMessage:
+        return agents_pb2.AgentMessage(status=agents_pb2.StatusReport(seq=seq, status=_status_message(status)))
+
+    def _on_status(self, status: AttemptStatus) -> None:
+        with self._lock:
+            self._seq += 1
+            self._unacked[self._seq] = status
+            if self._out is not None:
+                self._out.put(self._report(self._seq, status))
+                if status.state in FINAL_STATES:
+                    self._queue_heartbeat(self._out)  # capacity was freed: say so now, not at the next tick
+
+    def _queue_heartbeat(self, out: queue.Queue) -> None:
+        if not self._heartbeat_queued:
+            self._heartbeat_queued = True
+            out.put(_HEARTBEAT)

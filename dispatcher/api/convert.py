@@ -1,0 +1,39 @@
+"""ORM rows to protobuf messages: the only place the two meet."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from dispatcher.store.models import Job, JobEvent
+from sluice.v1 import jobs_pb2
+
+
+def timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def resources(milli: dict | None) -> jobs_pb2.Resources:
+    return jobs_pb2.Resources(milli={k: int(v) for k, v in (milli or {}).items()})
+
+
+def job(row: Job, *, with_spec: bool = True) -> jobs_pb2.Job:
+    return jobs_pb2.Job(
+        id=row.id, name=row.name or "", queue=row.queue, service_class=row.service_class, priority=row.priority,
+        state=row.state, reason=row.reason, cluster=row.cluster or "", attempt=row.attempt,
+        created_at=timestamp(row.created_at), dispatched_at=timestamp(row.dispatched_at),
+        started_at=timestamp(row.started_at), finished_at=timestamp(row.finished_at),
+        labels={str(k): str(v) for k, v in (row.labels or {}).items()},
+        spec_json=json.dumps(row.spec) if with_spec else "", submitted_by=row.submitted_by,
+        max_retries=row.max_retries)
+
+
+def event(row: JobEvent) -> jobs_pb2.JobEvent:
+    return jobs_pb2.JobEvent(id=row.id, job_id=row.job_id, attempt=row.attempt, from_state=row.from_state,
+                             to_state=row.to_state, reason=row.reason, cluster=row.cluster or "",
+                             at=timestamp(row.at))

@@ -1,0 +1,141 @@
+"""The Jobs service: submit, read, cancel and watch jobs; read views of clusters and queues."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher import reports, submitting
+from dispatcher.api import convert
+from dispatcher.api.auth import Authenticator
+from dispatcher.api.errors import translated
+from dispatcher.capacity import snapshot
+from dispatcher.errors import InvalidRequest
+from dispatcher.notifying import Notifier
+from dispatcher.policy import states
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import jobs as job_store
+from sluice.quantity import add
+from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+
+READERS = ("admin", "user")
+MAX_LIST = 1000
+
+
+class JobsService(jobs_pb2_grpc.JobsServicer):
+    def __init__(self, sessions: sessionmaker, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float):
+        self._sessions = sessions
+        self._auth = auth
+        self._notifier = notifier
+        self._unreachable_after_s = unreachable_after_s
+
+    @translated
+    def Submit(self, request, context):
+        who = self._auth.require(context, *READERS)
+        specs = submitting.parse(list(request.specs_json))
+        with self._sessions.begin() as session:
+            ids = submitting.submit(session, who, specs)
+        return jobs_pb2.SubmitResponse(ids=ids)  # acknowledged only after the commit above
+
+    @translated
+    def Get(self, request, context):
+        self._auth.require(context, *READERS)
+        with self._sessions() as session:
+            return convert.job(job_store.get(session, request.id))
+
+    @translated
+    def Describe(self, request, context):
+        self._auth.require(context, *READERS)
+        with self._sessions() as session:
+            job = job_store.get(session, request.id)
+            return jobs_pb2.DescribeJobResponse(
+                job=convert.job(job), events=[convert.event(e) for e in job_store.events(session, job_id=job.id)],
+                queue_position=job_store.queue_position(session, job))
+
+    @translated
+    def List(self, request, context):
+        self._auth.require(context, *READERS)
+        if request.state and request.state not in states.STATES:
+            raise InvalidRequest(f"state: {request.state!r} is not one of {', '.join(states.STATES)}")
+        if request.limit < 0:
+            raise InvalidRequest("limit: must not be negative")
+        limit = min(request.limit or 100, MAX_LIST)
+        try:
+            after = int(request.page_token or 0)
+        except ValueError as exc:
+            raise InvalidRequest("page_token: not a token from a previous List") from exc
+        with self._sessions() as session:
+            rows = job_store.list_jobs(session, queue=request.queue or None, state=request.state or None,
+                                       after_id=after, limit=limit + 1)
+            more = len(rows) > limit
+            rows = rows[:limit]
+            return jobs_pb2.ListJobsResponse(jobs=[convert.job(r, with_spec=False) for r in rows],
+                                             next_page_token=str(rows[-1].id) if more else "")
+
+    @translated
+    def Cancel(self, request, context):
+        who = self._auth.require(context, *READERS)
+        if not request.ids:
+            raise InvalidRequest("cancel: no job ids given")
+        with self._sessions.begin() as session:
+            jobs = reports.cancel(session, list(request.ids), who.subject)
+            return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
+
+    def Watch(self, request, context):
+        try:
+            self._auth.require(context, *READERS)
+        except Exception as exc:  # streams abort the same way unary calls do
+            from dispatcher.api.errors import status_for
+            context.abort(status_for(exc), str(exc))
+        wake = threading.Event()
+        unsubscribe = self._notifier.subscribe(job_store.EVENTS_CHANNEL, lambda _p: wake.set())
+        cursor = request.after_event_id
+        try:
+            while context.is_active():
+                wake.clear()
+                with self._sessions() as session:
+                    batch = job_store.events(session, job_id=request.job_id, after_id=cursor)
+                for row in batch:
+                    cursor = row.id
+                    yield convert.event(row)
+                if not batch:
+                    wake.wait(1.0)
+        finally:
+            unsubscribe()
+
+    @translated
+    def ListClusters(self, request, context):
+        self._auth.require(context, *READERS)
+        now = datetime.now(timezone.utc)
+        with self._sessions() as session:
+            running = cluster_store.running_per_cluster(session)
+            views = []
+            for cap in snapshot.read(session, now, unreachable_after_s=self._unreachable_after_s):
+                s = cap.state
+                views.append(jobs_pb2.ClusterView(
+                    name=s.name, tier=s.tier, site=s.site, labels=s.labels, state=cap.status,
+                    capacity_source=cap.source, capacity_age_seconds=cap.age_seconds,
+                    allocatable=convert.resources(cap.allocatable), free=convert.resources(s.free),
+                    largest_free_node=convert.resources(s.largest_free_node), running_jobs=running.get(s.name, 0),
+                    connected=cap.status != "unreachable"))
+        return jobs_pb2.ListClustersResponse(clusters=views)
+
+    @translated
+    def ListQueues(self, request, context):
+        self._auth.require(context, *READERS)
+        from sluice.quantity import parse_resources
+        with self._sessions() as session:
+            usage = cluster_store.queue_usage(session)
+            views = []
+            for q in cluster_store.list_queues(session):
+                spec = q.spec.get("spec", {})
+                queued, active, requests = usage.get(q.name, (0, 0, []))
+                used: dict[str, int] = {}
+                for r in requests:
+                    used = add(used, r)
+                views.append(jobs_pb2.QueueView(
+                    name=q.name, parent=q.parent or "", guaranteed=convert.resources(parse_resources(spec.get("guaranteed"))),
+                    max=convert.resources(parse_resources(spec.get("max"))), used=convert.resources(used),
+                    queued_jobs=queued, running_jobs=active))
+        return jobs_pb2.ListQueuesResponse(queues=views)

@@ -1,0 +1,136 @@
+"""`sluice demo`: the whole system on a mixed workload, with a summary that says whether it worked.
+
+The workload is more than the on-premises cluster holds (so the cloud cluster takes the overflow), has
+jobs pinned to the edge site and GPU jobs only on-premises can run, and a few jobs meant to fail. The
+demo passes when every job ends as intended, none is lost and no (job, attempt) created pods twice.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+from agent.backends.sim import ledger_duplicates
+from dispatcher.embedded import Embedded, UpSettings
+from sluice.client import Client
+from sluice.config import ClientConfig
+from sluice.objects import default_objects
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _job(n: int, rng: random.Random) -> tuple[dict, str]:
+    """One job document and the state it is meant to end in."""
+    kind = rng.choices(["cpu", "gpu", "edge", "fail"], weights=[70, 12, 12, 6])[0]
+    cpu = {"cpu": str(rng.choice([2, 4, 8])), "memory": f"{rng.choice([4, 8, 16])}Gi"}
+    annotations = {"sluice.io/sim-duration": f"{rng.uniform(0.5, 2.0):.2f}s"}
+    spec: dict = {"queue": "default", "priority": rng.randint(0, 10), "maxRetries": 0 if kind == "fail" else 2}
+    if kind == "gpu":
+        cpu["nvidia.com/gpu"] = str(rng.choice([1, 2]))
+    if kind == "edge":
+        spec["placement"] = {"sites": ["edge-1"]}
+        cpu = {"cpu": "2", "memory": "4Gi"}
+    if kind == "fail":
+        annotations["sluice.io/sim-exit-code"] = "3"
+    spec["podSets"] = [{"name": "worker", "count": rng.choice([1, 1, 2, 3]), "template": {
+        "metadata": {"annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "demo/work:1", "resources": {"requests": cpu}}]}}}]
+    doc = {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": f"demo-{kind}-{n}", "labels": {"demo": kind}},
+           "spec": spec}
+    return doc, "FAILED" if kind == "fail" else "SUCCEEDED"
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+def _seconds(a: str | None, b: str | None) -> float | None:
+    from datetime import datetime
+    if not a or not b:
+        return None
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (parse(b) - parse(a)).total_seconds()
+
+
+def _progress(jobs: list[dict], elapsed: float) -> str:
+    by = {s: 0 for s in ("QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")}
+    clusters: dict[str, int] = {}
+    for j in jobs:
+        by[j["state"]] = by.get(j["state"], 0) + 1
+        if j["state"] in ("DISPATCHED", "RUNNING"):
+            clusters[j["cluster"]] = clusters.get(j["cluster"], 0) + 1
+    active = " ".join(f"{c}={n}" for c, n in sorted(clusters.items())) or "-"
+    return f"{elapsed:6.1f}s  " + "  ".join(f"{s.lower()} {n:4d}" for s, n in by.items()) + f"  | active on {active}"
+
+
+def run_demo(*, jobs: int = 200, data_dir: pathlib.Path | None = None, json_out: bool = False,
+             timeout_s: float = 600.0, seed: int = 7) -> bool:
+    data = data_dir or pathlib.Path(tempfile.mkdtemp(prefix="sluice-demo-"))
+    embedded = Embedded(UpSettings(data_dir=data, listen="127.0.0.1:0", make_default=False,
+                                   throwaway=data_dir is None), default_objects()).start()
+    live = sys.stderr.isatty() and not json_out
+    try:
+        embedded.wait_connected()
+        rng = random.Random(seed)
+        workload = [_job(n, rng) for n in range(jobs)]
+        client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token))
+        started = time.monotonic()
+        ids = client.submit([doc for doc, _ in workload])
+        intended = {job_id: want for job_id, (_, want) in zip(ids, workload)}
+        deadline = started + timeout_s
+        while True:
+            listed = client.list(limit=0)
+            mine = [j for j in listed if j["id"] in intended]
+            if live:
+                print("\r" + _progress(mine, time.monotonic() - started), end="", file=sys.stderr, flush=True)
+            if all(j["state"] in FINAL for j in mine) or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        elapsed = time.monotonic() - started
+        if live:
+            print(file=sys.stderr)
+        client.close()
+        duplicated = sum(ledger_duplicates(p) for p in (data / "sim").glob("*.ledger"))
+    finally:
+        embedded.stop()
+        if data_dir is None:
+            shutil.rmtree(data, ignore_errors=True)
+    by_state: dict[str, int] = {}
+    by_cluster: dict[str, int] = {}
+    for j in mine:
+        by_state[j["state"]] = by_state.get(j["state"], 0) + 1
+        if j["cluster"]:
+            by_cluster[j["cluster"]] = by_cluster.get(j["cluster"], 0) + 1
+    latency = [s for j in mine if (s := _seconds(j["createdAt"], j["startedAt"])) is not None]
+    lost = len(intended) - len([j for j in mine if j["state"] in FINAL])
+    wrong = [j for j in mine if j["state"] != intended[j["id"]]]
+    summary = {"jobs": len(intended), "succeeded": by_state.get("SUCCEEDED", 0), "failed": by_state.get("FAILED", 0),
+               "cancelled": by_state.get("CANCELLED", 0), "lost": lost, "duplicated": duplicated,
+               "byCluster": dict(sorted(by_cluster.items())), "byState": dict(sorted(by_state.items())),
+               "submitToStartSeconds": {"p50": _percentile(latency, 0.5), "p99": _percentile(latency, 0.99)},
+               "elapsedSeconds": round(elapsed, 2), "unintended": len(wrong)}
+    ok = not wrong and lost == 0 and duplicated == 0
+    if json_out:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary, wrong, ok)
+    return ok
+
+
+def _print_summary(summary: dict, wrong: list[dict], ok: bool) -> None:
+    print(f"{summary['jobs']} jobs in {summary['elapsedSeconds']}s: {summary['succeeded']} succeeded, "
+          f"{summary['failed']} failed (as intended: {summary['failed'] - sum(1 for j in wrong if j['state'] == 'FAILED')}), "
+          f"lost {summary['lost']}, duplicated {summary['duplicated']}")
+    print("by cluster: " + ", ".join(f"{c} {n}" for c, n in summary["byCluster"].items()))
+    lat = summary["submitToStartSeconds"]
+    print(f"submit->start: p50 {lat['p50']}s, p99 {lat['p99']}s")
+    for j in wrong[:10]:
+        print(f"  unintended: job {j['id']} {j['name']} ended {j['state']}: {j['reason']}")
+    print("demo passed" if ok else "demo FAILED")

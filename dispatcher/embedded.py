@@ -1,0 +1,112 @@
+"""`sluice up`: an embedded PostgreSQL, a dispatcher and one in-process sim agent per simulated cluster.
+
+Everything lives under one data directory (postgres/, client.yaml, agent tokens, sim ledgers), so a
+restart on the same directory resumes where the last run stopped, even after kill -9.
+"""
+from __future__ import annotations
+
+import logging
+import pathlib
+import time
+from dataclasses import dataclass
+
+import yaml
+
+from agent.backends.sim import SimCluster, SimConfig
+from agent.connection import Agent, AgentSettings
+from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import tokens
+from dispatcher.store.database import DatabaseSettings
+from sluice import config as client_config
+from sluice.objects import ClusterObject
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UpSettings:
+    data_dir: pathlib.Path
+    listen: str = "127.0.0.1:7070"
+    make_default: bool = True  # point this user's default client config at this data dir
+    throwaway: bool = False  # delete the embedded database when stopped (demo runs in a temp dir)
+    sim_time_scale: float = 1.0  # multiplies every simulated pod duration
+
+
+def _secret(path: pathlib.Path, create) -> str:
+    """A token kept in a file under the data dir, created (and stored) the first time."""
+    if path.exists():
+        return path.read_text().strip()
+    secret = create()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(secret + "\n")
+    path.chmod(0o600)
+    return secret
+
+
+class Embedded:
+    def __init__(self, settings: UpSettings, objects: list):
+        self.settings = settings
+        self.objects = objects
+        self.dispatcher: Dispatcher | None = None
+        self.agents: dict[str, Agent] = {}
+        self.sims: dict[str, SimCluster] = {}
+        self.admin_token = ""
+
+    @property
+    def client_config_path(self) -> pathlib.Path:
+        return self.settings.data_dir / "client.yaml"
+
+    def start(self) -> "Embedded":
+        data = self.settings.data_dir.resolve()
+        data.mkdir(parents=True, exist_ok=True)
+        self.dispatcher = d = Dispatcher(ServerSettings(
+            listen=self.settings.listen, database=DatabaseSettings(
+                url=None, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
+        with d.sessions.begin() as session:
+            cluster_store.apply_objects(session, self.objects)
+
+        def new_token(role: str, subject: str, cluster: str | None = None):
+            def create() -> str:
+                with d.sessions.begin() as session:
+                    return tokens.create(session, role, subject, cluster)
+            return create
+
+        self.admin_token = _secret(data / "tokens" / "admin", new_token("admin", "admin"))
+        client_config.write(self.client_config_path, d.address, self.admin_token)
+        if self.settings.make_default:
+            client_config.make_default(self.client_config_path)
+        for obj in self.objects:
+            if isinstance(obj, ClusterObject) and obj.simulated is not None:
+                token = _secret(data / "tokens" / f"agent-{obj.name}", new_token("agent", f"agent-{obj.name}", obj.name))
+                sim = SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
+                                           ledger_path=data / "sim" / f"{obj.name}.ledger",
+                                           time_scale=self.settings.sim_time_scale))
+                (data / "sim").mkdir(exist_ok=True)
+                self.sims[obj.name] = sim
+                self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()
+        return self
+
+    def wait_connected(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for name, agent in self.agents.items():
+            if not agent.connected.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"the sim agent of cluster {name} did not connect within {timeout_s:g}s")
+
+    def stop(self) -> None:
+        for agent in self.agents.values():
+            agent.stop()
+        if self.dispatcher:
+            self.dispatcher.stop()
+
+
+def load_config(path: pathlib.Path | None) -> list:
+    from sluice.objects import default_objects, load_objects
+    if path is None:
+        return default_objects()
+    return load_objects(path.read_text(), source=str(path))
+
+
+def summary_line(embedded: Embedded) -> str:
+    return yaml.safe_dump({"address": embedded.dispatcher.address, "clusters": sorted(embedded.agents),
+                           "clientConfig": str(embedded.client_config_path)}, sort_keys=False)

@@ -1,0 +1,126 @@
+"""Placement: which cluster each queued job goes to this cycle, or why it waits. Pure, no I/O.
+
+Jobs arrive already in scheduling order (class priority, job priority, age). Each job is placed whole
+on one cluster or not at all: its total request must fit the cluster's free capacity and its largest
+pod must fit the largest free node. Tiers are preferred onprem, then cloud, then edge (edge capacity is
+kept for the work pinned to it); within a tier the tightest fit wins (bin-packing). A job that does not
+fit never blocks the jobs behind it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from sluice.quantity import format_quantity, shortfall, subtract
+
+TIER_ORDER = {"onprem": 0, "cloud": 1, "edge": 2}
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    name: str
+    tier: str
+    site: str
+    labels: dict[str, str]
+    free: dict[str, int]
+    largest_free_node: dict[str, int]
+    unavailable: str = ""  # why it takes no jobs now ("unreachable", "cordoned", ...); "" if it does
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: int
+    requests: dict[str, int]
+    largest_pod: dict[str, int]
+    cluster_selector: dict[str, str] = field(default_factory=dict)
+    tiers: tuple[str, ...] = ()
+    sites: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Place:
+    job_id: int
+    cluster: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    job_id: int
+    reason: str
+
+
+def _matches(job: QueuedJob, cluster: ClusterState) -> bool:
+    if job.tiers and cluster.tier not in job.tiers:
+        return False
+    if job.sites and cluster.site not in job.sites:
+        return False
+    return all(cluster.labels.get(k) == v for k, v in job.cluster_selector.items())
+
+
+def _describe(resources: list[tuple[str, int, int]], where: str) -> str:
+    name, need, have = resources[0]
+    return f"needs {format_quantity(name, need)} {name}{where}, {format_quantity(name, max(have, 0))} free"
+
+
+def _why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
+    if cluster.unavailable:
+        return cluster.unavailable
+    short = shortfall(job.requests, cluster.free)
+    if short:
+        return _describe(short, "")
+    short = shortfall(job.largest_pod, cluster.largest_free_node)
+    if short:
+        return _describe(short, " on one node").replace(" free", " free on its largest node")
+    return None
+
+
+def _tightness(job: QueuedJob, cluster: ClusterState) -> float:
+    """How little room the job leaves: the smallest leftover share over the resources it asks for."""
+    shares = [(cluster.free.get(r, 0) - need) / max(cluster.free.get(r, 0), 1)
+              for r, need in job.requests.items() if need > 0]
+    return min(shares) if shares else 1.0
+
+
+def plan(jobs: list[QueuedJob], clusters: list[ClusterState]) -> list[Place | Wait]:
+    """One decision per job, in order; capacity taken by earlier placements is not offered again."""
+    state = {c.name: c for c in clusters}
+    decisions: list[Place | Wait] = []
+    for job in jobs:
+        candidates = [c for c in state.values() if _matches(job, c)]
+        if not candidates:
+            decisions.append(Wait(job.id, "no cluster matches its placement" + _placement_text(job)))
+            continue
+        fitting = [c for c in candidates if _why_not(job, c) is None]
+        if not fitting:
+            reasons = "; ".join(f"{c.name}: {_why_not(job, c)}" for c in sorted(candidates, key=_rank))
+            decisions.append(Wait(job.id, f"no cluster fits: {reasons}"))
+            continue
+        best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), _tightness(job, c), c.name))
+        free = subtract(best.free, job.requests)
+        largest = {r: min(v, free.get(r, 0)) for r, v in best.largest_free_node.items()}
+        state[best.name] = replace(best, free=free, largest_free_node=largest)
+        decisions.append(Place(job.id, best.name))
+    return decisions
+
+
+def _rank(cluster: ClusterState) -> tuple[int, str]:
+    return TIER_ORDER.get(cluster.tier, 9), cluster.name
+
+
+def _placement_text(job: QueuedJob) -> str:
+    parts = []
+    if job.sites:
+        parts.append("sites " + ",".join(job.sites))
+    if job.tiers:
+        parts.append("tiers " + ",".join(job.tiers))
+    if job.cluster_selector:
+        parts.append("selector " + ",".join(f"{k}={v}" for k, v in sorted(job.cluster_selector.items())))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def impossible(job: QueuedJob, allocatable: list[ClusterState]) -> str | None:
+    """Why the job could never run, judged against every cluster as if it were empty; None if it could."""
+    empty = [replace(c, free=c.free, largest_free_node=c.free, unavailable="") for c in allocatable]
+    decision = plan([job], empty)[0]
+    if isinstance(decision, Wait):
+        return decision.reason.replace("no cluster fits:", "no cluster could ever run it:").replace(" free", " in all")
+    return None

@@ -1,0 +1,32 @@
+"""The job state machine: which changes of state are allowed. Pure; the store enforces it."""
+from __future__ import annotations
+
+QUEUED, DISPATCHED, RUNNING = "QUEUED", "DISPATCHED", "RUNNING"
+SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
+STATES = (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+ACTIVE = frozenset({DISPATCHED, RUNNING})  # an attempt holds capacity on a cluster
+
+# A return to QUEUED starts a new attempt (lost, preempted, failed with retries left, unschedulable).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    QUEUED: frozenset({DISPATCHED, CANCELLED}),
+    DISPATCHED: frozenset({RUNNING, SUCCEEDED, FAILED, CANCELLED, QUEUED}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, QUEUED}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+def check(from_state: str, to_state: str) -> None:
+    if to_state not in TRANSITIONS.get(from_state, frozenset()):
+        raise IllegalTransition(f"a job cannot go from {from_state} to {to_state}")
+
+
+def retry_decision(attempt: int, max_retries: int) -> bool:
+    """Whether an attempt that failed, was lost or could not be scheduled gets another attempt."""
+    return attempt <= max_retries

@@ -1,0 +1,99 @@
+"""Carrying out what agents report and what users cancel: the job side of the agent link.
+
+Status reports are idempotent (a repeat finds the job already moved and changes nothing) and fenced by
+(job, attempt): a stale attempt's report is logged and ignored. On every (re)connection the agent's
+inventory is reconciled: attempts it reports are applied; attempts the dispatcher thinks live there,
+whose dispatch the agent had acked but which it no longer holds, are lost.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import func
+from sqlalchemy.orm import Session
+
+from dispatcher.errors import Conflict
+from dispatcher.policy import states
+from dispatcher.policy.reporting import JobView, on_report
+from dispatcher.store import jobs as job_store
+from dispatcher.store import outbox as outbox_store
+from dispatcher.store.models import Job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Report:
+    job_id: int
+    attempt: int
+    state: str
+    reason: str = ""
+    exit_code: int = 0
+
+
+def apply(session: Session, cluster: str, report: Report) -> bool:
+    """Apply one report; True when it freed capacity (the scheduler should look again)."""
+    job = session.get(Job, report.job_id, with_for_update=True)
+    if job is None:
+        log.warning("report for an unknown job ignored", extra={"job_id": report.job_id, "cluster": cluster})
+        return False
+    outcome = on_report(JobView(job.state, job.attempt, job.cluster, job.max_retries), cluster,
+                        report.attempt, report.state, report.reason, report.exit_code)
+    if outcome.stale:
+        log.info("stale status report ignored", extra={"job_id": job.id, "attempt": report.attempt,
+                                                       "cluster": cluster, "state": report.state})
+        return False
+    if outcome.to is None:
+        return False
+    attempt = job.attempt
+    values: dict = {}
+    if outcome.to == states.RUNNING:
+        values["started_at"] = func.now()
+        job_store.start_attempt(session, job.id, attempt)
+    elif outcome.to in states.FINAL:
+        values["finished_at"] = func.now()
+    else:  # back to the queue: the next attempt may go anywhere
+        values["cluster"] = None
+    try:
+        job_store.transition(session, job, outcome.to, outcome.reason, **values)
+    except Conflict:
+        return False
+    if outcome.to != states.RUNNING:
+        job_store.end_attempt(session, report.job_id, attempt, report.state, report.reason, report.exit_code)
+        job_store.notify(session, job_store.WAKE_CHANNEL)
+        return True
+    return False
+
+
+def reconcile(session: Session, cluster: str, inventory: list[Report]) -> list[tuple[int, int]]:
+    """Apply an agent's inventory; return the (job, attempt) pairs it holds that are not live (orphans)."""
+    held = {(r.job_id, r.attempt) for r in inventory}
+    for report in inventory:
+        apply(session, cluster, report)
+    unacked = job_store.mark_unacked_dispatch(session, cluster)
+    for job in job_store.active_on_cluster(session, cluster):
+        key = (job.id, job.attempt)
+        if key not in held and key not in unacked:
+            apply(session, cluster, Report(job.id, job.attempt, "LOST", "the cluster no longer holds it"))
+    live = {(j.id, j.attempt) for j in job_store.active_on_cluster(session, cluster)}
+    final = {"SUCCEEDED", "FAILED", "LOST", "UNSCHEDULABLE"}
+    return [(r.job_id, r.attempt) for r in inventory
+            if (r.job_id, r.attempt) not in live and r.state not in final]
+
+
+def cancel(session: Session, job_ids: list[int], who: str) -> list[Job]:
+    """Cancel jobs: queued ones at once; dispatched or running ones also get a cancel command."""
+    out = []
+    for job_id in job_ids:
+        job = job_store.get(session, job_id, for_update=True)
+        if job.state in states.FINAL:
+            out.append(job)
+            continue
+        cluster, attempt, was_active = job.cluster, job.attempt, job.state in states.ACTIVE
+        job_store.transition(session, job, states.CANCELLED, f"cancelled by {who}", finished_at=func.now())
+        if was_active and cluster:
+            job_store.end_attempt(session, job_id, attempt, states.CANCELLED, f"cancelled by {who}")
+            outbox_store.add_cancel(session, cluster, job_id, attempt, f"cancelled by {who}")
+        out.append(job)
+    return out

@@ -1,0 +1,82 @@
+"""The dispatcher process: database, notification listener, gRPC services and the scheduler.
+
+`Dispatcher` is used by `sluice dispatcher serve`, by `sluice up` (with in-process sim agents) and by
+the tests: one object to start and stop, owning everything it started.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher.api.agents import AgentsService
+from dispatcher.api.auth import Authenticator
+from dispatcher.api.jobs import JobsService
+from dispatcher.notifying import Notifier
+from dispatcher.scheduling import Scheduler, SchedulerSettings
+from dispatcher.store import database
+from dispatcher.store import jobs as job_store
+from dispatcher.store.database import DatabaseSettings
+from sluice.v1 import agents_pb2_grpc, jobs_pb2_grpc
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited separately
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    listen: str = "127.0.0.1:7070"  # host:port; port 0 picks a free one
+    workers: int = 64  # threads for RPCs; every connected agent and watch holds one
+    heartbeat_s: float = 1.0  # how often agents report capacity
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    migrate: bool = False  # bring the schema to head at start (the embedded default always does)
+
+
+class Dispatcher:
+    def __init__(self, settings: ServerSettings, db: database.Database | None = None):
+        self.settings = settings
+        self.db = db or database.connect(settings.database)
+        self.engine = self.db.engine
+        if settings.migrate or settings.database.url is None:
+            database.migrate(self.engine)
+        database.check_schema(self.engine)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.notifier = Notifier(self.engine, (job_store.WAKE_CHANNEL, job_store.EVENTS_CHANNEL,
+                                               job_store.OUTBOX_CHANNEL))
+        auth = Authenticator(self.sessions)
+        unreachable = settings.scheduler.unreachable_after_s
+        self.scheduler = Scheduler(self.engine, self.sessions, self.notifier, settings.scheduler)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="rpc"),
+                                  options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        jobs_pb2_grpc.add_JobsServicer_to_server(
+            JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable), self.server)
+        agents_pb2_grpc.add_AgentsServicer_to_server(
+            AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s), self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.port = self.server.add_insecure_port(settings.listen)
+        if not self.port:
+            raise OSError(f"cannot listen on {settings.listen}")
+        host = settings.listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+
+    def start(self) -> "Dispatcher":
+        self.notifier.start()
+        self.server.start()
+        self.scheduler.start()
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("dispatcher serving", extra={"address": self.address})
+        return self
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.scheduler.stop()
+        self.server.stop(grace).wait()
+        self.notifier.stop()
+        self.db.close()

@@ -1,0 +1,108 @@
+"""Clusters, queues and service classes: the admin objects, and the capacity agents report."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from dispatcher.errors import NotFound
+from dispatcher.store.models import Cluster, Job, Queue, ServiceClass
+from sluice.objects import ClusterObject, QueueObject, ServiceClassObject
+
+
+def apply_object(session: Session, obj) -> None:
+    """Create or update one admin object from its parsed form (sluice.objects)."""
+    doc = obj.to_document()
+    if isinstance(obj, ClusterObject):
+        values = dict(name=obj.name, tier=obj.tier, site=obj.site, labels=dict(obj.labels), spec=doc)
+        table = Cluster
+    elif isinstance(obj, QueueObject):
+        values = dict(name=obj.name, parent=obj.parent, spec=doc)
+        table = Queue
+    elif isinstance(obj, ServiceClassObject):
+        values = dict(name=obj.name, priority=obj.priority, spec=doc)
+        table = ServiceClass
+    else:
+        raise TypeError(f"{type(obj).__name__} objects are not stored yet")
+    stmt = insert(table).values(**values)
+    session.execute(stmt.on_conflict_do_update(index_elements=["name"],
+                                               set_={k: v for k, v in values.items() if k != "name"}))
+
+
+def apply_objects(session: Session, objects) -> None:
+    # Parents before children, classes before the queues that name them.
+    order = {ServiceClassObject: 0, ClusterObject: 1, QueueObject: 2}
+    pending = sorted((o for o in objects if type(o) in order), key=lambda o: order[type(o)])
+    queues = {o.name for o in pending if isinstance(o, QueueObject)}
+    done: set[str] = set(session.scalars(select(Queue.name)))
+    for obj in [o for o in pending if not isinstance(o, QueueObject)]:
+        apply_object(session, obj)
+    remaining = [o for o in pending if isinstance(o, QueueObject)]
+    while remaining:
+        ready = [q for q in remaining if not q.parent or q.parent in done or q.parent not in queues]
+        if not ready:
+            ready = remaining  # a cycle: let the foreign key report it
+        for q in ready:
+            apply_object(session, q)
+            done.add(q.name)
+        remaining = [q for q in remaining if q not in ready]
+
+
+def get_cluster(session: Session, name: str) -> Cluster:
+    cluster = session.get(Cluster, name)
+    if cluster is None:
+        raise NotFound(f"cluster {name!r} not found")
+    return cluster
+
+
+def list_clusters(session: Session) -> list[Cluster]:
+    return list(session.scalars(select(Cluster).order_by(Cluster.name)))
+
+
+def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime) -> None:
+    session.execute(update(Cluster).where(Cluster.name == name).values(
+        capacity=capacity, capacity_at=now, last_seen_at=now,
+        applied_through=func.greatest(Cluster.applied_through, applied_through)))
+
+
+def reset_applied_through(session: Session, name: str, applied_through: int) -> None:
+    """A new agent connection: its first report counts exactly what acked commands created."""
+    session.execute(update(Cluster).where(Cluster.name == name).values(applied_through=applied_through))
+
+
+def get_queue(session: Session, name: str) -> Queue:
+    queue = session.get(Queue, name)
+    if queue is None:
+        raise NotFound(f"queue {name!r} not found")
+    return queue
+
+
+def list_queues(session: Session) -> list[Queue]:
+    return list(session.scalars(select(Queue).order_by(Queue.name)))
+
+
+def service_classes(session: Session) -> dict[str, ServiceClass]:
+    return {c.name: c for c in session.scalars(select(ServiceClass))}
+
+
+def queue_usage(session: Session) -> dict[str, tuple[int, int, list[dict]]]:
+    """Per queue: (queued jobs, active jobs, requests of the active ones)."""
+    out: dict[str, tuple[int, int, list[dict]]] = {}
+    for queue, state, n in session.execute(
+            select(Job.queue, Job.state, func.count()).where(Job.state.in_(("QUEUED", "DISPATCHED", "RUNNING")))
+            .group_by(Job.queue, Job.state)):
+        q, a, r = out.get(queue, (0, 0, []))
+        out[queue] = (q + n, a, r) if state == "QUEUED" else (q, a + n, r)
+    for queue, requests in session.execute(
+            select(Job.queue, Job.requests).where(Job.state.in_(("DISPATCHED", "RUNNING")))):
+        q, a, r = out.get(queue, (0, 0, []))
+        r.append(requests)
+        out[queue] = (q, a, r)
+    return out
+
+
+def running_per_cluster(session: Session) -> dict[str, int]:
+    return dict(session.execute(select(Job.cluster, func.count()).where(
+        Job.state.in_(("DISPATCHED", "RUNNING"))).group_by(Job.cluster)).all())

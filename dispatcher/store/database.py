@@ -1,0 +1,124 @@
+"""Connecting to Postgres: the embedded server (pgserver) or a given URL, and schema migration.
+
+With no database URL the dispatcher starts a real PostgreSQL from the `pgserver` package under its data
+directory; with a URL it uses that server and never starts its own. Only Alembic changes the schema.
+"""
+from __future__ import annotations
+
+import logging
+import pathlib
+import warnings
+from dataclasses import dataclass
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, text
+
+from dispatcher.errors import SchemaBehind, StoreUnavailable
+
+log = logging.getLogger(__name__)
+MIGRATIONS = pathlib.Path(__file__).resolve().parent.parent.parent / "migrations"
+DATABASE_NAME = "sluice"
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    url: str | None = None  # SQLAlchemy/libpq URL; None: embedded pgserver under data_dir/postgres
+    data_dir: pathlib.Path = pathlib.Path("~/.local/share/sluice").expanduser()
+    pool_size: int = 10  # connections per dispatcher process
+    # What happens to the embedded server when this process exits cleanly: "stop" it, or "delete" its
+    # data too (throw-away demo runs). A killed process leaves it running; the next start reuses it.
+    embedded_cleanup: str = "stop"
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Any postgres URL, as SQLAlchemy's psycopg 3 dialect wants it."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    raise StoreUnavailable(f"unsupported database URL {url!r}: expected postgresql://...")
+
+
+def start_embedded(data_dir: pathlib.Path, cleanup: str = "stop"):
+    """Start (or reuse, after a crash) the pgserver PostgreSQL under data_dir; return (url, server).
+
+    A killed dispatcher leaves the server running; restarted on the same data dir it finds it running
+    (or starts it again), and nothing committed is lost either way.
+    """
+    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on import; not ours to fix
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    pgdata = (data_dir / "postgres").resolve()
+    pgdata.mkdir(parents=True, exist_ok=True)
+    if len(str(pgdata)) > 90:  # the unix socket lives in pgdata; its path is limited to ~107 bytes
+        raise StoreUnavailable(f"data directory path too long for the embedded server's socket: {pgdata}")
+    server = pgserver.get_server(pgdata, cleanup_mode=cleanup)
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
+    if "(1 row)" not in exists:
+        server.psql(f"CREATE DATABASE {DATABASE_NAME};")
+    return f"postgresql+psycopg://postgres@/{DATABASE_NAME}?host={pgdata}", server
+
+
+@dataclass
+class Database:
+    """An engine, and the embedded server behind it when there is one (closed with it)."""
+
+    engine: Engine
+    embedded: object | None = None
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.embedded is not None:
+            self.embedded.cleanup()  # stops (or deletes) per DatabaseSettings.embedded_cleanup
+            self.embedded = None
+
+
+def connect(settings: DatabaseSettings) -> Database:
+    server = None
+    if settings.url:
+        url = sqlalchemy_url(settings.url)
+    else:
+        url, server = start_embedded(settings.data_dir, settings.embedded_cleanup)
+    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=20, pool_pre_ping=True)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        raise StoreUnavailable(f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {exc}") from exc
+    return Database(engine, server)
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        # Serialise concurrent migrators (several replicas starting at once).
+        conn.execute(text("SELECT pg_advisory_xact_lock(7301)"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def check_schema(engine: Engine) -> None:
+    """Refuse to run on a schema that is not at head, saying which command fixes it."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaBehind(
+            f"database schema is at {current or 'nothing'}, this Sluice needs {head}: "
+            "run `sluice dispatcher migrate` (with the same --database-url)")

@@ -1,0 +1,226 @@
+"""Jobs, their events and attempts: every read and write of them goes through here.
+
+Every change of a job's state goes through `transition` (or the batched `dispatch`), which checks the
+state machine, compare-and-sets on the expected state and writes the job event in the same
+transaction. The caller owns the transaction: these functions may flush, never commit.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Row, and_, func, insert, select, text, update
+from sqlalchemy.orm import Session
+
+from dispatcher.errors import Conflict, NotFound
+from dispatcher.policy import states
+from dispatcher.store.models import Attempt, Job, JobEvent, OutboxCommand
+
+log = logging.getLogger(__name__)
+
+WAKE_CHANNEL = "sluice_wake"  # new work or freed capacity: the scheduler should run a cycle
+EVENTS_CHANNEL = "sluice_events"  # job events were written
+OUTBOX_CHANNEL = "sluice_outbox"  # payload: cluster name with new commands
+
+
+def notify(session: Session, channel: str, payload: str = "") -> None:
+    """Queue a NOTIFY; Postgres delivers it when (and only if) the transaction commits."""
+    session.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
+
+
+@dataclass(frozen=True)
+class NewJob:
+    name: str | None
+    queue: str
+    service_class: str
+    class_priority: int
+    priority: int
+    max_retries: int
+    spec: dict
+    requests: dict
+    largest_pod: dict
+    placement: dict
+    labels: dict
+    submitted_by: str
+
+
+def submit(session: Session, jobs: list[NewJob]) -> list[int]:
+    """Insert queued jobs (one statement for the batch) with their first event; returns their ids."""
+    if not jobs:
+        return []
+    rows = [dict(name=j.name, queue=j.queue, service_class=j.service_class, class_priority=j.class_priority,
+                 priority=j.priority, max_retries=j.max_retries, spec=j.spec, requests=j.requests,
+                 largest_pod=j.largest_pod, placement=j.placement, labels=j.labels,
+                 submitted_by=j.submitted_by, state=states.QUEUED, reason="submitted") for j in jobs]
+    ids = list(session.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True), rows))
+    session.execute(insert(JobEvent), [dict(job_id=i, attempt=0, from_state="", to_state=states.QUEUED,
+                                            reason="submitted") for i in ids])
+    notify(session, WAKE_CHANNEL)
+    notify(session, EVENTS_CHANNEL)
+    return ids
+
+
+def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
+    stmt = select(Job).where(Job.id == job_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    job = session.scalars(stmt).first()
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None,
+              after_id: int = 0, limit: int = 100) -> list[Job]:
+    """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes."""
+    stmt = select(Job).where(Job.id > after_id).order_by(Job.id).limit(limit)
+    if queue:
+        stmt = stmt.where(Job.queue == queue)
+    if state:
+        stmt = stmt.where(Job.state == state)
+    return list(session.scalars(stmt))
+
+
+def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000) -> list[JobEvent]:
+    stmt = select(JobEvent).where(JobEvent.id > after_id).order_by(JobEvent.id).limit(limit)
+    if job_id:
+        stmt = stmt.where(JobEvent.job_id == job_id)
+    return list(session.scalars(stmt))
+
+
+def queue_position(session: Session, job: Job) -> int:
+    """1-based place of a queued job among the queued jobs of its queue, in scheduling order."""
+    if job.state != states.QUEUED:
+        return 0
+    ahead = session.scalar(
+        select(func.count()).select_from(Job).where(
+            Job.queue == job.queue, Job.state == states.QUEUED,
+            text("(jobs.class_priority, jobs.priority, -jobs.id) > (:cp, :p, :negid)"),
+        ).params(cp=job.class_priority, p=job.priority, negid=-job.id))
+    return int(ahead or 0) + 1
+
+
+def transition(session: Session, job: Job, to: str, reason: str, **values) -> None:
+    """Move one job from its current state to `to`, compare-and-set, with its event.
+
+    Raises Conflict when the job changed underneath (zero rows updated is never a silent success).
+    """
+    states.check(job.state, to)
+    stmt = (update(Job).where(Job.id == job.id, Job.state == job.state, Job.attempt == job.attempt)
+            .values(state=to, reason=reason, **values).returning(Job.id)
+            .execution_options(synchronize_session=False))
+    if session.execute(stmt).first() is None:
+        raise Conflict(f"job {job.id} is no longer {job.state}")
+    session.add(JobEvent(job_id=job.id, attempt=job.attempt, from_state=job.state, to_state=to,
+                         reason=reason, cluster=job.cluster))
+    session.flush()
+    session.expire(job)
+    notify(session, EVENTS_CHANNEL)
+
+
+def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,
+                exit_code: int | None = None) -> None:
+    session.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == attempt,
+                                          Attempt.finished_at.is_(None))
+                    .values(state=state, reason=reason, exit_code=exit_code, finished_at=func.now()))
+
+
+def start_attempt(session: Session, job_id: int, attempt: int) -> None:
+    session.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == attempt)
+                    .values(state=states.RUNNING, started_at=func.now()))
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    job_id: int
+    attempt: int
+    cluster: str
+    command_id: int
+
+
+def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatched]:
+    """Move queued jobs to DISPATCHED on their chosen clusters, all in the caller's transaction.
+
+    One UPDATE for the batch, compare-and-set on QUEUED (a job cancelled meanwhile is skipped), then
+    the attempts, events and outbox commands of exactly the jobs that moved.
+    """
+    if not decisions:
+        return []
+    ids = [d[0] for d in decisions]
+    clusters = [d[1] for d in decisions]
+    moved = session.execute(text(
+        """UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
+                  cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
+                  started_at = NULL, finished_at = NULL
+           FROM unnest(CAST(:ids AS bigint[]), CAST(:clusters AS text[])) AS d(id, cluster)
+           WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
+           RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec"""), {"ids": ids, "clusters": clusters}).all()
+    if not moved:
+        return []
+    session.execute(insert(Attempt), [dict(job_id=r.id, attempt=r.attempt, cluster=r.cluster,
+                                           state=states.DISPATCHED) for r in moved])
+    session.execute(insert(JobEvent), [dict(job_id=r.id, attempt=r.attempt, from_state=states.QUEUED,
+                                            to_state=states.DISPATCHED, reason=f"dispatched to {r.cluster}",
+                                            cluster=r.cluster) for r in moved])
+    command_ids = session.scalars(
+        insert(OutboxCommand).returning(OutboxCommand.id, sort_by_parameter_order=True),
+        [dict(cluster=r.cluster, kind="dispatch", job_id=r.id, attempt=r.attempt, payload={"spec": r.spec})
+         for r in moved]).all()
+    for cluster in sorted({r.cluster for r in moved}):
+        notify(session, OUTBOX_CHANNEL, cluster)
+    notify(session, EVENTS_CHANNEL)
+    return [Dispatched(r.id, r.attempt, r.cluster, c) for r, c in zip(moved, command_ids)]
+
+
+def set_reasons(session: Session, reasons: dict[int, str]) -> None:
+    """Update the pending reason of queued jobs whose reason changed (one statement)."""
+    if not reasons:
+        return
+    session.execute(text(
+        """UPDATE jobs SET reason = r.reason
+           FROM unnest(CAST(:ids AS bigint[]), CAST(:reasons AS text[])) AS r(id, reason)
+           WHERE jobs.id = r.id AND jobs.state = 'QUEUED' AND jobs.reason IS DISTINCT FROM r.reason"""),
+        {"ids": list(reasons), "reasons": list(reasons.values())})
+
+
+def queued_head(session: Session, limit: int) -> list[Row]:
+    """The first `limit` queued jobs in scheduling order, read through the partial index only."""
+    return session.execute(
+        select(Job.id, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.requests,
+               Job.largest_pod, Job.placement, Job.reason, Job.created_at)
+        .where(Job.state == states.QUEUED)
+        .order_by(Job.class_priority.desc(), Job.priority.desc(), Job.id).limit(limit)).all()
+
+
+def active_on_cluster(session: Session, cluster: str) -> list[Job]:
+    return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
+
+
+def in_flight(session: Session) -> list[Row]:
+    """Active attempts whose dispatch command came after their cluster's latest capacity report.
+
+    Those are not yet in the report, so the scheduler subtracts them; every other active attempt is
+    already in it. Each attempt is therefore counted exactly once.
+    """
+    return session.execute(text(
+        """SELECT j.cluster, j.requests, j.largest_pod FROM outbox o
+           JOIN clusters c ON c.name = o.cluster
+           JOIN jobs j ON j.id = o.job_id AND j.attempt = o.attempt
+           WHERE o.kind = 'dispatch' AND o.id > c.applied_through
+             AND j.state IN ('DISPATCHED', 'RUNNING') AND j.cluster = o.cluster""")).all()
+
+
+def dispatched_at(session: Session, job_id: int) -> datetime | None:
+    return session.scalar(select(Job.dispatched_at).where(Job.id == job_id))
+
+
+def counts_by(session: Session, *columns) -> list[Row]:
+    return session.execute(select(*columns, func.count()).select_from(Job).group_by(*columns)).all()
+
+
+def mark_unacked_dispatch(session: Session, cluster: str) -> set[tuple[int, int]]:
+    """(job, attempt) of dispatch commands for the cluster that the agent has not acked yet."""
+    rows = session.execute(select(OutboxCommand.job_id, OutboxCommand.attempt).where(
+        and_(OutboxCommand.cluster == cluster, OutboxCommand.kind == "dispatch", OutboxCommand.acked_at.is_(None))))
+    return {(r.job_id, r.attempt) for r in rows}

@@ -1,0 +1,149 @@
+"""The schema: every table Sluice keeps in Postgres, the one source of truth.
+
+Only migrations/ changes the real schema; tests/integration/test_migrations.py checks these models
+match the migrations. Resource amounts are JSON maps of resource name to milli-units (sluice.quantity).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Index, Integer, Text, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+ACTIVE_STATES = ("DISPATCHED", "RUNNING")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict: JSONB, datetime: DateTime(timezone=True)}
+
+
+def _now():
+    return mapped_column(DateTime(timezone=True), server_default=text("now()"), nullable=False)
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    tier: Mapped[str] = mapped_column(Text)
+    site: Mapped[str] = mapped_column(Text, server_default="")
+    labels: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
+    spec: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))  # the Cluster object's document
+    state: Mapped[str] = mapped_column(Text, server_default="active")  # active | cordoned | draining
+    # The agent's latest capacity report ({allocatable, free, largestFreeNode}) and when it came.
+    capacity: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
+    capacity_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # Dispatch commands with an id above this were not yet applied when the report was taken.
+    applied_through: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    last_seen_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    created_at: Mapped[datetime] = _now()
+
+
+class Queue(Base):
+    __tablename__ = "queues"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    parent: Mapped[str | None] = mapped_column(Text, ForeignKey("queues.name"), nullable=True)
+    spec: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))  # the Queue object's document
+    created_at: Mapped[datetime] = _now()
+
+
+class ServiceClass(Base):
+    __tablename__ = "service_classes"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    spec: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = _now()
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    name: Mapped[str | None] = mapped_column(Text, nullable=True)
+    queue: Mapped[str] = mapped_column(Text, ForeignKey("queues.name"))
+    service_class: Mapped[str] = mapped_column(Text, ForeignKey("service_classes.name"))
+    class_priority: Mapped[int] = mapped_column(Integer)  # copied at submit: the queue index orders by it
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    state: Mapped[str] = mapped_column(Text, server_default="QUEUED")
+    reason: Mapped[str] = mapped_column(Text, server_default="")
+    cluster: Mapped[str | None] = mapped_column(Text, ForeignKey("clusters.name"), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, server_default="0")  # 0 until first dispatched
+    max_retries: Mapped[int] = mapped_column(Integer, server_default="2")
+    spec: Mapped[dict] = mapped_column()  # canonical job document
+    requests: Mapped[dict] = mapped_column()  # whole-job total, milli-units
+    largest_pod: Mapped[dict] = mapped_column()  # per resource, the largest single pod's request
+    placement: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
+    labels: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
+    submitted_by: Mapped[str] = mapped_column(Text, server_default="")
+    created_at: Mapped[datetime] = _now()
+    dispatched_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+    __table_args__ = (
+        # The head of the queue, in scheduling order, without scanning the backlog.
+        Index("ix_jobs_queued_order", class_priority.desc(), priority.desc(), "id",
+              postgresql_where=text("state = 'QUEUED'")),
+        Index("ix_jobs_active_cluster", "cluster", postgresql_where=text("state IN ('DISPATCHED', 'RUNNING')")),
+        Index("ix_jobs_queue_state", "queue", "state"),
+        Index("ix_jobs_state_id", "state", "id"),
+    )
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    from_state: Mapped[str] = mapped_column(Text, server_default="")
+    to_state: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text, server_default="")
+    cluster: Mapped[str | None] = mapped_column(Text, nullable=True)
+    at: Mapped[datetime] = _now()
+
+    __table_args__ = (Index("ix_job_events_job", "job_id", "id"),)
+
+
+class Attempt(Base):
+    """One run of a job in one cluster: the unit of exactly-once and of accounting."""
+
+    __tablename__ = "attempts"
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster: Mapped[str] = mapped_column(Text, ForeignKey("clusters.name"))
+    state: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text, server_default="")
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    dispatched_at: Mapped[datetime] = _now()
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class OutboxCommand(Base):
+    """A command for one cluster's agent; it stays here, unacked, until the agent confirms it."""
+
+    __tablename__ = "outbox"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    cluster: Mapped[str] = mapped_column(Text, ForeignKey("clusters.name"))
+    kind: Mapped[str] = mapped_column(Text)  # dispatch | cancel
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    payload: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = _now()
+    acked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+    __table_args__ = (
+        Index("ix_outbox_unacked", "cluster", "id", postgresql_where=text("acked_at IS NULL")),
+        Index("ix_outbox_cluster_id", "cluster", "id"),
+    )
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(Text, unique=True)  # sha256 of the secret; the secret is never stored
+    role: Mapped[str] = mapped_column(Text)  # admin | user | agent
+    subject: Mapped[str] = mapped_column(Text)
+    cluster: Mapped[str | None] = mapped_column(Text, ForeignKey("clusters.name"), nullable=True)  # agent tokens
+    created_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -1,0 +1,33 @@
+"""The outbox: commands for agents, kept until each agent acks them (at-least-once delivery)."""
+from __future__ import annotations
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from dispatcher.store.jobs import OUTBOX_CHANNEL, notify
+from dispatcher.store.models import OutboxCommand
+
+
+def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500) -> list[OutboxCommand]:
+    """Unacked commands for a cluster in id order, after a cursor."""
+    return list(session.scalars(
+        select(OutboxCommand).where(OutboxCommand.cluster == cluster, OutboxCommand.acked_at.is_(None),
+                                    OutboxCommand.id > after_id)
+        .order_by(OutboxCommand.id).limit(limit)))
+
+
+def ack(session: Session, cluster: str, command_ids: list[int]) -> None:
+    # Bound to the cluster: an agent can only ack its own commands.
+    session.execute(update(OutboxCommand).where(OutboxCommand.cluster == cluster, OutboxCommand.id.in_(command_ids),
+                                                OutboxCommand.acked_at.is_(None)).values(acked_at=func.now()))
+
+
+def acked_through(session: Session, cluster: str) -> int:
+    return session.scalar(select(func.coalesce(func.max(OutboxCommand.id), 0)).where(
+        OutboxCommand.cluster == cluster, OutboxCommand.acked_at.is_not(None))) or 0
+
+
+def add_cancel(session: Session, cluster: str, job_id: int, attempt: int, reason: str) -> None:
+    session.execute(insert(OutboxCommand).values(cluster=cluster, kind="cancel", job_id=job_id, attempt=attempt,
+                                                 payload={"reason": reason}))
+    notify(session, OUTBOX_CHANNEL, cluster)

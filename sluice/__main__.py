@@ -1,0 +1,1 @@
+from sluice.cli import main; main()

@@ -1,0 +1,378 @@
+"""The `sluice` command line.
+
+Client commands (submit, get, list, describe, cancel, watch, clusters, queues) import only the light
+client (grpc, the stubs, the spec model); server commands (up, demo, dispatcher, agent) import the
+server side inside their own bodies. Errors print one line, `error: <what>: <why>`, and exit 1; usage
+errors exit 2.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import List, Optional
+
+import typer
+
+from sluice.output import Format, emit, error, table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
+dispatcher_app = typer.Typer(no_args_is_help=True, help="Run or maintain a dispatcher (server side).")
+agent_app = typer.Typer(no_args_is_help=True, help="Run a cluster agent.")
+app.add_typer(dispatcher_app, name="dispatcher")
+app.add_typer(agent_app, name="agent")
+
+JOB_COLUMNS = [("ID", "id"), ("NAME", "name"), ("QUEUE", "queue"), ("CLASS", "serviceClass"), ("STATE", "state"),
+               ("CLUSTER", "cluster"), ("ATTEMPT", "attempt"), ("REASON", "reason")]
+OutputOpt = typer.Option(Format.table, "--output", "-o", help="table, json or yaml")
+
+
+class Failed(Exception):
+    """A command failed in a way the user should read: printed as one line, exit 1."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(why)
+        self.what, self.why = what, why
+
+
+@app.callback()
+def main_options(ctx: typer.Context,
+                 config: Optional[pathlib.Path] = typer.Option(
+                     None, "--config", envvar="SLUICE_CONFIG",
+                     help="Client config (address, token); default ~/.config/sluice/client.yaml")) -> None:
+    ctx.obj = {"config": config}
+
+
+def _client(ctx: typer.Context, what: str):
+    from sluice.client import Client
+    from sluice.config import ConfigError, load
+    try:
+        return Client(load(ctx.obj.get("config") if ctx.obj else None))
+    except ConfigError as exc:
+        raise Failed(what, str(exc)) from None
+
+
+def _call(what: str, fn):
+    from sluice.client import ClientError
+    try:
+        return fn()
+    except ClientError as exc:
+        if exc.code == "UNAVAILABLE":
+            raise Failed(what, f"dispatcher unavailable: {exc.message}") from None
+        raise Failed(what, exc.message) from None
+
+
+def _job_id(value: str) -> int:
+    try:
+        job_id = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a job id") from None
+    if job_id <= 0:
+        raise typer.BadParameter(f"{value!r} is not a job id")
+    return job_id
+
+
+# -- client commands --------------------------------------------------------------------------------
+@app.command()
+def submit(ctx: typer.Context,
+           file: str = typer.Option(..., "-f", "--file", help="Job file (YAML/JSON, many documents); - reads stdin"),
+           queue: Optional[str] = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
+           service_class: Optional[str] = typer.Option(None, "--class", help="Service class (overrides)"),
+           wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
+           output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
+    """Submit jobs; prints their ids."""
+    from sluice.spec import SpecError, load_jobs
+    what = f"submit {file}"
+    try:
+        text = sys.stdin.read() if file == "-" else pathlib.Path(file).read_text()
+    except OSError as exc:
+        raise Failed(what, exc.strerror or str(exc)) from None
+    try:
+        specs = load_jobs(text, queue=queue, service_class=service_class, source="<stdin>" if file == "-" else file)
+    except SpecError as exc:
+        raise Failed(what, str(exc)) from None
+    if not specs:
+        raise Failed(what, "the file holds no jobs")
+    client = _client(ctx, what)
+    ids = _call(what, lambda: client.submit(specs))
+    if output == Format.table:
+        print("\n".join(str(i) for i in ids))
+    else:
+        emit(ids, output)
+    if wait:
+        final = _wait_for(client, ids, what)
+        failed = [j for j in final if j["state"] != "SUCCEEDED"]
+        for j in failed:
+            error(f"job {j['id']}", f"{j['state']}: {j['reason']}")
+        if failed:
+            raise typer.Exit(1)
+
+
+def _wait_for(client, ids: list[int], what: str) -> list[dict]:
+    remaining = set(ids)
+    final: dict[int, dict] = {}
+    for job_id in list(remaining):
+        job = _call(what, lambda: client.get(job_id))
+        if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            final[job_id] = job
+            remaining.discard(job_id)
+    if remaining:
+        for event in _call(what, lambda: client.watch()):
+            if event["jobId"] in remaining and event["to"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                remaining.discard(event["jobId"])
+                final[event["jobId"]] = _call(what, lambda: client.get(event["jobId"]))
+                if not remaining:
+                    break
+    return [final[i] for i in ids]
+
+
+@app.command()
+def get(ctx: typer.Context, job: str = typer.Argument(..., help="Job id"), output: Format = OutputOpt) -> None:
+    """Show one job."""
+    job_id = _job_id(job)
+    client = _client(ctx, f"get {job}")
+    emit(_call(f"get {job}", lambda: client.get(job_id)), output, JOB_COLUMNS)
+
+
+@app.command("list")
+def list_jobs(ctx: typer.Context, queue: str = typer.Option("", "--queue"), state: str = typer.Option("", "--state"),
+              limit: int = typer.Option(100, "--limit", min=0, help="0: all"), output: Format = OutputOpt) -> None:
+    """List jobs, oldest first."""
+    client = _client(ctx, "list")
+    emit(_call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit)), output, JOB_COLUMNS)
+
+
+@app.command()
+def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format = OutputOpt) -> None:
+    """Show a job with its events, its place in the queue and why it waits."""
+    job_id = _job_id(job)
+    client = _client(ctx, f"describe {job}")
+    info = _call(f"describe {job}", lambda: client.describe(job_id))
+    if output != Format.table:
+        emit(info, output)
+        return
+    for key in ("id", "name", "queue", "serviceClass", "priority", "state", "cluster", "attempt", "createdAt",
+                "dispatchedAt", "startedAt", "finishedAt", "submittedBy"):
+        print(f"{key + ':':<14}{info[key] if info[key] is not None else '-'}")
+    if info["state"] == "QUEUED":
+        print(f"{'position:':<14}{info['queuePosition']} in queue {info['queue']}")
+    print(f"{'reason:':<14}{info['reason']}")
+    print("events:")
+    print(_indent(table(
+        info["events"], [("AT", "at"), ("ATTEMPT", "attempt"), ("FROM", "from"), ("TO", "to"),
+                         ("CLUSTER", "cluster"), ("REASON", "reason")])))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+@app.command()
+def cancel(ctx: typer.Context, jobs: List[str] = typer.Argument(..., help="Job ids"), output: Format = OutputOpt) -> None:
+    """Cancel jobs: queued ones at once, running ones are stopped in their cluster."""
+    ids = [_job_id(j) for j in jobs]
+    client = _client(ctx, "cancel")
+    emit(_call(f"cancel {' '.join(jobs)}", lambda: client.cancel(ids)), output, JOB_COLUMNS)
+
+
+@app.command()
+def watch(ctx: typer.Context, job: Optional[str] = typer.Argument(None, help="Only this job"),
+          after: int = typer.Option(0, "--after", help="Resume after this event id"),
+          output: Format = OutputOpt) -> None:
+    """Follow job events as they happen (Ctrl-C to stop)."""
+    import json
+    job_id = _job_id(job) if job else 0
+    client = _client(ctx, "watch")
+    try:
+        for event in _call("watch", lambda: client.watch(job_id, after)):
+            if output == Format.table:
+                print(f"{event['at']}  #{event['id']}  job {event['jobId']} attempt {event['attempt']}  "
+                      f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}", flush=True)
+            else:
+                print(json.dumps(event), flush=True)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def clusters(ctx: typer.Context, output: Format = OutputOpt) -> None:
+    """Clusters with their state, capacity source and free capacity."""
+    client = _client(ctx, "clusters")
+    emit(_call("clusters", client.clusters), output,
+         [("NAME", "name"), ("TIER", "tier"), ("SITE", "site"), ("STATE", "state"), ("SOURCE", "capacitySource"),
+          ("AGE", "capacityAgeSeconds"), ("FREE", "free"), ("ALLOCATABLE", "allocatable"), ("JOBS", "runningJobs")])
+
+
+@app.command()
+def queues(ctx: typer.Context, output: Format = OutputOpt) -> None:
+    """Queues with their quota and use."""
+    client = _client(ctx, "queues")
+    emit(_call("queues", client.queues), output,
+         [("NAME", "name"), ("PARENT", "parent"), ("QUEUED", "queuedJobs"), ("RUNNING", "runningJobs"),
+          ("USED", "used"), ("GUARANTEED", "guaranteed"), ("MAX", "max")])
+
+
+# -- server commands --------------------------------------------------------------------------------
+def _data_dir(value: Optional[pathlib.Path]) -> pathlib.Path:
+    import os
+    if value:
+        return value
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return pathlib.Path(base) / "sluice"
+
+
+def _logging(verbose: bool) -> None:
+    import logging
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _serve_until_interrupted(stop) -> None:
+    import signal
+    import threading
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()
+
+
+@app.command()
+def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Cluster/Queue/ServiceClass objects (YAML)"),
+       data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
+       listen: str = typer.Option("127.0.0.1:7070", "--listen", help="HOST:PORT for the dispatcher"),
+       verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C."""
+    _logging(verbose)
+    from dispatcher.embedded import Embedded, UpSettings, load_config, summary_line
+    from sluice.spec import SpecError
+    try:
+        objects = load_config(config)
+    except (OSError, SpecError) as exc:
+        raise Failed(f"up --config {config}", str(exc)) from None
+    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen), objects).start())
+    print(summary_line(embedded), end="", flush=True)
+    print("ready: Ctrl-C stops", file=sys.stderr, flush=True)
+    _serve_until_interrupted(embedded.stop)
+
+
+def _start(what: str, fn):
+    from dispatcher.errors import DispatcherError
+    try:
+        return fn()
+    except (DispatcherError, OSError, TimeoutError) as exc:
+        raise Failed(what, str(exc)) from None
+
+
+@app.command()
+def demo(jobs: int = typer.Option(200, "--jobs", min=1, max=100_000),
+         json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object"),
+         data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", help="Default: a fresh temporary dir"),
+         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run a mixed workload over three simulated clusters and summarise it."""
+    _logging(verbose)
+    from dispatcher.demo import run_demo
+    ok = _start("demo", lambda: run_demo(jobs=jobs, data_dir=data_dir, json_out=json_out))
+    raise typer.Exit(0 if ok else 1)
+
+
+@dispatcher_app.command("serve")
+def dispatcher_serve(
+        database_url: Optional[str] = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL",
+                                                   help="Postgres URL; none: embedded server under --data-dir"),
+        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
+        listen: str = typer.Option("127.0.0.1:7070", "--listen"),
+        migrate: bool = typer.Option(False, "--migrate", help="Bring the schema to head before serving"),
+        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Serve the API and run the scheduler (when this replica is the leader)."""
+    _logging(verbose)
+    from dispatcher.server import Dispatcher, ServerSettings
+    from dispatcher.store.database import DatabaseSettings
+    settings = ServerSettings(listen=listen, migrate=migrate,
+                              database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
+    server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
+    print(f"serving on {server.address}", file=sys.stderr, flush=True)
+    _serve_until_interrupted(server.stop)
+
+
+@dispatcher_app.command("migrate")
+def dispatcher_migrate(
+        database_url: Optional[str] = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
+        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
+    """Bring the database schema to the newest revision."""
+    from dispatcher.store import database
+    settings = database.DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir))
+
+    def run():
+        db = database.connect(settings)
+        try:
+            before = database.current_revision(db.engine)
+            database.migrate(db.engine)
+            return before, database.current_revision(db.engine)
+        finally:
+            db.close()
+    before, after = _start("dispatcher migrate", run)
+    print(f"schema {before or 'empty'} -> {after}")
+
+
+@dispatcher_app.command("token")
+def dispatcher_token(
+        role: str = typer.Option(..., "--role", help="admin, user or agent"),
+        subject: str = typer.Option(..., "--subject", help="User name, or the agent's name"),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="The cluster an agent token is bound to"),
+        database_url: Optional[str] = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
+        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
+    """Create an API token directly in the database (bootstrap); prints the secret once."""
+    from dispatcher.store import database, tokens
+    from sqlalchemy.orm import Session
+    if role not in tokens.ROLES:
+        raise typer.BadParameter(f"--role must be one of {', '.join(tokens.ROLES)}")
+    if (role == "agent") != bool(cluster):
+        raise typer.BadParameter("--cluster is required for agent tokens and only for them")
+
+    def run():
+        db = database.connect(database.DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
+        try:
+            database.check_schema(db.engine)
+            with Session(db.engine) as session, session.begin():
+                return tokens.create(session, role, subject, cluster)
+        finally:
+            db.close()
+    print(_start("dispatcher token", run))
+
+
+@agent_app.command("run")
+def agent_run(cluster: str = typer.Option(..., "--cluster"),
+              dispatcher: str = typer.Option(..., "--dispatcher", help="HOST:PORT"),
+              token_file: pathlib.Path = typer.Option(..., "--token-file"),
+              backend: str = typer.Option("sim", "--backend", help="sim (kubernetes: not yet)"),
+              sim_nodes: int = typer.Option(4, "--sim-nodes", min=1),
+              sim_node: str = typer.Option("cpu=32,memory=128Gi", "--sim-node", help="Per-node capacity"),
+              verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Connect this cluster's agent to a dispatcher and run its jobs, until Ctrl-C."""
+    _logging(verbose)
+    if backend != "sim":
+        raise typer.BadParameter(f"backend {backend!r} is not available; use sim")
+    from agent.backends.sim import SimCluster, SimConfig
+    from agent.connection import Agent, AgentSettings
+    from sluice.quantity import QuantityError, parse_resources
+    try:
+        node = parse_resources(dict(item.split("=", 1) for item in sim_node.split(",") if item))
+        token = token_file.read_text().strip()
+    except (ValueError, QuantityError) as exc:
+        raise Failed("agent run --sim-node", str(exc)) from None
+    except OSError as exc:
+        raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
+    agent = Agent(AgentSettings(cluster, dispatcher, token), SimCluster(SimConfig(nodes=sim_nodes, node=node))).start()
+    _serve_until_interrupted(agent.stop)
+
+
+def main() -> None:
+    try:
+        app()
+    except Failed as exc:
+        error(exc.what, exc.why)
+        sys.exit(1)

@@ -1,0 +1,138 @@
+"""The Python client: every user-facing call, returning plain dicts shaped as ../shared/API.md says.
+
+Light on purpose: it imports grpc and the generated stubs, never the dispatcher, SQLAlchemy or the
+Kubernetes client.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable, Iterator
+
+import grpc
+
+from sluice.config import ClientConfig
+from sluice.spec import JobSpec
+from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+
+SUBMIT_BATCH = 1000
+
+
+class ClientError(Exception):
+    """A call the dispatcher refused or could not answer; `code` is the gRPC status name."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def user_error(self) -> bool:
+        return self.code in ("INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "FAILED_PRECONDITION",
+                             "UNAUTHENTICATED", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED")
+
+
+def _time(ts) -> str | None:
+    if not ts.seconds and not ts.nanos:
+        return None
+    return ts.ToDatetime().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def job_dict(job: jobs_pb2.Job) -> dict:
+    return {"id": job.id, "name": job.name or None, "queue": job.queue, "serviceClass": job.service_class,
+            "priority": job.priority, "state": job.state, "reason": job.reason, "cluster": job.cluster or None,
+            "attempt": job.attempt, "createdAt": _time(job.created_at), "dispatchedAt": _time(job.dispatched_at),
+            "startedAt": _time(job.started_at), "finishedAt": _time(job.finished_at), "labels": dict(job.labels),
+            "submittedBy": job.submitted_by, "maxRetries": job.max_retries}
+
+
+def event_dict(event: jobs_pb2.JobEvent) -> dict:
+    return {"id": event.id, "jobId": event.job_id, "attempt": event.attempt, "from": event.from_state or None,
+            "to": event.to_state, "reason": event.reason, "cluster": event.cluster or None, "at": _time(event.at)}
+
+
+def _resources(r: jobs_pb2.Resources) -> dict[str, str]:
+    from sluice.quantity import format_resources
+    return format_resources(dict(r.milli))
+
+
+class Client:
+    def __init__(self, config: ClientConfig):
+        self.config = config
+        self._channel = grpc.insecure_channel(config.address, options=[
+            ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
+        self._jobs = jobs_pb2_grpc.JobsStub(self._channel)
+        self._metadata = [("authorization", f"Bearer {config.token}")]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method, request):
+        try:
+            return method(request, metadata=self._metadata, timeout=self.config.timeout_s)
+        except grpc.RpcError as exc:
+            raise ClientError(exc.code().name, exc.details() or exc.code().name) from None
+
+    def submit(self, jobs: Iterable[JobSpec | dict]) -> list[int]:
+        """Submit jobs in batches; each batch is committed before its ids come back."""
+        docs = [json.dumps(j.to_document() if isinstance(j, JobSpec) else j) for j in jobs]
+        ids: list[int] = []
+        for start in range(0, len(docs), SUBMIT_BATCH):
+            reply = self._call(self._jobs.Submit, jobs_pb2.SubmitRequest(specs_json=docs[start:start + SUBMIT_BATCH]))
+            ids.extend(reply.ids)
+        return ids
+
+    def get(self, job_id: int) -> dict:
+        return job_dict(self._call(self._jobs.Get, jobs_pb2.GetJobRequest(id=job_id)))
+
+    def describe(self, job_id: int) -> dict:
+        reply = self._call(self._jobs.Describe, jobs_pb2.GetJobRequest(id=job_id))
+        return {**job_dict(reply.job), "queuePosition": reply.queue_position or None,
+                "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events]}
+
+    def list(self, *, queue: str = "", state: str = "", limit: int = 0) -> list[dict]:
+        """Jobs in id order; limit 0 lists every job (paging through the server's pages)."""
+        out: list[dict] = []
+        token = ""
+        while True:
+            page = min(limit - len(out), 1000) if limit else 1000
+            reply = self._call(self._jobs.List, jobs_pb2.ListJobsRequest(queue=queue, state=state, limit=page,
+                                                                       page_token=token))
+            out.extend(job_dict(j) for j in reply.jobs)
+            token = reply.next_page_token
+            if not token or (limit and len(out) >= limit):
+                return out
+
+    def cancel(self, job_ids: list[int]) -> list[dict]:
+        return [job_dict(j) for j in self._call(self._jobs.Cancel, jobs_pb2.CancelRequest(ids=job_ids)).jobs]
+
+    def watch(self, job_id: int = 0, after_event_id: int = 0) -> Iterator[dict]:
+        """Job events as they happen; resume after a known event id. Ends only on error or close."""
+        try:
+            for event in self._jobs.Watch(jobs_pb2.WatchRequest(job_id=job_id, after_event_id=after_event_id),
+                                          metadata=self._metadata):
+                yield event_dict(event)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise ClientError(exc.code().name, exc.details() or exc.code().name) from None
+
+    def clusters(self) -> list[dict]:
+        reply = self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest())
+        return [{"name": c.name, "tier": c.tier, "site": c.site, "labels": dict(c.labels), "state": c.state,
+                 "capacitySource": c.capacity_source,
+                 "capacityAgeSeconds": round(c.capacity_age_seconds, 3) if c.capacity_age_seconds >= 0 else None,
+                 "allocatable": _resources(c.allocatable), "free": _resources(c.free),
+                 "largestFreeNode": _resources(c.largest_free_node), "runningJobs": c.running_jobs}
+                for c in reply.clusters]
+
+    def queues(self) -> list[dict]:
+        reply = self._call(self._jobs.ListQueues, jobs_pb2.ListQueuesRequest())
+        return [{"name": q.name, "parent": q.parent or None, "guaranteed": _resources(q.guaranteed),
+                 "max": _resources(q.max), "used": _resources(q.used), "queuedJobs": q.queued_jobs,
+                 "runningJobs": q.running_jobs} for q in reply.queues]

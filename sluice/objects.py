@@ -1,0 +1,300 @@
+"""Admin objects: Queue, ServiceClass, Cluster and BurstPolicy documents as frozen values (API.md).
+
+`sluice admin apply -f` and `sluice up --config` read these with load_objects(); default_objects() is
+what `sluice up` runs without a config. Validation is as strict as for job files (sluice.spec): unknown
+fields are errors and every error is one SpecError naming the document and field, e.g.
+'spec.guaranteed.cpu'. Resource amounts are milli-units and durations seconds, as everywhere in Sluice;
+to_document() writes the canonical form back (JSON- and YAML-safe), and object_from_document() reads it
+to an equal object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Union
+
+from sluice import _validate as v
+from sluice._validate import SpecError
+from sluice.quantity import format_duration_exact, format_quantity, format_resources, parse_resources
+from sluice.spec import API_VERSION, MAX_PRIORITY, MIN_PRIORITY, TIERS, parse_numbered_documents
+
+__all__ = [
+    "QueueObject", "ServiceClassObject", "SimulatedSpec", "ClusterObject", "BurstPolicyObject", "AdminObject",
+    "KINDS", "object_from_document", "load_objects", "default_objects", "default_lease_duration_s",
+]
+
+MAX_NODES = 10_000
+POD_POLICY_FIELDS = ("allowPrivileged", "allowHostPath", "allowHostNetwork")
+
+
+def default_lease_duration_s(tier: str) -> float:
+    # Edge sites lose their uplink for hours without their jobs being lost.
+    return 4 * 3600.0 if tier == "edge" else 5 * 60.0
+
+
+def _document(kind: str, name: str, spec: dict, labels: dict[str, str] | None = None) -> dict:
+    metadata: dict = {"name": name}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+@dataclass(frozen=True)
+class QueueObject:
+    kind: ClassVar[str] = "Queue"
+    spec_fields: ClassVar[tuple[str, ...]] = ("parent", "guaranteed", "max", "weight", "members", "serviceClasses")
+
+    name: str
+    parent: str | None = None
+    guaranteed: dict[str, int] = field(default_factory=dict)  # milli-units
+    max: dict[str, int] = field(default_factory=dict)  # milli-units; a resource not named is unlimited
+    weight: float = 1.0  # fair-share weight among siblings
+    members: tuple[str, ...] = ()  # users who may submit; () means anyone
+    service_classes: tuple[str, ...] = ()  # accepted classes, first is the default; () means all
+
+    def to_document(self) -> dict:
+        spec: dict = {}
+        if self.parent is not None:
+            spec["parent"] = self.parent
+        spec.update(guaranteed=format_resources(self.guaranteed), max=format_resources(self.max),
+                    weight=self.weight, members=list(self.members), serviceClasses=list(self.service_classes))
+        return _document(self.kind, self.name, spec)
+
+    @classmethod
+    def from_spec(cls, name: str, metadata: dict, spec: dict) -> QueueObject:
+        parent = v.optional(v.name, spec.get("parent"), "spec.parent")
+        if parent == name:
+            raise SpecError("spec.parent", "a queue cannot be its own parent")
+        guaranteed = v.resources(spec.get("guaranteed"), "spec.guaranteed")
+        maximum = v.resources(spec.get("max"), "spec.max")
+        for resource, amount in guaranteed.items():
+            if resource in maximum and amount > maximum[resource]:
+                raise SpecError(f"spec.guaranteed.{resource}", "must not exceed spec.max."
+                                f"{resource} ({format_quantity(resource, maximum[resource])})")
+        return cls(
+            name=name, parent=parent, guaranteed=guaranteed, max=maximum,
+            weight=v.number(v.get(spec, "weight", 1), "spec.weight", positive=True),
+            members=v.strings(spec.get("members"), "spec.members"),
+            service_classes=v.unique_names(spec.get("serviceClasses"), "spec.serviceClasses"),
+        )
+
+
+@dataclass(frozen=True)
+class ServiceClassObject:
+    kind: ClassVar[str] = "ServiceClass"
+    spec_fields: ClassVar[tuple[str, ...]] = ("priority", "preemptible", "canPreempt", "weight", "reservationAfter",
+                                         "priceMultiplier", "burst")
+
+    name: str
+    priority: int = 0  # MIN_PRIORITY..MAX_PRIORITY; higher goes first
+    preemptible: bool = False  # may be evicted to make room
+    can_preempt: bool = False  # may evict preemptible lower-priority jobs
+    weight: float = 1.0  # fair-share weight multiplier
+    reservation_after_s: float | None = None  # seconds waited before capacity is reserved; None: never
+    price_multiplier: float = 1.0  # chargeback
+    burst_allowed: bool = False  # may spill to paid clusters
+    burst_after_s: float | None = None  # ... after waiting this long (seconds); None: no class minimum
+
+    def to_document(self) -> dict:
+        spec: dict = {"priority": self.priority, "preemptible": self.preemptible, "canPreempt": self.can_preempt,
+                      "weight": self.weight}
+        if self.reservation_after_s is not None:
+            spec["reservationAfter"] = format_duration_exact(self.reservation_after_s)
+        spec["priceMultiplier"] = self.price_multiplier
+        spec["burst"] = {"allowed": self.burst_allowed}
+        if self.burst_after_s is not None:
+            spec["burst"]["after"] = format_duration_exact(self.burst_after_s)
+        return _document(self.kind, self.name, spec)
+
+    @classmethod
+    def from_spec(cls, name: str, metadata: dict, spec: dict) -> ServiceClassObject:
+        burst = v.mapping(spec.get("burst"), "spec.burst", allowed=("allowed", "after"))
+        return cls(
+            name=name,
+            priority=v.integer(v.get(spec, "priority", 0), "spec.priority", MIN_PRIORITY, MAX_PRIORITY),
+            preemptible=v.boolean(v.get(spec, "preemptible", False), "spec.preemptible"),
+            can_preempt=v.boolean(v.get(spec, "canPreempt", False), "spec.canPreempt"),
+            weight=v.number(v.get(spec, "weight", 1), "spec.weight", positive=True),
+            reservation_after_s=v.optional(v.duration, spec.get("reservationAfter"), "spec.reservationAfter"),
+            price_multiplier=v.number(v.get(spec, "priceMultiplier", 1), "spec.priceMultiplier", minimum=0),
+            burst_allowed=v.boolean(v.get(burst, "allowed", False), "spec.burst.allowed"),
+            burst_after_s=v.optional(v.duration, burst.get("after"), "spec.burst.after"),
+        )
+
+
+@dataclass(frozen=True)
+class SimulatedSpec:
+    """An in-process simulated agent for this cluster (`sluice up`, tests): nodes identical nodes."""
+
+    nodes: int
+    node: dict[str, int]  # allocatable per node, milli-units
+
+
+@dataclass(frozen=True)
+class ClusterObject:
+    kind: ClassVar[str] = "Cluster"
+    spec_fields: ClassVar[tuple[str, ...]] = ("tier", "site", "leaseDuration", "price", "prometheus", "elastic",
+                                         "podPolicy", "simulated")
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    tier: str = "onprem"  # onprem | cloud | edge
+    site: str = ""
+    lease_duration_s: float = None  # type: ignore[assignment]  # seconds; None: default_lease_duration_s(tier)
+    price: dict[str, float] = field(default_factory=dict)  # per unit-hour (memory: per GiB-hour)
+    prometheus: dict | None = None  # {"url": str, "selector"?: str}
+    elastic: dict | None = None  # {"maxNodes": int, "provisioningDelay": seconds}
+    pod_policy: dict = field(default_factory=lambda: dict.fromkeys(POD_POLICY_FIELDS, False))
+    simulated: SimulatedSpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.lease_duration_s is None:
+            object.__setattr__(self, "lease_duration_s", default_lease_duration_s(self.tier))
+
+    def to_document(self) -> dict:
+        spec: dict = {"tier": self.tier, "site": self.site,
+                      "leaseDuration": format_duration_exact(self.lease_duration_s), "price": dict(self.price)}
+        if self.prometheus is not None:
+            spec["prometheus"] = dict(self.prometheus)
+        if self.elastic is not None:
+            spec["elastic"] = {"maxNodes": self.elastic["maxNodes"],
+                               "provisioningDelay": format_duration_exact(self.elastic["provisioningDelay"])}
+        spec["podPolicy"] = dict(self.pod_policy)
+        if self.simulated is not None:
+            spec["simulated"] = {"nodes": self.simulated.nodes, "node": format_resources(self.simulated.node)}
+        return _document(self.kind, self.name, spec, self.labels)
+
+    @classmethod
+    def from_spec(cls, name: str, metadata: dict, spec: dict) -> ClusterObject:
+        tier = v.choice(v.get(spec, "tier", "onprem"), "spec.tier", TIERS)
+        price = {}
+        for resource, amount in v.mapping(spec.get("price"), "spec.price").items():
+            price[v.string(resource, "spec.price")] = v.number(amount, f"spec.price.{resource}", minimum=0)
+        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy", allowed=POD_POLICY_FIELDS)
+        return cls(
+            name=name,
+            labels=v.labels(metadata.get("labels"), "metadata.labels"),
+            tier=tier,
+            site=v.string(v.get(spec, "site", ""), "spec.site", 63, True),
+            lease_duration_s=v.duration(v.get(spec, "leaseDuration", default_lease_duration_s(tier)),
+                                        "spec.leaseDuration", True),
+            price=price,
+            prometheus=v.optional(_prometheus, spec.get("prometheus"), "spec.prometheus"),
+            elastic=v.optional(_elastic, spec.get("elastic"), "spec.elastic"),
+            pod_policy={key: v.boolean(v.get(pod_policy, key, False), f"spec.podPolicy.{key}")
+                        for key in POD_POLICY_FIELDS},
+            simulated=v.optional(_simulated, spec.get("simulated"), "spec.simulated"),
+        )
+
+
+def _prometheus(value: object, path: str) -> dict:
+    prometheus = v.mapping(value, path, allowed=("url", "selector"))
+    url = v.string(v.required(prometheus, "url", path), f"{path}.url")
+    if not url.startswith(("http://", "https://")):
+        raise SpecError(f"{path}.url", f"must be an http:// or https:// URL, got {url!r}")
+    out = {"url": url}
+    if prometheus.get("selector") is not None:
+        out["selector"] = v.string(prometheus["selector"], f"{path}.selector")
+    return out
+
+
+def _elastic(value: object, path: str) -> dict:
+    elastic = v.mapping(value, path, allowed=("maxNodes", "provisioningDelay"))
+    return {"maxNodes": v.integer(v.required(elastic, "maxNodes", path), f"{path}.maxNodes", 1, MAX_NODES),
+            "provisioningDelay": v.duration(v.get(elastic, "provisioningDelay", 0), f"{path}.provisioningDelay")}
+
+
+def _simulated(value: object, path: str) -> SimulatedSpec:
+    simulated = v.mapping(value, path, allowed=("nodes", "node"))
+    nodes = v.integer(v.required(simulated, "nodes", path), f"{path}.nodes", 0, MAX_NODES)
+    node = v.resources(v.required(simulated, "node", path), f"{path}.node")
+    if not node:
+        raise SpecError(f"{path}.node", "must name at least one resource")
+    return SimulatedSpec(nodes=nodes, node=node)
+
+
+@dataclass(frozen=True)
+class BurstPolicyObject:
+    kind: ClassVar[str] = "BurstPolicy"
+    spec_fields: ClassVar[tuple[str, ...]] = ("queues", "serviceClasses", "clusterSelector", "after", "budget",
+                                         "maxResources")
+
+    name: str
+    queues: tuple[str, ...] = ()  # () means all
+    service_classes: tuple[str, ...] = ()  # () means all
+    cluster_selector: dict[str, str] = field(default_factory=dict)  # the paid clusters it may use
+    after_s: float = 0.0  # seconds waited at least (a class may require longer)
+    budget_per_hour: float | None = None  # money; None: no limit
+    budget_per_day: float | None = None
+    max_resources: dict[str, int] = field(default_factory=dict)  # concurrent, milli-units
+
+    def to_document(self) -> dict:
+        budget = {}
+        if self.budget_per_hour is not None:
+            budget["perHour"] = self.budget_per_hour
+        if self.budget_per_day is not None:
+            budget["perDay"] = self.budget_per_day
+        return _document(self.kind, self.name, {
+            "queues": list(self.queues), "serviceClasses": list(self.service_classes),
+            "clusterSelector": dict(self.cluster_selector), "after": format_duration_exact(self.after_s),
+            "budget": budget, "maxResources": format_resources(self.max_resources)})
+
+    @classmethod
+    def from_spec(cls, name: str, metadata: dict, spec: dict) -> BurstPolicyObject:
+        budget = v.mapping(spec.get("budget"), "spec.budget", allowed=("perHour", "perDay"))
+        return cls(
+            name=name,
+            queues=v.unique_names(spec.get("queues"), "spec.queues"),
+            service_classes=v.unique_names(spec.get("serviceClasses"), "spec.serviceClasses"),
+            cluster_selector=v.labels(spec.get("clusterSelector"), "spec.clusterSelector"),
+            after_s=v.duration(v.get(spec, "after", 0), "spec.after"),
+            budget_per_hour=v.optional(v.number, budget.get("perHour"), "spec.budget.perHour", 0),
+            budget_per_day=v.optional(v.number, budget.get("perDay"), "spec.budget.perDay", 0),
+            max_resources=v.resources(spec.get("maxResources"), "spec.maxResources"),
+        )
+
+
+AdminObject = Union[QueueObject, ServiceClassObject, ClusterObject, BurstPolicyObject]
+KINDS: dict[str, type] = {cls.kind: cls for cls in (QueueObject, ServiceClassObject, ClusterObject,
+                                                    BurstPolicyObject)}
+
+
+def object_from_document(doc: dict, *, document: int | None = None, source: str | None = None) -> AdminObject:
+    """Validate one admin object document."""
+    with v.located(document, source):
+        doc = v.mapping(doc, "")
+        if doc.get("apiVersion") != API_VERSION:
+            raise SpecError("apiVersion", f"must be {API_VERSION}, got {v.describe(doc.get('apiVersion'))}")
+        kind = doc.get("kind")
+        cls = KINDS.get(kind)  # type: ignore[arg-type]
+        if cls is None:
+            hint = " (jobs are submitted with `sluice submit`)" if kind == "Job" else ""
+            raise SpecError("kind", f"unknown kind {v.describe(kind)}, known: {', '.join(sorted(KINDS))}{hint}")
+        v.check_fields(doc, ("apiVersion", "kind", "metadata", "spec"), "")
+        metadata = v.mapping(doc.get("metadata"), "metadata", required=True,
+                             allowed=("name", "labels") if cls is ClusterObject else ("name",))
+        name = v.name(v.required(metadata, "name", "metadata"), "metadata.name")
+        spec = v.mapping(doc.get("spec"), "spec", allowed=cls.spec_fields)
+        return cls.from_spec(name, metadata, spec)
+
+
+def load_objects(text: str, *, source: str = "<input>") -> list[AdminObject]:
+    """Every admin object in a file; an error names the file and the 1-based document."""
+    return [object_from_document(doc, document=number, source=source)
+            for number, doc in parse_numbered_documents(text, source=source)]
+
+
+def default_objects() -> list[AdminObject]:
+    """What `sluice up` runs without a config (examples/cluster-config.yaml spells out the same)."""
+    return [
+        ServiceClassObject("critical", priority=1000, can_preempt=True),
+        ServiceClassObject("standard", priority=500, burst_allowed=True, burst_after_s=600.0),
+        ServiceClassObject("batch", priority=100, preemptible=True),
+        QueueObject("default", service_classes=("standard", "critical", "batch")),
+        ClusterObject("onprem", tier="onprem", site="dc-1", simulated=SimulatedSpec(
+            4, parse_resources({"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "8"}))),
+        ClusterObject("cloud", tier="cloud", site="cloud-1",
+                      price={"cpu": 0.04, "memory": 0.005, "nvidia.com/gpu": 2.5},
+                      simulated=SimulatedSpec(4, parse_resources({"cpu": "16", "memory": "64Gi"}))),
+        ClusterObject("edge", tier="edge", site="edge-1", lease_duration_s=4 * 3600.0,
+                      simulated=SimulatedSpec(2, parse_resources({"cpu": "8", "memory": "32Gi"}))),
+    ]

@@ -1,0 +1,45 @@
+"""Printing results: `-o table|json|yaml` for every read command, and the one-line error format."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+
+import yaml
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def emit(value, fmt: Format, columns: list[tuple[str, str]] | None = None) -> None:
+    """Print a dict or a list of dicts; `columns` are (header, key) pairs for the table form."""
+    if fmt == Format.json:
+        print(json.dumps(value, indent=2))
+    elif fmt == Format.yaml:
+        print(yaml.safe_dump(value, sort_keys=False), end="")
+    else:
+        rows = value if isinstance(value, list) else [value]
+        print(table(rows, columns or [(k.upper(), k) for k in (rows[0] if rows else {})]))
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "-"
+    return str(value)
+
+
+def table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    cells = [[h for h, _ in columns]] + [[_cell(r.get(k)) for _, k in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def error(what: str, why: str) -> None:
+    """The one error line: `error: <what>: <why>` on stderr."""
+    why = " ".join(str(why).split())
+    print(f"error: {what}: {why}", file=sys.stderr)

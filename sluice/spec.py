@@ -1,0 +1,354 @@
+"""Job files: parse and validate what users submit into frozen JobSpec values.
+
+A job file holds one or more documents (YAML with '---', or JSON: one object or an array of objects),
+each a Sluice `sluice.io/v1` Job or a plain Kubernetes `batch/v1` Job (see API.md). Everything is
+checked here, before anything reaches the dispatcher: a bad file fails with one SpecError naming the
+document and the exact field ('spec.podSets[0].count: must be an integer, got string 'four''). Pod
+templates are passed through untouched except for the checks Sluice needs (containers with a name and
+an image) and the effective per-pod requests, computed as Kubernetes does.
+
+JobSpec.to_document() writes the canonical Sluice form; job_from_document() reads it back to an equal
+JobSpec.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field, replace
+
+import yaml
+
+from sluice import _validate as v
+from sluice._validate import SpecError
+from sluice.quantity import add, format_duration_exact, format_quantity
+
+__all__ = [
+    "SpecError", "PodSet", "Placement", "JobSpec", "parse_documents", "parse_numbered_documents",
+    "job_from_document", "load_jobs", "pod_requests",
+]
+
+API_VERSION = "sluice.io/v1"
+KUBERNETES_API_VERSION = "batch/v1"
+TIERS = ("onprem", "cloud", "edge")
+ADMIN_KINDS = ("Queue", "ServiceClass", "Cluster", "BurstPolicy")
+
+MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
+MAX_POD_SETS = 16
+MAX_POD_SET_COUNT = 10_000
+MAX_PODS = 100_000
+DEFAULT_MAX_RETRIES = 2
+MAX_RETRIES = 100
+MAX_NAME_LENGTH = 253
+
+# A Kubernetes Job becomes one pod set with this name.
+KUBERNETES_POD_SET = "job"
+QUEUE_ANNOTATION = "sluice.io/queue"
+SERVICE_CLASS_ANNOTATION = "sluice.io/service-class"
+PRIORITY_ANNOTATION = "sluice.io/priority"
+
+_TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
+_METADATA_FIELDS = ("name", "labels")
+_SPEC_FIELDS = ("queue", "serviceClass", "priority", "podSets", "placement", "maxRetries", "maxRuntime")
+_POD_SET_FIELDS = ("name", "count", "template")
+_PLACEMENT_FIELDS = ("clusterSelector", "tiers", "sites")
+
+
+@dataclass(frozen=True)
+class PodSet:
+    """A group of identical pods; the whole job's pod sets are placed together or not at all."""
+
+    name: str
+    count: int
+    template: dict  # the Kubernetes PodTemplateSpec as given (metadata + spec)
+    requests: dict[str, int]  # effective per-pod requests, milli-units
+
+
+@dataclass(frozen=True)
+class Placement:
+    cluster_selector: dict[str, str] = field(default_factory=dict)  # match on Cluster labels
+    tiers: tuple[str, ...] = ()  # allowed tiers; () means any
+    sites: tuple[str, ...] = ()  # allowed sites; () means any
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str | None
+    labels: dict[str, str]
+    queue: str | None
+    service_class: str | None  # None: the queue's default class
+    priority: int  # MIN_PRIORITY..MAX_PRIORITY, within one queue and class
+    pod_sets: tuple[PodSet, ...]
+    placement: Placement
+    max_retries: int  # attempts after the first
+    max_runtime_s: float | None  # seconds; None: no limit
+
+    def total_requests(self) -> dict[str, int]:
+        """Milli-units the whole job needs at once."""
+        total: dict[str, int] = {}
+        for pod_set in self.pod_sets:
+            total = add(total, pod_set.requests, pod_set.count)
+        return total
+
+    def largest_pod(self) -> dict[str, int]:
+        """Per resource, the most any single pod requests: some node must have at least this free."""
+        largest: dict[str, int] = {}
+        for pod_set in self.pod_sets:
+            for resource, amount in pod_set.requests.items():
+                largest[resource] = max(largest.get(resource, 0), amount)
+        return largest
+
+    def pod_count(self) -> int:
+        return sum(pod_set.count for pod_set in self.pod_sets)
+
+    def to_document(self) -> dict:
+        """The canonical Sluice Job document (JSON- and YAML-safe)."""
+        metadata: dict = {}
+        if self.name is not None:
+            metadata["name"] = self.name
+        metadata["labels"] = dict(self.labels)
+        spec: dict = {}
+        if self.queue is not None:
+            spec["queue"] = self.queue
+        if self.service_class is not None:
+            spec["serviceClass"] = self.service_class
+        spec["priority"] = self.priority
+        spec["podSets"] = [{"name": p.name, "count": p.count, "template": copy.deepcopy(p.template)}
+                           for p in self.pod_sets]
+        spec["placement"] = {"clusterSelector": dict(self.placement.cluster_selector),
+                             "tiers": list(self.placement.tiers), "sites": list(self.placement.sites)}
+        spec["maxRetries"] = self.max_retries
+        if self.max_runtime_s is not None:
+            spec["maxRuntime"] = format_duration_exact(self.max_runtime_s)
+        return {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+# -- documents ---------------------------------------------------------------------------------------
+
+def parse_numbered_documents(text: str, *, source: str = "<input>") -> list[tuple[int, dict]]:
+    """(1-based position in the file, document) for every non-empty document in text."""
+    documents = _json_documents(text)
+    if documents is None:
+        documents = _yaml_documents(text, source)
+    out = []
+    for number, document in enumerate(documents, 1):
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise SpecError("", f"must be a mapping with apiVersion, kind, metadata and spec, "
+                                f"got {v.describe(document)}", document=number, source=source)
+        out.append((number, document))
+    return out
+
+
+def parse_documents(text: str, *, source: str = "<input>") -> list[dict]:
+    """The non-empty documents of a YAML (multi-document) or JSON (object or array) text."""
+    return [document for _, document in parse_numbered_documents(text, source=source)]
+
+
+def _json_documents(text: str) -> list | None:
+    stripped = text.lstrip()
+    if not stripped.startswith(("{", "[")):
+        return None
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        return None  # perhaps YAML flow style: let the YAML parser have it and report
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
+def _yaml_documents(text: str, source: str) -> list:
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise SpecError("", f"invalid YAML: {where}{problem}", source=source) from err
+
+
+# -- jobs --------------------------------------------------------------------------------------------
+
+def job_from_document(doc: dict, *, queue: str | None = None, service_class: str | None = None,
+                      document: int | None = None, source: str | None = None) -> JobSpec:
+    """Validate one Sluice or Kubernetes Job document. queue and service_class (the CLI's --queue and
+    --class) override the document's."""
+    with v.located(document, source):
+        doc = v.mapping(doc, "")
+        api_version, kind = doc.get("apiVersion"), doc.get("kind")
+        _check_kind(api_version, kind)
+        if api_version == API_VERSION:
+            job, queue_path = _sluice_job(doc), "spec.queue"
+        else:
+            job, queue_path = _kubernetes_job(doc), f"metadata.annotations[{QUEUE_ANNOTATION}]"
+        if queue is not None:
+            job = replace(job, queue=v.name(queue, "--queue"))
+        if service_class is not None:
+            job = replace(job, service_class=v.name(service_class, "--class"))
+        if job.queue is None:
+            raise SpecError(queue_path, "required (or give --queue)")
+        return job
+
+
+def load_jobs(text: str, *, queue: str | None = None, service_class: str | None = None,
+              source: str = "<input>") -> list[JobSpec]:
+    """Every job in a job file; an error names the file and the 1-based document."""
+    return [job_from_document(doc, queue=queue, service_class=service_class, document=number, source=source)
+            for number, doc in parse_numbered_documents(text, source=source)]
+
+
+def _check_kind(api_version: object, kind: object) -> None:
+    if api_version not in (API_VERSION, KUBERNETES_API_VERSION):
+        expected = f"{API_VERSION} (or {KUBERNETES_API_VERSION} for a Kubernetes Job)"
+        if api_version is None:
+            raise SpecError("apiVersion", f"required: {expected}")
+        raise SpecError("apiVersion", f"must be {expected}, got {v.describe(api_version)}")
+    if kind != "Job":
+        hint = " (admin objects are applied with `sluice admin apply`)" if kind in ADMIN_KINDS else ""
+        raise SpecError("kind", f"must be Job, got {v.describe(kind)}{hint}")
+
+
+def _sluice_job(doc: dict) -> JobSpec:
+    v.check_fields(doc, _TOP_FIELDS, "")
+    metadata = v.mapping(doc.get("metadata"), "metadata", allowed=_METADATA_FIELDS)
+    spec = v.mapping(doc.get("spec"), "spec", allowed=_SPEC_FIELDS, required=True)
+    return JobSpec(
+        name=v.optional(v.string, metadata.get("name"), "metadata.name", MAX_NAME_LENGTH),
+        labels=v.labels(metadata.get("labels"), "metadata.labels"),
+        queue=v.optional(v.name, spec.get("queue"), "spec.queue"),
+        service_class=v.optional(v.name, spec.get("serviceClass"), "spec.serviceClass"),
+        priority=v.integer(v.get(spec, "priority", 0), "spec.priority", MIN_PRIORITY, MAX_PRIORITY),
+        pod_sets=_pod_sets(spec.get("podSets"), "spec.podSets"),
+        placement=_placement(spec.get("placement"), "spec.placement"),
+        max_retries=v.integer(v.get(spec, "maxRetries", DEFAULT_MAX_RETRIES), "spec.maxRetries", 0, MAX_RETRIES),
+        max_runtime_s=v.optional(v.duration, spec.get("maxRuntime"), "spec.maxRuntime", True),
+    )
+
+
+def _kubernetes_job(doc: dict) -> JobSpec:
+    # Only the fields Sluice reads are checked: the rest of a Kubernetes Job is Kubernetes' business.
+    metadata = v.mapping(doc.get("metadata"), "metadata")
+    annotations = v.mapping(metadata.get("annotations"), "metadata.annotations")
+    spec = v.mapping(doc.get("spec"), "spec", required=True)
+
+    def annotation(key: str, check):
+        return v.optional(check, annotations.get(key), f"metadata.annotations[{key}]")
+
+    deadline = v.optional(v.integer, spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", 1)
+    template_path = "spec.template"
+    template = v.mapping(v.required(spec, "template", "spec"), template_path)
+    count = v.integer(v.get(spec, "parallelism", 1), "spec.parallelism", 1, MAX_POD_SET_COUNT)
+    return JobSpec(
+        name=v.optional(v.string, metadata.get("name"), "metadata.name", MAX_NAME_LENGTH),
+        labels=v.labels(metadata.get("labels"), "metadata.labels"),
+        queue=annotation(QUEUE_ANNOTATION, v.name),
+        service_class=annotation(SERVICE_CLASS_ANNOTATION, v.name),
+        priority=annotation(PRIORITY_ANNOTATION, _priority_annotation) or 0,
+        pod_sets=(_pod_set(KUBERNETES_POD_SET, count, template, template_path),),
+        placement=Placement(),
+        max_retries=DEFAULT_MAX_RETRIES,
+        max_runtime_s=None if deadline is None else float(deadline),
+    )
+
+
+def _priority_annotation(value: object, path: str) -> int:
+    text = v.string(value, path)
+    try:
+        priority = int(text.strip())
+    except ValueError:
+        raise SpecError(path, f"must be an integer, got {text!r}") from None
+    return v.integer(priority, path, MIN_PRIORITY, MAX_PRIORITY)
+
+
+def _pod_sets(value: object, path: str) -> tuple[PodSet, ...]:
+    pod_sets: list[PodSet] = []
+    for i, raw in enumerate(v.items(value, path, non_empty=True, max_items=MAX_POD_SETS)):
+        item_path = f"{path}[{i}]"
+        item = v.mapping(raw, item_path, allowed=_POD_SET_FIELDS)
+        name = v.dns_label(v.required(item, "name", item_path), f"{item_path}.name")
+        if any(p.name == name for p in pod_sets):
+            raise SpecError(f"{item_path}.name", f"pod set {name!r} is defined twice")
+        count = v.integer(v.required(item, "count", item_path), f"{item_path}.count", 1, MAX_POD_SET_COUNT)
+        template_path = f"{item_path}.template"
+        template = v.mapping(v.required(item, "template", item_path), template_path)
+        pod_sets.append(_pod_set(name, count, template, template_path))
+    pods = sum(p.count for p in pod_sets)
+    if pods > MAX_PODS:
+        raise SpecError(path, f"{pods} pods in total, at most {MAX_PODS} allowed")
+    return tuple(pod_sets)
+
+
+def _pod_set(name: str, count: int, template: dict, path: str) -> PodSet:
+    return PodSet(name=name, count=count, template=copy.deepcopy(template),
+                  requests=pod_requests(template, path))
+
+
+def _placement(value: object, path: str) -> Placement:
+    placement = v.mapping(value, path, allowed=_PLACEMENT_FIELDS)
+    return Placement(
+        cluster_selector=v.labels(placement.get("clusterSelector"), f"{path}.clusterSelector"),
+        tiers=v.strings(placement.get("tiers"), f"{path}.tiers", lambda x, p: v.choice(x, p, TIERS)),
+        sites=v.strings(placement.get("sites"), f"{path}.sites"),
+    )
+
+
+# -- pod templates -----------------------------------------------------------------------------------
+
+def pod_requests(template: dict, path: str = "template") -> dict[str, int]:
+    """Effective requests of one pod of a PodTemplateSpec, in milli-units, as the Kubernetes scheduler
+    counts them: max(sum over containers and sidecars, largest init container) plus pod overhead."""
+    spec_path = f"{path}.spec"
+    spec = v.mapping(v.required(template, "spec", path), spec_path)
+    containers = _containers(spec.get("containers"), f"{spec_path}.containers", required=True)
+    init_containers = _containers(spec.get("initContainers"), f"{spec_path}.initContainers", required=False)
+    seen: set[str] = set()
+    for container, container_path in init_containers + containers:
+        if container["name"] in seen:
+            raise SpecError(f"{container_path}.name", f"container {container['name']!r} is defined twice")
+        seen.add(container["name"])
+
+    running: dict[str, int] = {}
+    for container, container_path in containers:
+        running = add(running, _container_requests(container, container_path))
+    # Init containers run one at a time, next to the sidecars (restartPolicy: Always) started before them;
+    # sidecars then keep running next to the main containers.
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container, container_path in init_containers:
+        requests = _container_requests(container, container_path)
+        if container.get("restartPolicy") == "Always":
+            sidecars = add(sidecars, requests)
+            running = add(running, requests)
+            init_peak = _maximum(init_peak, sidecars)
+        else:
+            init_peak = _maximum(init_peak, add(sidecars, requests))
+    overhead = v.resources(spec.get("overhead"), f"{spec_path}.overhead")
+    return add(_maximum(running, init_peak), overhead)
+
+
+def _containers(value: object, path: str, *, required: bool) -> list[tuple[dict, str]]:
+    out = []
+    for i, raw in enumerate(v.items(value, path, non_empty=required)):
+        container_path = f"{path}[{i}]"
+        container = v.mapping(raw, container_path)
+        v.string(v.required(container, "name", container_path), f"{container_path}.name")
+        v.string(v.required(container, "image", container_path), f"{container_path}.image")
+        out.append((container, container_path))
+    return out
+
+
+def _container_requests(container: dict, path: str) -> dict[str, int]:
+    resources_path = f"{path}.resources"
+    resources = v.mapping(container.get("resources"), resources_path)
+    requests = v.resources(resources.get("requests"), f"{resources_path}.requests")
+    limits = v.resources(resources.get("limits"), f"{resources_path}.limits")
+    for resource, limit in limits.items():
+        if resource not in requests:
+            requests[resource] = limit  # Kubernetes defaults a missing request to the limit
+        elif requests[resource] > limit:
+            raise SpecError(f"{resources_path}.requests.{resource}",
+                            f"must not exceed the limit ({format_quantity(resource, limit)})")
+    return requests
+
+
+def _maximum(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {resource: max(a.get(resource, 0), b.get(resource, 0)) for resource in {**a, **b}}
