@@ -31,6 +31,7 @@ class UpSettings:
     make_default: bool = True  # point this user's default client config at this data dir
     throwaway: bool = False  # delete the embedded database when stopped (demo runs in a temp dir)
     sim_time_scale: float = 1.0  # multiplies every simulated pod duration
+    database_url: str | None = None  # None: the embedded PostgreSQL under data_dir
 
 
 def _secret(path: pathlib.Path, create) -> str:
@@ -62,7 +63,7 @@ class Embedded:
         data.mkdir(parents=True, exist_ok=True)
         self.dispatcher = d = Dispatcher(ServerSettings(
             listen=self.settings.listen, database=DatabaseSettings(
-                url=None, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
+                url=self.settings.database_url, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
         with d.sessions.begin() as session:
             cluster_store.apply_objects(session, self.objects)
 

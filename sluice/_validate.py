@@ -83,8 +83,9 @@ def required(mapping: dict, key: str, path: str) -> Any:
     return value
 
 
-def optional(check: Callable[..., T], value: object, path: str, *args: Any) -> T | None:
-    return None if value is None else check(value, path, *args)
+def optional(check: Callable[..., T], value: object, path: str, **options: Any) -> T | None:
+    """check(value, path, **options), or None for an absent value."""
+    return None if value is None else check(value, path, **options)
 
 
 def check_fields(mapping: dict, allowed: Iterable[str], path: str) -> None:

@@ -10,7 +10,7 @@ to an equal object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from sluice import _validate as v
 from sluice._validate import SpecError
@@ -174,9 +174,9 @@ class ClusterObject:
             name=name,
             labels=v.labels(metadata.get("labels"), "metadata.labels"),
             tier=tier,
-            site=v.string(v.get(spec, "site", ""), "spec.site", 63, True),
+            site=v.string(v.get(spec, "site", ""), "spec.site", max_len=63, allow_empty=True),
             lease_duration_s=v.duration(v.get(spec, "leaseDuration", default_lease_duration_s(tier)),
-                                        "spec.leaseDuration", True),
+                                        "spec.leaseDuration", positive=True),
             price=price,
             prometheus=v.optional(_prometheus, spec.get("prometheus"), "spec.prometheus"),
             elastic=v.optional(_elastic, spec.get("elastic"), "spec.elastic"),
@@ -247,13 +247,13 @@ class BurstPolicyObject:
             service_classes=v.unique_names(spec.get("serviceClasses"), "spec.serviceClasses"),
             cluster_selector=v.labels(spec.get("clusterSelector"), "spec.clusterSelector"),
             after_s=v.duration(v.get(spec, "after", 0), "spec.after"),
-            budget_per_hour=v.optional(v.number, budget.get("perHour"), "spec.budget.perHour", 0),
-            budget_per_day=v.optional(v.number, budget.get("perDay"), "spec.budget.perDay", 0),
+            budget_per_hour=v.optional(v.number, budget.get("perHour"), "spec.budget.perHour", minimum=0),
+            budget_per_day=v.optional(v.number, budget.get("perDay"), "spec.budget.perDay", minimum=0),
             max_resources=v.resources(spec.get("maxResources"), "spec.maxResources"),
         )
 
 
-AdminObject = Union[QueueObject, ServiceClassObject, ClusterObject, BurstPolicyObject]
+AdminObject = QueueObject | ServiceClassObject | ClusterObject | BurstPolicyObject
 KINDS: dict[str, type] = {cls.kind: cls for cls in (QueueObject, ServiceClassObject, ClusterObject,
                                                     BurstPolicyObject)}
 

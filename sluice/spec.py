@@ -212,7 +212,7 @@ def _sluice_job(doc: dict) -> JobSpec:
     metadata = v.mapping(doc.get("metadata"), "metadata", allowed=_METADATA_FIELDS)
     spec = v.mapping(doc.get("spec"), "spec", allowed=_SPEC_FIELDS, required=True)
     return JobSpec(
-        name=v.optional(v.string, metadata.get("name"), "metadata.name", MAX_NAME_LENGTH),
+        name=v.optional(v.string, metadata.get("name"), "metadata.name", max_len=MAX_NAME_LENGTH),
         labels=v.labels(metadata.get("labels"), "metadata.labels"),
         queue=v.optional(v.name, spec.get("queue"), "spec.queue"),
         service_class=v.optional(v.name, spec.get("serviceClass"), "spec.serviceClass"),
@@ -220,7 +220,7 @@ def _sluice_job(doc: dict) -> JobSpec:
         pod_sets=_pod_sets(spec.get("podSets"), "spec.podSets"),
         placement=_placement(spec.get("placement"), "spec.placement"),
         max_retries=v.integer(v.get(spec, "maxRetries", DEFAULT_MAX_RETRIES), "spec.maxRetries", 0, MAX_RETRIES),
-        max_runtime_s=v.optional(v.duration, spec.get("maxRuntime"), "spec.maxRuntime", True),
+        max_runtime_s=v.optional(v.duration, spec.get("maxRuntime"), "spec.maxRuntime", positive=True),
     )
 
 
@@ -233,12 +233,12 @@ def _kubernetes_job(doc: dict) -> JobSpec:
     def annotation(key: str, check):
         return v.optional(check, annotations.get(key), f"metadata.annotations[{key}]")
 
-    deadline = v.optional(v.integer, spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", 1)
+    deadline = v.optional(v.integer, spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", lo=1)
     template_path = "spec.template"
     template = v.mapping(v.required(spec, "template", "spec"), template_path)
     count = v.integer(v.get(spec, "parallelism", 1), "spec.parallelism", 1, MAX_POD_SET_COUNT)
     return JobSpec(
-        name=v.optional(v.string, metadata.get("name"), "metadata.name", MAX_NAME_LENGTH),
+        name=v.optional(v.string, metadata.get("name"), "metadata.name", max_len=MAX_NAME_LENGTH),
         labels=v.labels(metadata.get("labels"), "metadata.labels"),
         queue=annotation(QUEUE_ANNOTATION, v.name),
         service_class=annotation(SERVICE_CLASS_ANNOTATION, v.name),

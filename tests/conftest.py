@@ -1,0 +1,67 @@
+"""Shared fixtures: one real PostgreSQL (pgserver) per test session, a migrated template database,
+and a fresh copy of it per test (fast and isolated). Dispatchers and agents run for real on loopback.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import shutil
+import tempfile
+
+import pytest
+
+from dispatcher.store import database
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    # A short path: the server's unix socket lives in its data directory.
+    root = pathlib.Path(tempfile.mkdtemp(prefix="sl-pg-", dir="/tmp"))
+    url, server = database.start_embedded(root, cleanup="delete")
+    host = root.resolve() / "postgres"
+    server.psql("CREATE DATABASE sluice_template;")
+    template = f"postgresql+psycopg://postgres@/sluice_template?host={host}"
+    db = database.connect(database.DatabaseSettings(url=template))
+    database.migrate(db.engine)
+    db.close()
+    yield server, host
+    server.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def db_url(pg_server) -> str:
+    """A fresh database at the schema head, private to this test."""
+    server, host = pg_server
+    name = f"t_{os.getpid()}_{next(_counter)}"
+    server.psql(f"CREATE DATABASE {name} TEMPLATE sluice_template;")
+    return f"postgresql+psycopg://postgres@/{name}?host={host}"
+
+
+@pytest.fixture
+def empty_db_url(pg_server) -> str:
+    """A fresh database with no schema at all."""
+    server, host = pg_server
+    name = f"e_{os.getpid()}_{next(_counter)}"
+    server.psql(f"CREATE DATABASE {name};")
+    return f"postgresql+psycopg://postgres@/{name}?host={host}"
+
+
+@pytest.fixture
+def system(db_url, tmp_path):
+    """Dispatcher plus in-process sim agents for the default clusters, over real gRPC on loopback."""
+    from dispatcher.embedded import Embedded, UpSettings
+    from sluice.client import Client
+    from sluice.config import ClientConfig
+    from sluice.objects import default_objects
+
+    embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
+                                   database_url=db_url, sim_time_scale=0.2), default_objects()).start()
+    embedded.wait_connected()
+    embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    yield embedded
+    embedded.client.close()
+    embedded.stop()

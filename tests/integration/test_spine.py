@@ -1,0 +1,141 @@
+"""The whole path, for real: submit -> Postgres -> scheduler -> gRPC -> sim agent -> status."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sluice.client import ClientError
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def job_doc(name="j", cpu="1", duration="0.5s", exit_code="0", count=1, **spec):
+    return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"queue": "default", **spec, "podSets": [{"name": "w", "count": count, "template": {
+                "metadata": {"annotations": {"sluice.io/sim-duration": duration, "sluice.io/sim-exit-code": exit_code}},
+                "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}}]}}
+
+
+def wait_final(client, ids, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = [client.get(i) for i in ids]
+        if all(j["state"] in FINAL for j in jobs):
+            return jobs
+        time.sleep(0.1)
+    raise AssertionError(f"not final in {timeout}s: {[(j['id'], j['state'], j['reason']) for j in jobs]}")
+
+
+def test_job_runs_to_success(system):
+    [job_id] = system.client.submit([job_doc()])
+    [job] = wait_final(system.client, [job_id])
+    assert job["state"] == "SUCCEEDED" and job["cluster"] == "onprem" and job["attempt"] == 1
+    assert job["startedAt"] and job["finishedAt"]
+    events = [e["to"] for e in system.client.describe(job_id)["events"]]
+    assert events == ["QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"]
+
+
+def test_failed_job_retries_then_fails(system):
+    [job_id] = system.client.submit([job_doc(exit_code="3", maxRetries=1)])
+    [job] = wait_final(system.client, [job_id])
+    assert job["state"] == "FAILED" and job["attempt"] == 2
+    assert "exited with code 3" in job["reason"]
+
+
+def test_overflow_goes_to_cloud_and_edge_pins_stay_on_edge(system):
+    # onprem holds 128 cpu: 20 jobs of 8 cpu need 160; the rest goes to the cloud tier.
+    ids = system.client.submit([job_doc(cpu="8", duration="2s") for _ in range(20)])
+    pinned = system.client.submit([job_doc(cpu="1", placement={"sites": ["edge-1"]}) for _ in range(3)])
+    jobs = wait_final(system.client, ids + pinned)
+    assert all(j["state"] == "SUCCEEDED" for j in jobs)
+    clusters = {j["cluster"] for j in jobs[:20]}
+    assert clusters == {"onprem", "cloud"}
+    assert {j["cluster"] for j in jobs[20:]} == {"edge"}
+
+
+def test_cancel_running_job_stops_its_pods(system):
+    [job_id] = system.client.submit([job_doc(duration="60s")])
+    deadline = time.monotonic() + 10
+    while system.client.get(job_id)["state"] != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [cancelled] = system.client.cancel([job_id])
+    assert cancelled["state"] == "CANCELLED"
+    sim = system.sims["onprem"]
+    deadline = time.monotonic() + 10
+    while sim.capacity().free != sim.capacity().allocatable:
+        assert time.monotonic() < deadline, "cancelled pods still hold capacity"
+        time.sleep(0.05)
+
+
+def test_waiting_job_says_why(system):
+    [job_id] = system.client.submit([job_doc(cpu="1", placement={"sites": ["edge-1"]}, duration="30s", count=8),
+                                     ][:1])
+    [blocked] = system.client.submit([job_doc(cpu="4", placement={"sites": ["edge-1"]}, count=4)])
+    deadline = time.monotonic() + 10
+    while "no cluster fits" not in (job := system.client.get(blocked))["reason"]:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    assert job["state"] == "QUEUED"
+    assert "edge: needs 16 cpu, 8 free" in job["reason"]
+    assert system.client.describe(blocked)["queuePosition"] == 1
+    system.client.cancel([job_id, blocked])
+
+
+def test_impossible_and_invalid_jobs_are_refused_and_change_nothing(system):
+    before = system.client.list(limit=0)
+    with pytest.raises(ClientError) as err:
+        system.client.submit([job_doc(), job_doc(cpu="1000")])
+    assert err.value.code == "INVALID_ARGUMENT" and "job 2: no cluster could ever run it" in err.value.message
+    with pytest.raises(ClientError) as err:
+        system.client.submit([job_doc(queue="nope")])
+    assert err.value.code == "NOT_FOUND" and "queue 'nope' not found" in err.value.message
+    bad = job_doc()
+    bad["spec"]["podSets"][0]["count"] = 0
+    with pytest.raises(ClientError) as err:
+        system.client.submit([bad])
+    assert err.value.code == "INVALID_ARGUMENT" and "spec.podSets[0].count" in err.value.message
+    assert system.client.list(limit=0) == before
+
+
+def test_watch_resumes_from_a_cursor(system):
+    [job_id] = system.client.submit([job_doc(duration="0.1s")])
+    wait_final(system.client, [job_id])
+    events = []
+    for event in system.client.watch(job_id):
+        events.append(event)
+        if event["to"] == "SUCCEEDED":
+            break
+    assert [e["to"] for e in events] == ["QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"]
+    resumed = next(iter(system.client.watch(job_id, after_event_id=events[1]["id"])))
+    assert resumed["id"] == events[2]["id"]
+
+
+def test_list_pages_and_filters(system):
+    ids = system.client.submit([job_doc(duration="0.1s") for _ in range(5)])
+    wait_final(system.client, ids)
+    assert [j["id"] for j in system.client.list(limit=0)] == ids
+    assert [j["id"] for j in system.client.list(limit=3)] == ids[:3]
+    assert system.client.list(state="QUEUED") == []
+    with pytest.raises(ClientError) as err:
+        system.client.list(state="BOGUS")
+    assert err.value.code == "INVALID_ARGUMENT"
+
+
+def test_clusters_and_queues_views(system):
+    clusters = {c["name"]: c for c in system.client.clusters()}
+    assert set(clusters) == {"onprem", "cloud", "edge"}
+    assert clusters["onprem"]["capacitySource"] == "agent" and clusters["onprem"]["state"] == "active"
+    assert clusters["onprem"]["allocatable"]["cpu"] == "128"
+    queues = {q["name"]: q for q in system.client.queues()}
+    assert queues["default"]["queuedJobs"] == 0
+
+
+def test_calls_without_a_valid_token_are_refused(system):
+    from sluice.client import Client
+    from sluice.config import ClientConfig
+    with Client(ClientConfig(system.dispatcher.address, "sl_wrong")) as bad:
+        with pytest.raises(ClientError) as err:
+            bad.list()
+    assert err.value.code == "UNAUTHENTICATED"
