@@ -29,7 +29,8 @@ LEADER_LOCK = 7302
 
 @dataclass(frozen=True)
 class SchedulerSettings:
-    head_size: int = 2000  # queued jobs considered per cycle, in order (seconds of work, never the backlog)
+    head_size: int = 1000  # queued jobs considered per cycle, in order (seconds of work, never the backlog)
+    reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
     unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
@@ -42,7 +43,8 @@ class CycleResult:
     seconds: float
 
 
-def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime) -> CycleResult:
+def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,
+              write_reasons: bool = True) -> CycleResult:
     started = time.perf_counter()
     with sessions.begin() as session:
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s)]
@@ -52,9 +54,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         decisions = plan(jobs, clusters)
         places = [(d.job_id, d.cluster) for d in decisions if isinstance(d, Place)]
         current = {r.id: r.reason for r in head}
-        reasons = {d.job_id: d.reason for d in decisions if isinstance(d, Wait) and current[d.job_id] != d.reason}
         dispatched = job_store.dispatch(session, places)
-        job_store.set_reasons(session, reasons)
+        if write_reasons:
+            job_store.set_reasons(session, {d.job_id: d.reason for d in decisions
+                                            if isinstance(d, Wait) and current[d.job_id] != d.reason})
     return CycleResult(len(dispatched), len(jobs) - len(places), time.perf_counter() - started)
 
 
@@ -101,9 +104,13 @@ class Scheduler:
                 self._stop.wait(1.0)
 
     def _lead(self, lock_conn: psycopg.Connection) -> None:
+        reasons_at = 0.0
         while not self._stop.is_set():
             self._wake.clear()
-            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc))
+            write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
+            if write_reasons:
+                reasons_at = time.monotonic()
+            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), write_reasons=write_reasons)
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 continue  # capacity may remain for the next jobs in line

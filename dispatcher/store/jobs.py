@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Row, and_, func, insert, select, text, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.policy import states
@@ -73,8 +73,12 @@ def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
 
 def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None,
               after_id: int = 0, limit: int = 100) -> list[Job]:
-    """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes."""
-    stmt = select(Job).where(Job.id > after_id).order_by(Job.id).limit(limit)
+    """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes.
+
+    The job documents and resource maps stay unloaded: listings never show them.
+    """
+    stmt = (select(Job).options(defer(Job.spec), defer(Job.requests), defer(Job.largest_pod), defer(Job.placement))
+            .where(Job.id > after_id).order_by(Job.id).limit(limit))
     if queue:
         stmt = stmt.where(Job.queue == queue)
     if state:
