@@ -70,8 +70,7 @@ def test_cancel_running_job_stops_its_pods(system):
 
 
 def test_waiting_job_says_why(system):
-    [job_id] = system.client.submit([job_doc(cpu="1", placement={"sites": ["edge-1"]}, duration="30s", count=8),
-                                     ][:1])
+    [job_id] = system.client.submit([job_doc(cpu="1", placement={"sites": ["edge-1"]}, duration="30s", count=8)])
     [blocked] = system.client.submit([job_doc(cpu="4", placement={"sites": ["edge-1"]}, count=4)])
     deadline = time.monotonic() + 10
     while "no cluster fits" not in (job := system.client.get(blocked))["reason"]:

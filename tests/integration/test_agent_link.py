@@ -1,0 +1,276 @@
+"""The agent link, driven by a scripted agent speaking the real protocol over real gRPC.
+
+Covers delivery until ack, fencing of stale attempts, capacity counted exactly once, token binding,
+reconnection of real agents, and the health service.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.store import tokens
+from dispatcher.store.database import DatabaseSettings
+from sluice.client import Client, ClientError
+from sluice.config import ClientConfig
+from sluice.objects import load_objects
+from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
+
+from tests.integration.test_spine import job_doc
+
+OBJECTS = """
+apiVersion: sluice.io/v1
+kind: ServiceClass
+metadata: {name: standard}
+spec: {priority: 500}
+---
+apiVersion: sluice.io/v1
+kind: Queue
+metadata: {name: default}
+spec: {serviceClasses: [standard]}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: alpha}
+spec: {tier: onprem, site: dc-1}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: beta}
+spec: {tier: onprem, site: dc-2}
+"""
+CPU8 = {"cpu": 8000}
+
+
+@pytest.fixture
+def dispatcher(db_url):
+    from dispatcher.store import clusters as cluster_store
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
+    with d.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        d.admin = tokens.create(session, "admin", "admin")
+        d.agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in ("alpha", "beta")}
+    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10))
+    yield d
+    d.client.close()
+    d.stop()
+
+
+class ScriptedAgent:
+    """A hand-driven agent: every message is sent by the test; replies are collected."""
+
+    def __init__(self, address: str, token: str, cluster: str, capacity=CPU8, applied_through=0, inventory=()):
+        self.channel = grpc.insecure_channel(address)
+        self.outgoing: queue.Queue = queue.Queue()
+        self.replies: queue.Queue = queue.Queue()
+        self.send(hello=agents_pb2.Hello(cluster=cluster, inventory=list(inventory),
+                                         capacity=self.capacity(capacity, applied_through)))
+        self.call = agents_pb2_grpc.AgentsStub(self.channel).Connect(
+            iter(self.outgoing.get, None), metadata=[("authorization", f"Bearer {token}")])
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @staticmethod
+    def capacity(free, applied_through=0):
+        return agents_pb2.Capacity(allocatable=jobs_pb2.Resources(milli=CPU8), free=jobs_pb2.Resources(milli=free),
+                                   largest_free_node=jobs_pb2.Resources(milli=free), applied_through=applied_through)
+
+    def _read(self):
+        try:
+            for message in self.call:
+                self.replies.put(message)
+        except grpc.RpcError as exc:
+            self.replies.put(exc)
+
+    def send(self, **kind):
+        self.outgoing.put(agents_pb2.AgentMessage(**kind))
+
+    def next(self, kind: str, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.replies.get(timeout=max(0.01, deadline - time.monotonic()))
+            if isinstance(message, Exception):
+                raise message
+            if message.WhichOneof("kind") == kind:
+                return getattr(message, kind)
+
+    def status(self, seq, job_id, attempt, state, reason=""):
+        self.send(status=agents_pb2.StatusReport(seq=seq, status=agents_pb2.AttemptStatus(
+            job_id=job_id, attempt=attempt, state=state, reason=reason)))
+        assert self.next("status_ack").seq == seq
+
+    def close(self):
+        self.outgoing.put(None)
+        self.channel.close()
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+    return value
+
+
+def test_commands_are_resent_until_acked_and_never_after(dispatcher):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    agent.next("welcome")
+    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
+    first = agent.next("command")
+    assert first.dispatch.job_id == job_id and first.dispatch.attempt == 1
+    agent.close()  # gone before acking
+    again = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha",
+                          inventory=[agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state="PENDING")])
+    assert again.next("command").id == first.id  # delivered again: at-least-once
+    again.send(ack=agents_pb2.CommandAck(command_ids=[first.id]))
+    again.status(1, job_id, 1, "RUNNING")
+    again.close()
+    third = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha",
+                          inventory=[agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state="RUNNING")])
+    third.next("welcome")
+    with pytest.raises(queue.Empty):
+        third.next("command", timeout=1.0)  # acked: never sent again
+    assert dispatcher.client.get(job_id)["state"] == "RUNNING"
+    third.close()
+
+
+def test_stale_attempts_are_fenced_off(dispatcher):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
+    command = agent.next("command")
+    agent.send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
+    agent.status(1, job_id, 7, "SUCCEEDED")  # an attempt that never existed
+    agent.status(2, job_id, 1, "RUNNING")
+    assert dispatcher.client.get(job_id)["state"] == "RUNNING"
+    other = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["beta"], "beta")
+    other.status(1, job_id, 1, "SUCCEEDED")  # right attempt, wrong cluster
+    assert dispatcher.client.get(job_id)["state"] == "RUNNING"
+    agent.status(3, job_id, 1, "SUCCEEDED")
+    agent.status(4, job_id, 1, "SUCCEEDED")  # a repeat changes nothing
+    job = dispatcher.client.get(job_id)
+    assert job["state"] == "SUCCEEDED" and job["attempt"] == 1
+    assert [e["to"] for e in dispatcher.client.describe(job_id)["events"]].count("SUCCEEDED") == 1
+    agent.close()
+    other.close()
+
+
+def test_lost_attempt_is_requeued_as_a_new_attempt(dispatcher):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
+    command = agent.next("command")
+    agent.send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
+    agent.status(1, job_id, 1, "RUNNING")
+    agent.close()
+    # The agent comes back holding nothing: the acked attempt is lost, the job goes back to the queue
+    # and is dispatched again as attempt 2.
+    back = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    command = back.next("command")
+    assert (command.dispatch.job_id, command.dispatch.attempt) == (job_id, 2)
+    reasons = [e["reason"] for e in dispatcher.client.describe(job_id)["events"]]
+    assert any("attempt 1 was lost on alpha" in r for r in reasons)
+    back.close()
+
+
+def test_orphans_are_cancelled(dispatcher):
+    [job_id] = dispatcher.client.submit([job_doc(cpu="100")])  # fits nowhere yet: no capacity reported
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity={"cpu": 0},
+                          inventory=[agents_pb2.AttemptStatus(job_id=job_id, attempt=3, state="RUNNING")])
+    command = agent.next("command")
+    assert command.WhichOneof("kind") == "cancel" and command.cancel.attempt == 3
+    agent.close()
+
+
+def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
+    agent.next("welcome")
+    free = lambda: {c["name"]: c["free"].get("cpu") for c in dispatcher.client.clusters()}["alpha"]
+    wait_for(lambda: free() == "8")
+    [job_id] = dispatcher.client.submit([job_doc(cpu="3")])
+    command = agent.next("command")
+    # Not yet in any report: the dispatcher subtracts it itself.
+    assert free() == "5"
+    # A report taken before the command was applied still does not hold it: still counted once.
+    agent.send(heartbeat=agents_pb2.Heartbeat(capacity=agent.capacity(CPU8, applied_through=command.id - 1)))
+    wait_for(lambda: free() == "5")
+    # A report that holds it: the report alone counts it.
+    agent.send(heartbeat=agents_pb2.Heartbeat(capacity=agent.capacity({"cpu": 5000}, applied_through=command.id)))
+    time.sleep(0.3)
+    assert free() == "5"
+    # Once it ends and the report shows the room again, all of it is free.
+    agent.status(1, job_id, 1, "SUCCEEDED")
+    agent.send(heartbeat=agents_pb2.Heartbeat(capacity=agent.capacity(CPU8, applied_through=command.id)))
+    wait_for(lambda: free() == "8")
+    agent.close()
+
+
+def test_agent_tokens_are_bound_to_their_cluster_and_role(dispatcher):
+    wrong = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "beta")
+    with pytest.raises(grpc.RpcError) as err:
+        wrong.next("welcome")
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    unknown = ScriptedAgent(dispatcher.address, dispatcher.admin, "nowhere")
+    with pytest.raises(grpc.RpcError) as err:
+        unknown.next("welcome")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with Client(ClientConfig(dispatcher.address, dispatcher.agent_tokens["alpha"])) as as_agent:
+        with pytest.raises(ClientError) as err:
+            as_agent.list()
+    assert err.value.code == "PERMISSION_DENIED"
+
+
+def test_users_submit_only_to_their_queues(dispatcher):
+    from dispatcher.store import clusters as cluster_store
+    with dispatcher.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(
+            "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [alice]}\n"))
+        alice = tokens.create(session, "user", "alice")
+        bob = tokens.create(session, "user", "bob")
+    doc = job_doc(cpu="1")
+    doc["spec"]["queue"] = "vision"
+    with Client(ClientConfig(dispatcher.address, alice)) as client:
+        assert client.submit([doc])
+    with Client(ClientConfig(dispatcher.address, bob)) as client:
+        with pytest.raises(ClientError) as err:
+            client.submit([doc])
+    assert err.value.code == "PERMISSION_DENIED" and "bob may not submit to queue 'vision'" in err.value.message
+
+
+def test_health_service_reports_serving(dispatcher):
+    with grpc.insecure_channel(dispatcher.address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_real_agent_reconnects_after_a_dispatcher_restart(db_url, tmp_path):
+    from agent.backends.sim import SimCluster, SimConfig
+    from agent.connection import Agent, AgentSettings
+    settings = ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))
+    first = Dispatcher(settings).start()
+    from dispatcher.store import clusters as cluster_store
+    with first.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        admin = tokens.create(session, "admin", "admin")
+        token = tokens.create(session, "agent", "agent-alpha", "alpha")
+    port = first.port
+    agent = Agent(AgentSettings("alpha", first.address, token, backoff_max_s=0.5),
+                  SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1))).start()
+    assert agent.connected.wait(10)
+    with Client(ClientConfig(first.address, admin)) as client:
+        [job_id] = client.submit([job_doc(cpu="1", duration="20s")])  # 2 s at this time scale
+        wait_for(lambda: client.get(job_id)["state"] == "RUNNING")
+    first.stop()
+    wait_for(lambda: not agent.connected.is_set())
+    second = Dispatcher(ServerSettings(listen=f"127.0.0.1:{port}", database=DatabaseSettings(url=db_url))).start()
+    try:
+        assert agent.connected.wait(15), "the agent did not reconnect by itself"
+        with Client(ClientConfig(second.address, admin)) as client:
+            wait_for(lambda: client.get(job_id)["state"] == "SUCCEEDED", timeout=20)
+            assert client.get(job_id)["attempt"] == 1  # the same attempt ran through the outage
+    finally:
+        agent.stop()
+        second.stop()
