@@ -5,6 +5,7 @@ restart on the same directory resumes where the last run stopped, even after kil
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import pathlib
 import time
@@ -61,6 +62,14 @@ class Embedded:
     def start(self) -> "Embedded":
         data = self.settings.data_dir.resolve()
         data.mkdir(parents=True, exist_ok=True)
+        # One `sluice up` per data dir: a second one would run a second set of agents for the same clusters.
+        # The kernel drops the lock when the process dies, kill -9 included.
+        self._lock = open(data / "up.lock", "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise OSError(f"another `sluice up` is running on {data}") from None
         self.dispatcher = d = Dispatcher(ServerSettings(
             listen=self.settings.listen, database=DatabaseSettings(
                 url=self.settings.database_url, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
@@ -99,6 +108,7 @@ class Embedded:
             agent.stop()
         if self.dispatcher:
             self.dispatcher.stop()
+        self._lock.close()
 
 
 def load_config(path: pathlib.Path | None) -> list:

@@ -60,9 +60,13 @@ class Dispatcher:
             AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port(settings.listen)
+        try:
+            self.port = self.server.add_insecure_port(settings.listen)
+        except RuntimeError:
+            self.port = 0
         if not self.port:
-            raise OSError(f"cannot listen on {settings.listen}")
+            self.db.close()
+            raise OSError(f"cannot listen on {settings.listen}: address in use or not valid")
         host = settings.listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
 

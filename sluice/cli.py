@@ -227,12 +227,16 @@ def _logging(verbose: bool) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
-def _serve_until_interrupted(stop) -> None:
+def _serve_until_interrupted(stop, ready: str = "") -> None:
+    """Block until SIGTERM or Ctrl-C, then stop(). `ready` (stderr) is printed inside the handled region:
+    a script that sends SIGINT as soon as it reads it gets a clean stop and exit 0, not typer's 130."""
     import signal
     import threading
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        if ready:
+            print(ready, file=sys.stderr, flush=True)
         done.wait()
     except KeyboardInterrupt:
         pass
@@ -255,8 +259,7 @@ def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Clu
         raise Failed(f"up --config {config}", str(exc)) from None
     embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen), objects).start())
     print(summary_line(embedded), end="", flush=True)
-    print("ready: Ctrl-C stops", file=sys.stderr, flush=True)
-    _serve_until_interrupted(embedded.stop)
+    _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
 
 
 def _start(what: str, fn):
@@ -294,8 +297,7 @@ def dispatcher_serve(
     settings = ServerSettings(listen=listen, migrate=migrate,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
-    print(f"serving on {server.address}", file=sys.stderr, flush=True)
-    _serve_until_interrupted(server.stop)
+    _serve_until_interrupted(server.stop, ready=f"serving on {server.address}")
 
 
 @dispatcher_app.command("migrate")

@@ -61,13 +61,19 @@ def _describe(resources: list[tuple[str, int, int]], where: str) -> str:
     return f"needs {format_quantity(name, need)} {name}{where}, {format_quantity(name, max(have, 0))} free"
 
 
+def _short(request: dict[str, int], free: dict[str, int]) -> list[tuple[str, int, int]]:
+    # A resource the job asks none of never holds it back, even where free has gone below zero
+    # (in-flight dispatches are subtracted before the metrics show them): the same rule as `fits`.
+    return [s for s in shortfall(request, free) if s[1] > 0]
+
+
 def _why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
     if cluster.unavailable:
         return cluster.unavailable
-    short = shortfall(job.requests, cluster.free)
+    short = _short(job.requests, cluster.free)
     if short:
         return _describe(short, "")
-    short = shortfall(job.largest_pod, cluster.largest_free_node)
+    short = _short(job.largest_pod, cluster.largest_free_node)
     if short:
         return _describe(short, " on one node").replace(" free", " free on its largest node")
     return None

@@ -179,6 +179,13 @@ def test_an_overcommitted_cluster_shows_nothing_free_rather_than_a_negative_amou
     assert decisions == [Wait(1, "no cluster fits: onprem: needs 1 cpu, 0 free")]
 
 
+def test_a_resource_the_job_asks_none_of_never_holds_it_back():
+    # cpu: "0" in a pod template gives a 0 entry; free cpu is below zero while dispatches are in flight.
+    overcommitted = cluster("onprem", cpu=-3 * CPU, memory=8 * GI)
+    decisions = plan([QueuedJob(1, {"cpu": 0, "memory": 2 * GI}, {"cpu": 0, "memory": GI})], [overcommitted])
+    assert decisions == [Place(1, "onprem")]
+
+
 # -- unavailable clusters ----------------------------------------------------------------------------
 
 def test_an_unavailable_cluster_gets_nothing_and_its_state_is_the_reason():
@@ -262,8 +269,9 @@ def allocatable(name: str, tier: str = "onprem", site: str = "dc1", labels: dict
 
 
 def test_a_job_that_fits_an_empty_cluster_is_possible_even_when_it_must_wait_now():
-    busy = ClusterState("onprem", "onprem", "dc1", {}, {"cpu": 64 * CPU}, {"cpu": 2 * CPU}, "unreachable")
-    assert impossible(job(1, pods=4, cpu=8 * CPU), [busy]) is None
+    unreachable = ClusterState("onprem", "onprem", "dc1", {}, {"cpu": 64 * CPU}, {"cpu": 64 * CPU}, "unreachable")
+    assert plan([job(1, pods=4, cpu=8 * CPU)], [unreachable]) == [Wait(1, "no cluster fits: onprem: unreachable")]
+    assert impossible(job(1, pods=4, cpu=8 * CPU), [unreachable]) is None
 
 
 def test_a_job_bigger_than_every_cluster_is_impossible_and_says_why():
@@ -298,14 +306,17 @@ SITES = ("dc1", "dc2", "shop")
 labels = st.dictionaries(st.sampled_from(("gpu", "zone")), st.sampled_from(("a", "b")), max_size=2)
 # Most jobs name no placement filter, so that most of them can be placed somewhere.
 nothing = st.just(())
-selectors = st.one_of(st.just({}), st.just({}), st.dictionaries(st.sampled_from(("gpu", "zone")),
+selectors = st.one_of(st.just({}), st.just({}), st.just({}), st.dictionaries(st.sampled_from(("gpu", "zone")),
                                                                  st.sampled_from(("a", "b")), min_size=1, max_size=1))
-# Per resource: free whole units, and what share (in fifths; 0 lists no amount) the largest node has.
-capacities = st.dictionaries(st.sampled_from(RESOURCES), st.tuples(st.integers(0, 24), st.integers(0, 5)), max_size=3)
-pods = st.dictionaries(st.sampled_from(RESOURCES), st.integers(0, 10).map(lambda n: n * 500), max_size=3)
-pod_sets = st.lists(st.tuples(st.integers(1, 4), pods), min_size=1, max_size=3)
-tier_filters = st.one_of(nothing, nothing, st.lists(st.sampled_from(TIERS), min_size=1, max_size=2, unique=True).map(tuple))
-site_filters = st.one_of(nothing, nothing, st.lists(st.sampled_from(SITES), min_size=1, max_size=2, unique=True).map(tuple))
+# Per resource: free whole units (below zero when in-flight dispatches overcommit it), and what share
+# (in fifths; 0 lists no amount) the largest node has.
+capacity = st.tuples(st.integers(-4, 32), st.integers(0, 5))
+capacities = st.fixed_dictionaries({"cpu": capacity, "memory": capacity}, optional={"nvidia.com/gpu": capacity})
+amount = st.integers(0, 6).map(lambda n: n * 500)
+pods = st.fixed_dictionaries({"cpu": amount}, optional={"memory": amount, "nvidia.com/gpu": amount})
+pod_sets = st.lists(st.tuples(st.integers(1, 3), pods), min_size=1, max_size=2)
+tier_filters = st.one_of(nothing, nothing, nothing, st.lists(st.sampled_from(TIERS), min_size=1, max_size=2, unique=True).map(tuple))
+site_filters = st.one_of(nothing, nothing, nothing, st.lists(st.sampled_from(SITES), min_size=1, max_size=2, unique=True).map(tuple))
 cluster_tiers = st.sampled_from(TIERS + ("lab",))
 cluster_sites = st.sampled_from(SITES)
 unavailability = st.sampled_from(("", "", "", "unreachable"))
@@ -314,7 +325,7 @@ unavailability = st.sampled_from(("", "", "", "unreachable"))
 @st.composite
 def clusters_strategy(draw) -> list[ClusterState]:
     out = []
-    for n in range(draw(st.integers(0, 5))):
+    for n in range(draw(st.integers(1, 5))):
         capacity = draw(capacities)
         free = {r: units * 1000 for r, (units, _) in capacity.items()}
         # The largest free node never holds more than the whole cluster has free; now and then it
