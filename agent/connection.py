@@ -106,7 +106,7 @@ class Agent:
         out: queue.Queue = queue.Queue()
         with self._lock:
             hello = agents_pb2.Hello(cluster=self.settings.cluster, agent_version=VERSION,
-                                     inventory=[_status_message(s) for s in self.backend.inventory()],
+                                     inventory=[_status_message(s) for s in self._inventory()],
                                      capacity=self._capacity())
             out.put(agents_pb2.AgentMessage(hello=hello))
             self._heartbeat_queued = False
@@ -168,6 +168,20 @@ class Agent:
             self._queue_heartbeat(out)
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _inventory(self) -> list[AttemptStatus]:
+        """What the cluster holds, plus the latest unacked report of attempts it no longer lists.
+
+        The dispatcher reconciles the hello before it reads the re-sent reports; without this an attempt
+        whose result the backend has already forgotten would look lost.
+        """
+        listed = {(s.job_id, s.attempt): s for s in self.backend.inventory()}
+        forgotten: dict[tuple[int, int], AttemptStatus] = {}
+        for seq in sorted(self._unacked):  # later reports of one attempt win
+            status = self._unacked[seq]
+            if (status.job_id, status.attempt) not in listed:
+                forgotten[(status.job_id, status.attempt)] = status
+        return [*listed.values(), *forgotten.values()]
+
     def _capacity(self) -> agents_pb2.Capacity:
         # Read applied_through before the snapshot: the snapshot then holds at least those commands.
         applied = self._applied

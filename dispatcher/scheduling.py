@@ -43,10 +43,17 @@ class CycleResult:
     seconds: float
 
 
+class LostLeadership(Exception):
+    pass
+
+
 def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,
-              write_reasons: bool = True) -> CycleResult:
+              write_reasons: bool = True, leader_pid: int | None = None) -> CycleResult:
+    """One scheduling cycle. With leader_pid, it commits only while that backend holds the leader lock."""
     started = time.perf_counter()
     with sessions.begin() as session:
+        if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
+            raise LostLeadership("the leader lock is no longer held")
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s)]
         head = job_store.queued_head(session, settings.head_size)
         jobs = [QueuedJob(r.id, r.requests, r.largest_pod, dict(r.placement.get("clusterSelector", {})),
@@ -99,6 +106,8 @@ class Scheduler:
                         self._lead(lock_conn)
                     finally:
                         self.is_leader.clear()
+            except LostLeadership:
+                log.warning("lost the leader lock; following again")
             except Exception:
                 log.exception("scheduler failed; retrying")
                 self._stop.wait(1.0)
@@ -110,7 +119,8 @@ class Scheduler:
             write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
-            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), write_reasons=write_reasons)
+            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc),
+                               write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid)
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 continue  # capacity may remain for the next jobs in line

@@ -42,9 +42,13 @@ class Dispatcher:
         self.settings = settings
         self.db = db or database.connect(settings.database)
         self.engine = self.db.engine
-        if settings.migrate or settings.database.url is None:
-            database.migrate(self.engine)
-        database.check_schema(self.engine)
+        try:
+            if settings.migrate or settings.database.url is None:
+                database.migrate(self.engine)
+            database.check_schema(self.engine)
+        except Exception:
+            self.db.close()
+            raise
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.notifier = Notifier(self.engine, (job_store.WAKE_CHANNEL, job_store.EVENTS_CHANNEL,
                                                job_store.OUTBOX_CHANNEL))

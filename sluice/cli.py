@@ -88,7 +88,7 @@ def submit(ctx: typer.Context,
     except OSError as exc:
         raise Failed(what, exc.strerror or str(exc)) from None
     try:
-        specs = load_jobs(text, queue=queue, service_class=service_class, source="<stdin>" if file == "-" else file)
+        specs = load_jobs(text, queue=queue, service_class=service_class, source=None)  # `what` names the file
     except SpecError as exc:
         raise Failed(what, str(exc)) from None
     if not specs:
@@ -372,9 +372,20 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
     _serve_until_interrupted(agent.stop)
 
 
+# typer vendors click: its UsageError is BadParameter's base, reached without a private import.
+UsageError = typer.BadParameter.__mro__[1]
+
+
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
     except Failed as exc:
         error(exc.what, exc.why)
         sys.exit(1)
+    except UsageError as exc:
+        if exc.format_message():  # empty when help was printed for a bare group
+            error(exc.ctx.command_path if exc.ctx else "sluice", exc.format_message())
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -27,7 +27,8 @@ DATABASE_NAME = "sluice"
 class DatabaseSettings:
     url: str | None = None  # SQLAlchemy/libpq URL; None: embedded pgserver under data_dir/postgres
     data_dir: pathlib.Path = pathlib.Path("~/.local/share/sluice").expanduser()
-    pool_size: int = 10  # connections per dispatcher process
+    pool_size: int = 10  # connections kept open per dispatcher process
+    pool_overflow: int = 50  # more, opened under load (RPC threads, agent streams, the scheduler)
     # What happens to the embedded server when this process exits cleanly: "stop" it, or "delete" its
     # data too (throw-away demo runs). A killed process leaves it running; the next start reuses it.
     embedded_cleanup: str = "stop"
@@ -82,7 +83,7 @@ def connect(settings: DatabaseSettings) -> Database:
         url = sqlalchemy_url(settings.url)
     else:
         url, server = start_embedded(settings.data_dir, settings.embedded_cleanup)
-    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=20, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_overflow, pool_pre_ping=True)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))

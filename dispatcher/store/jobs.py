@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import Row, and_, func, insert, select, text, update
 from sqlalchemy.orm import Session, defer
@@ -162,6 +161,8 @@ def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatc
            RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec"""), {"ids": ids, "clusters": clusters}).all()
     if not moved:
         return []
+    from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
+    lock_clusters(session, [r.cluster for r in moved])
     session.execute(insert(Attempt), [dict(job_id=r.id, attempt=r.attempt, cluster=r.cluster,
                                            state=states.DISPATCHED) for r in moved])
     session.execute(insert(JobEvent), [dict(job_id=r.id, attempt=r.attempt, from_state=states.QUEUED,
@@ -215,12 +216,12 @@ def in_flight(session: Session) -> list[Row]:
              AND j.state IN ('DISPATCHED', 'RUNNING') AND j.cluster = o.cluster""")).all()
 
 
-def dispatched_at(session: Session, job_id: int) -> datetime | None:
-    return session.scalar(select(Job.dispatched_at).where(Job.id == job_id))
-
-
-def counts_by(session: Session, *columns) -> list[Row]:
-    return session.execute(select(*columns, func.count()).select_from(Job).group_by(*columns)).all()
+def holds_advisory_lock(session: Session, backend_pid: int, key: int) -> bool:
+    """Whether that database backend still holds the session advisory lock `key` (leader fencing)."""
+    return bool(session.scalar(text(
+        """SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                          AND pid = :pid AND classid = 0 AND objid = :key AND objsubid = 1)"""),
+        {"pid": backend_pid, "key": key}))
 
 
 def mark_unacked_dispatch(session: Session, cluster: str) -> set[tuple[int, int]]:

@@ -1,11 +1,22 @@
 """The outbox: commands for agents, kept until each agent acks them (at-least-once delivery)."""
 from __future__ import annotations
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from dispatcher.store.jobs import OUTBOX_CHANNEL, notify
 from dispatcher.store.models import OutboxCommand
+
+
+def lock_clusters(session: Session, clusters) -> None:
+    """Serialise outbox writes per cluster until this transaction ends.
+
+    Command ids then commit in id order for each cluster, which the agent link relies on: it sends
+    commands in id order and the agent's applied_through is a watermark over them. Locks are taken in
+    name order so two writers never deadlock.
+    """
+    for cluster in sorted(set(clusters)):
+        session.execute(text("SELECT pg_advisory_xact_lock(7303, hashtext(:c))"), {"c": cluster})
 
 
 def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500) -> list[OutboxCommand]:
@@ -28,6 +39,7 @@ def acked_through(session: Session, cluster: str) -> int:
 
 
 def add_cancel(session: Session, cluster: str, job_id: int, attempt: int, reason: str) -> None:
+    lock_clusters(session, [cluster])
     session.execute(insert(OutboxCommand).values(cluster=cluster, kind="cancel", job_id=job_id, attempt=attempt,
                                                  payload={"reason": reason}))
     notify(session, OUTBOX_CHANNEL, cluster)

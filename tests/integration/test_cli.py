@@ -230,7 +230,7 @@ def test_submit_from_stdin_and_queue_override(up):
     assert job["name"] == "from-stdin" and job["labels"] == {"via": "stdin"}
     # A job naming no queue needs --queue, and --queue fills it in.
     line = one_error_line(sluice(up, "submit", "-f", "-", input=job_yaml(queue_line="")))
-    assert line.startswith("error: submit -: <stdin> document 1: spec.queue: required"), line
+    assert line.startswith("error: submit -: document 1: spec.queue: required"), line
     [no_queue] = submit(up, "-f", "-", "--queue", "default", input=job_yaml(name="q", duration="0.2s", queue_line=""))
     assert get(up, no_queue)["queue"] == "default"
     # --queue overrides the file's queue: an unknown one is refused and nothing is submitted.
