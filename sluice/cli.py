@@ -378,7 +378,7 @@ UsageError = typer.BadParameter.__mro__[1]
 
 def main() -> None:
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="sluice")
     except Failed as exc:
         error(exc.what, exc.why)
         sys.exit(1)

@@ -274,3 +274,69 @@ def test_real_agent_reconnects_after_a_dispatcher_restart(db_url, tmp_path):
     finally:
         agent.stop()
         second.stop()
+
+
+def test_outbox_writes_for_one_cluster_commit_in_id_order(dispatcher):
+    """A writer holding a cluster's outbox lock makes the next writer wait, so ids commit in order."""
+    from sqlalchemy import select
+
+    from dispatcher.store import outbox as outbox_store
+    from dispatcher.store.models import OutboxCommand
+    [job_id] = dispatcher.client.submit([job_doc(cpu="100")])
+    first = dispatcher.sessions()
+    first.begin()
+    outbox_store.add_cancel(first, "alpha", job_id, 1, "first")
+    done = threading.Event()
+
+    def second():
+        with dispatcher.sessions.begin() as session:
+            outbox_store.add_cancel(session, "alpha", job_id, 2, "second")
+        done.set()
+    threading.Thread(target=second, daemon=True).start()
+    assert not done.wait(0.5), "the second writer did not wait for the first"
+    first.commit()
+    first.close()
+    assert done.wait(5)
+    with dispatcher.sessions() as session:
+        rows = session.execute(select(OutboxCommand.id, OutboxCommand.attempt).where(
+            OutboxCommand.job_id == job_id).order_by(OutboxCommand.id)).all()
+    assert [r.attempt for r in rows] == [1, 2]
+
+
+def test_a_cycle_does_not_commit_without_the_leader_lock(dispatcher):
+    from datetime import datetime, timezone
+
+    from dispatcher.scheduling import LostLeadership, SchedulerSettings, run_cycle
+    with pytest.raises(LostLeadership):
+        run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(timezone.utc), leader_pid=1)
+
+
+def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
+    """The backend drops finished attempts at once; the agent's unacked report still carries the result."""
+    from agent.backends.sim import SimCluster, SimConfig
+    from agent.connection import Agent, AgentSettings
+    from dispatcher.store import clusters as cluster_store
+    first = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
+    with first.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        admin = tokens.create(session, "admin", "admin")
+        token = tokens.create(session, "agent", "agent-alpha", "alpha")
+    port = first.port
+    sim = SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1, final_retention=0.0))
+    agent = Agent(AgentSettings("alpha", first.address, token, backoff_max_s=0.5), sim).start()
+    assert agent.connected.wait(10)
+    with Client(ClientConfig(first.address, admin)) as client:
+        [job_id] = client.submit([job_doc(cpu="1", duration="40s")])  # 4 s at this time scale
+        wait_for(lambda: client.get(job_id)["state"] == "RUNNING")
+    first.stop(grace=0)  # the job finishes while the dispatcher is away
+    assert sim.inventory()[0].state == "RUNNING"
+    wait_for(lambda: sim.inventory() == [], timeout=10)
+    second = Dispatcher(ServerSettings(listen=f"127.0.0.1:{port}", database=DatabaseSettings(url=db_url))).start()
+    try:
+        assert agent.connected.wait(15)
+        with Client(ClientConfig(second.address, admin)) as client:
+            job = wait_for(lambda: (j := client.get(job_id))["state"] in ("SUCCEEDED", "QUEUED", "DISPATCHED") and j)
+            assert job["state"] == "SUCCEEDED" and job["attempt"] == 1, job
+    finally:
+        agent.stop()
+        second.stop()
