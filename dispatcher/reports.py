@@ -71,7 +71,7 @@ def reconcile(session: Session, cluster: str, inventory: list[Report]) -> list[t
     held = {(r.job_id, r.attempt) for r in inventory}
     for report in inventory:
         apply(session, cluster, report)
-    unacked = job_store.mark_unacked_dispatch(session, cluster)
+    unacked = outbox_store.unacked_dispatches(session, cluster)
     for job in job_store.active_on_cluster(session, cluster):
         key = (job.id, job.attempt)
         if key not in held and key not in unacked:

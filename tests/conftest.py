@@ -32,22 +32,23 @@ def pg_server():
     shutil.rmtree(root, ignore_errors=True)
 
 
+def _new_database(pg_server, template: str | None) -> str:
+    server, host = pg_server
+    name = f"t_{os.getpid()}_{next(_counter)}"
+    server.psql(f"CREATE DATABASE {name}" + (f" TEMPLATE {template};" if template else ";"))
+    return f"postgresql+psycopg://postgres@/{name}?host={host}"
+
+
 @pytest.fixture
 def db_url(pg_server) -> str:
     """A fresh database at the schema head, private to this test."""
-    server, host = pg_server
-    name = f"t_{os.getpid()}_{next(_counter)}"
-    server.psql(f"CREATE DATABASE {name} TEMPLATE sluice_template;")
-    return f"postgresql+psycopg://postgres@/{name}?host={host}"
+    return _new_database(pg_server, "sluice_template")
 
 
 @pytest.fixture
 def empty_db_url(pg_server) -> str:
     """A fresh database with no schema at all."""
-    server, host = pg_server
-    name = f"e_{os.getpid()}_{next(_counter)}"
-    server.psql(f"CREATE DATABASE {name};")
-    return f"postgresql+psycopg://postgres@/{name}?host={host}"
+    return _new_database(pg_server, None)
 
 
 @pytest.fixture

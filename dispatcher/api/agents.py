@@ -98,9 +98,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             cluster_store.get_cluster(session, hello.cluster)
             acked = outbox_store.acked_through(session, hello.cluster)
             # A new agent process reports from scratch: everything it acked before is in its report.
-            cluster_store.reset_applied_through(session, hello.cluster, 0)
             cluster_store.record_capacity(session, hello.cluster, capacity_document(hello.capacity),
-                                          max(acked, hello.capacity.applied_through), now)
+                                          max(acked, hello.capacity.applied_through), now, first=True)
             orphans = reports.reconcile(session, hello.cluster, [report_of(s) for s in hello.inventory])
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")

@@ -9,14 +9,14 @@ from sqlalchemy.orm import sessionmaker
 from dispatcher import reports, submitting
 from dispatcher.api import convert
 from dispatcher.api.auth import Authenticator
-from dispatcher.api.errors import translated
+from dispatcher.api.errors import status_for, translated
 from dispatcher.capacity import snapshot
-from dispatcher.errors import InvalidRequest
+from dispatcher.errors import DispatcherError, InvalidRequest
 from dispatcher.notifying import Notifier
 from dispatcher.policy import states
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
-from sluice.quantity import add
+from sluice.quantity import add, parse_resources
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
 READERS = ("admin", "user")
@@ -85,8 +85,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     def Watch(self, request, context):
         try:
             self._auth.require(context, *READERS)
-        except Exception as exc:  # streams abort the same way unary calls do
-            from dispatcher.api.errors import status_for
+        except DispatcherError as exc:  # streams abort the same way unary calls do
             context.abort(status_for(exc), str(exc))
         wake = threading.Event()
         unsubscribe = self._notifier.subscribe(job_store.EVENTS_CHANNEL, lambda _p: wake.set())
@@ -124,7 +123,6 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     @translated
     def ListQueues(self, request, context):
         self._auth.require(context, *READERS)
-        from sluice.quantity import parse_resources
         with self._sessions() as session:
             usage = cluster_store.queue_usage(session)
             views = []

@@ -50,33 +50,32 @@ def apply_objects(session: Session, objects) -> None:
         remaining = [q for q in remaining if q not in ready]
 
 
+def _get(session: Session, model, what: str, name: str):
+    row = session.get(model, name)
+    if row is None:
+        raise NotFound(f"{what} {name!r} not found")
+    return row
+
+
 def get_cluster(session: Session, name: str) -> Cluster:
-    cluster = session.get(Cluster, name)
-    if cluster is None:
-        raise NotFound(f"cluster {name!r} not found")
-    return cluster
+    return _get(session, Cluster, "cluster", name)
 
 
 def list_clusters(session: Session) -> list[Cluster]:
     return list(session.scalars(select(Cluster).order_by(Cluster.name)))
 
 
-def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime) -> None:
+def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime, *,
+                    first: bool = False) -> None:
+    """Store an agent's capacity report. Within a connection the watermark only rises; the first
+    report of a new connection (a new agent process) sets it afresh."""
+    watermark = applied_through if first else func.greatest(Cluster.applied_through, applied_through)
     session.execute(update(Cluster).where(Cluster.name == name).values(
-        capacity=capacity, capacity_at=now, last_seen_at=now,
-        applied_through=func.greatest(Cluster.applied_through, applied_through)))
-
-
-def reset_applied_through(session: Session, name: str, applied_through: int) -> None:
-    """A new agent connection: its first report counts exactly what acked commands created."""
-    session.execute(update(Cluster).where(Cluster.name == name).values(applied_through=applied_through))
+        capacity=capacity, capacity_at=now, last_seen_at=now, applied_through=watermark))
 
 
 def get_queue(session: Session, name: str) -> Queue:
-    queue = session.get(Queue, name)
-    if queue is None:
-        raise NotFound(f"queue {name!r} not found")
-    return queue
+    return _get(session, Queue, "queue", name)
 
 
 def list_queues(session: Session) -> list[Queue]:

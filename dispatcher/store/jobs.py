@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import Row, and_, func, insert, select, text, update
+from sqlalchemy import Row, func, insert, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
@@ -222,10 +222,3 @@ def holds_advisory_lock(session: Session, backend_pid: int, key: int) -> bool:
         """SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
                           AND pid = :pid AND classid = 0 AND objid = :key AND objsubid = 1)"""),
         {"pid": backend_pid, "key": key}))
-
-
-def mark_unacked_dispatch(session: Session, cluster: str) -> set[tuple[int, int]]:
-    """(job, attempt) of dispatch commands for the cluster that the agent has not acked yet."""
-    rows = session.execute(select(OutboxCommand.job_id, OutboxCommand.attempt).where(
-        and_(OutboxCommand.cluster == cluster, OutboxCommand.kind == "dispatch", OutboxCommand.acked_at.is_(None))))
-    return {(r.job_id, r.attempt) for r in rows}

@@ -43,3 +43,10 @@ def add_cancel(session: Session, cluster: str, job_id: int, attempt: int, reason
     session.execute(insert(OutboxCommand).values(cluster=cluster, kind="cancel", job_id=job_id, attempt=attempt,
                                                  payload={"reason": reason}))
     notify(session, OUTBOX_CHANNEL, cluster)
+
+
+def unacked_dispatches(session: Session, cluster: str) -> set[tuple[int, int]]:
+    """(job, attempt) of dispatch commands for the cluster that its agent has not acked yet."""
+    rows = session.execute(select(OutboxCommand.job_id, OutboxCommand.attempt).where(
+        OutboxCommand.cluster == cluster, OutboxCommand.kind == "dispatch", OutboxCommand.acked_at.is_(None)))
+    return {(r.job_id, r.attempt) for r in rows}

@@ -13,7 +13,6 @@ import tempfile
 import time
 
 import pytest
-import yaml
 
 from agent.backends.sim import ledger_duplicates
 from sluice.client import Client, ClientError

@@ -109,6 +109,14 @@ class ScriptedAgent:
         self.channel.close()
 
 
+def dispatched_job(dispatcher, agent: ScriptedAgent) -> tuple[int, agents_pb2.Command]:
+    """Submit a small job and take (and ack) its dispatch command on the scripted agent."""
+    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
+    command = agent.next("command")
+    agent.send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
+    return job_id, command
+
+
 def wait_for(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
@@ -141,9 +149,7 @@ def test_commands_are_resent_until_acked_and_never_after(dispatcher):
 
 def test_stale_attempts_are_fenced_off(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
-    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
-    command = agent.next("command")
-    agent.send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
+    job_id, _ = dispatched_job(dispatcher, agent)
     agent.status(1, job_id, 7, "SUCCEEDED")  # an attempt that never existed
     agent.status(2, job_id, 1, "RUNNING")
     assert dispatcher.client.get(job_id)["state"] == "RUNNING"
@@ -161,9 +167,7 @@ def test_stale_attempts_are_fenced_off(dispatcher):
 
 def test_lost_attempt_is_requeued_as_a_new_attempt(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
-    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
-    command = agent.next("command")
-    agent.send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
+    job_id, _ = dispatched_job(dispatcher, agent)
     agent.status(1, job_id, 1, "RUNNING")
     agent.close()
     # The agent comes back holding nothing: the acked attempt is lost, the job goes back to the queue
