@@ -59,15 +59,22 @@ def _seconds(a: str | None, b: str | None) -> float | None:
     return (parse(b) - parse(a)).total_seconds()
 
 
-def _progress(jobs: list[dict], elapsed: float) -> str:
-    by = {s: 0 for s in ("QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")}
-    clusters: dict[str, int] = {}
+def _progress(jobs: list[dict], elapsed: float) -> list[str]:
+    """The live table: one row per cluster (jobs active there, ended there), then the totals."""
+    states = ("QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED", "FAILED")
+    rows: dict[str, dict[str, int]] = {}
+    total = {s: 0 for s in states}
     for j in jobs:
-        by[j["state"]] = by.get(j["state"], 0) + 1
-        if j["state"] in ("DISPATCHED", "RUNNING"):
-            clusters[j["cluster"]] = clusters.get(j["cluster"], 0) + 1
-    active = " ".join(f"{c}={n}" for c, n in sorted(clusters.items())) or "-"
-    return f"{elapsed:6.1f}s  " + "  ".join(f"{s.lower()} {n:4d}" for s, n in by.items()) + f"  | active on {active}"
+        total[j["state"]] = total.get(j["state"], 0) + 1
+        if j["cluster"]:
+            row = rows.setdefault(j["cluster"], {s: 0 for s in states})
+            row[j["state"]] = row.get(j["state"], 0) + 1
+    head = f"{'cluster':<10}" + "".join(f"{s.lower():>12}" for s in states)
+    lines = [f"{elapsed:6.1f}s", head]
+    lines += [f"{name:<10}" + "".join(f"{row[s] if s != 'QUEUED' else '':>12}" for s in states)
+              for name, row in sorted(rows.items())]
+    lines.append(f"{'all':<10}" + "".join(f"{total[s]:>12}" for s in states))
+    return lines
 
 
 def run_demo(*, jobs: int = 200, data_dir: pathlib.Path | None = None, json_out: bool = False,
@@ -85,17 +92,19 @@ def run_demo(*, jobs: int = 200, data_dir: pathlib.Path | None = None, json_out:
         ids = client.submit([doc for doc, _ in workload])
         intended = {job_id: want for job_id, (_, want) in zip(ids, workload)}
         deadline = started + timeout_s
+        shown = 0
         while True:
             listed = client.list(limit=0)
             mine = [j for j in listed if j["id"] in intended]
             if live:
-                print("\r" + _progress(mine, time.monotonic() - started), end="", file=sys.stderr, flush=True)
+                lines = _progress(mine, time.monotonic() - started)
+                up = f"\x1b[{shown}F" if shown else ""  # back to the table's first line, then redraw it
+                print(up + "\n".join(line + "\x1b[K" for line in lines), file=sys.stderr, flush=True)
+                shown = len(lines)
             if all(j["state"] in FINAL for j in mine) or time.monotonic() > deadline:
                 break
             time.sleep(0.25)
         elapsed = time.monotonic() - started
-        if live:
-            print(file=sys.stderr)
         client.close()
         duplicated = sum(ledger_duplicates(p) for p in (data / "sim").glob("*.ledger"))
     finally:
