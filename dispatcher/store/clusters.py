@@ -8,8 +8,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
-from dispatcher.store.models import Cluster, Job, Queue, ServiceClass
-from sluice.objects import ClusterObject, QueueObject, ServiceClassObject
+from dispatcher.store.models import BurstPolicy, Cluster, Job, Queue, ServiceClass
+from sluice.objects import BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject
 
 
 def apply_object(session: Session, obj) -> None:
@@ -24,6 +24,9 @@ def apply_object(session: Session, obj) -> None:
     elif isinstance(obj, ServiceClassObject):
         values = dict(name=obj.name, priority=obj.priority, spec=doc)
         table = ServiceClass
+    elif isinstance(obj, BurstPolicyObject):
+        values = dict(name=obj.name, spec=doc)
+        table = BurstPolicy
     else:
         raise TypeError(f"{type(obj).__name__} objects are not stored yet")
     stmt = insert(table).values(**values)
@@ -33,7 +36,7 @@ def apply_object(session: Session, obj) -> None:
 
 def apply_objects(session: Session, objects) -> None:
     # Parents before children, classes before the queues that name them.
-    order = {ServiceClassObject: 0, ClusterObject: 1, QueueObject: 2}
+    order = {ServiceClassObject: 0, ClusterObject: 1, QueueObject: 2, BurstPolicyObject: 3}
     pending = sorted((o for o in objects if type(o) in order), key=lambda o: order[type(o)])
     queues = {o.name for o in pending if isinstance(o, QueueObject)}
     done: set[str] = set(session.scalars(select(Queue.name)))

@@ -83,6 +83,9 @@ class Job(Base):
         # The head of the queue, in scheduling order, without scanning the backlog.
         Index("ix_jobs_queued_order", class_priority.desc(), priority.desc(), "id",
               postgresql_where=text("state = 'QUEUED'")),
+        # The head of each queue, in its order: the scheduler reads a few jobs per queue.
+        Index("ix_jobs_queue_head", "queue", class_priority.desc(), priority.desc(), "id",
+              postgresql_where=text("state = 'QUEUED'")),
         Index("ix_jobs_active_cluster", "cluster", postgresql_where=text("state IN ('DISPATCHED', 'RUNNING')")),
         Index("ix_jobs_queue_state", "queue", "state"),
         Index("ix_jobs_state_id", "state", "id"),
@@ -147,3 +150,25 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class BurstPolicy(Base):
+    __tablename__ = "burst_policies"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    spec: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))  # the BurstPolicy object's document
+    created_at: Mapped[datetime] = _now()
+
+
+class AuditRecord(Base):
+    """Every admin change: who, when, what (the object before and after, or the command's arguments)."""
+
+    __tablename__ = "admin_audit"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    at: Mapped[datetime] = _now()
+    actor: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)  # create | update | delete | quota-set | add-member | ...
+    kind: Mapped[str] = mapped_column(Text)  # Queue | ServiceClass | Cluster | BurstPolicy | Token
+    name: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
+
+    __table_args__ = (Index("ix_admin_audit_at", "at"),)
