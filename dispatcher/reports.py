@@ -97,3 +97,17 @@ def cancel(session: Session, job_ids: list[int], who: str) -> list[Job]:
             outbox_store.add_cancel(session, cluster, job_id, attempt, f"cancelled by {who}")
         out.append(job)
     return out
+
+
+def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
+    """Evict a job's attempt to make room for job `by`: back to QUEUED (a new attempt later), its pods
+    deleted by a cancel command. False when the job already moved on (nothing to evict)."""
+    job = job_store.get(session, victim_id, for_update=True)
+    if job.state not in states.ACTIVE or job.cluster != cluster:
+        return False
+    attempt = job.attempt
+    reason = f"preempted by job {by}"
+    job_store.transition(session, job, states.QUEUED, reason, cluster=None, preempted_by=by)
+    job_store.end_attempt(session, victim_id, attempt, "PREEMPTED", reason)
+    outbox_store.add_cancel(session, cluster, victim_id, attempt, reason)
+    return True

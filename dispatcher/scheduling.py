@@ -2,8 +2,9 @@
 
 Leadership is a Postgres session advisory lock held on a dedicated connection: when the leader dies,
 its connection closes, the lock is released and another replica takes it within `leader_retry_s`.
-Each cycle reads `now` once, reads the head of the queue and each cluster's usable capacity, asks the
-pure policy for decisions, and commits them in one transaction with their events and outbox commands.
+Each cycle reads `now` once, reads the head of every queue, what is running, the quotas and each
+cluster's usable capacity, asks the pure policy (policy/planning.py) for decisions, and commits them
+in one transaction: dispatches, preemptions, their events and outbox commands, pending reasons.
 New work and freed capacity wake the loop through NOTIFY; the timeout is only a safety net.
 """
 from __future__ import annotations
@@ -20,8 +21,13 @@ from sqlalchemy.orm import sessionmaker
 
 from dispatcher.capacity import snapshot
 from dispatcher.notifying import Notifier, libpq_url
-from dispatcher.policy.placing import Place, QueuedJob, Wait, plan
+from dispatcher import reports
+from dispatcher.policy.placing import QueuedJob
+from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, plan_cycle
+from dispatcher.policy.quotas import QueueQuota
+from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
+from sluice.objects import object_from_document
 
 log = logging.getLogger(__name__)
 LEADER_LOCK = 7302
@@ -29,7 +35,7 @@ LEADER_LOCK = 7302
 
 @dataclass(frozen=True)
 class SchedulerSettings:
-    head_size: int = 1000  # queued jobs considered per cycle, in order (seconds of work, never the backlog)
+    per_queue: int = 64  # queued jobs read per queue and cycle, in order (never the whole backlog)
     reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
@@ -39,33 +45,64 @@ class SchedulerSettings:
 @dataclass(frozen=True)
 class CycleResult:
     dispatched: int
+    preempted: int
     waiting: int
     seconds: float
+    holds: dict[int, Hold]
 
 
 class LostLeadership(Exception):
     pass
 
 
+def queue_quotas(session) -> list[QueueQuota]:
+    out = []
+    for row in cluster_store.list_queues(session):
+        q = object_from_document(row.spec)
+        out.append(QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight))
+    return out
+
+
+def class_policies(session) -> dict[str, ClassPolicy]:
+    out = {}
+    for row in cluster_store.service_classes(session).values():
+        c = object_from_document(row.spec)
+        out[c.name] = ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s)
+    return out
+
+
+def candidate(row, now: datetime) -> Candidate:
+    placement = row.placement or {}
+    job = QueuedJob(row.id, row.requests, row.largest_pod, dict(placement.get("clusterSelector", {})),
+                    tuple(placement.get("tiers", ())), tuple(placement.get("sites", ())))
+    return Candidate(job, row.queue, row.service_class, row.class_priority, row.priority,
+                     (now - row.created_at).total_seconds(), row.preempted_by)
+
+
 def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,
-              write_reasons: bool = True, leader_pid: int | None = None) -> CycleResult:
+              holds: dict[int, Hold] | None = None, write_reasons: bool = True,
+              leader_pid: int | None = None) -> CycleResult:
     """One scheduling cycle. With leader_pid, it commits only while that backend holds the leader lock."""
     started = time.perf_counter()
     with sessions.begin() as session:
         if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
             raise LostLeadership("the leader lock is no longer held")
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s)]
-        head = job_store.queued_head(session, settings.head_size)
-        jobs = [QueuedJob(r.id, r.requests, r.largest_pod, dict(r.placement.get("clusterSelector", {})),
-                          tuple(r.placement.get("tiers", ())), tuple(r.placement.get("sites", ()))) for r in head]
-        decisions = plan(jobs, clusters)
-        places = [(d.job_id, d.cluster) for d in decisions if isinstance(d, Place)]
-        current = {r.id: r.reason for r in head}
-        dispatched = job_store.dispatch(session, places)
-        if write_reasons:
-            job_store.set_reasons(session, {d.job_id: d.reason for d in decisions
-                                            if isinstance(d, Wait) and current[d.job_id] != d.reason})
-    return CycleResult(len(dispatched), len(jobs) - len(places), time.perf_counter() - started)
+        classes = class_policies(session)
+        heads: dict[str, list[Candidate]] = {}
+        current: dict[int, str] = {}
+        for row in job_store.queue_heads(session, settings.per_queue):
+            heads.setdefault(row.queue, []).append(candidate(row, now))
+            current[row.id] = row.reason
+        active = [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
+                         classes[r.service_class].preemptible if r.service_class in classes else False)
+                  for r in job_store.active_attempts(session)]
+        plan = plan_cycle(heads, active, clusters, queue_quotas(session), classes, holds or {}, now.timestamp())
+        preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
+        dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places])
+        if write_reasons or plan.preemptions:
+            job_store.set_reasons(session, {i: r for i, r in plan.waits.items() if current.get(i) != r})
+    return CycleResult(len(dispatched), preempted, len(plan.waits), time.perf_counter() - started, plan.holds)
 
 
 class Scheduler:
@@ -78,6 +115,7 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.is_leader = threading.Event()
+        self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
         notifier.subscribe(job_store.WAKE_CHANNEL, lambda _p: self._wake.set())
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
 
@@ -119,8 +157,9 @@ class Scheduler:
             write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
-            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc),
+            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid)
+            self._holds = result.holds
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 continue  # capacity may remain for the next jobs in line

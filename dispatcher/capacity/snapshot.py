@@ -50,6 +50,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float) -> list
             unavailable = "no capacity reported yet"
         age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
         out.append(ClusterCapacity(
-            ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable),
+            ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable,
+                         dict(capacity.get("allocatable", {}))),
             status, "agent" if capacity else "none", age, dict(capacity.get("allocatable", {}))))
     return out

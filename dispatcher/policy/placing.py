@@ -24,6 +24,7 @@ class ClusterState:
     free: dict[str, int]
     largest_free_node: dict[str, int]
     unavailable: str = ""  # why it takes no jobs now ("unreachable", "cordoned", ...); "" if it does
+    allocatable: dict[str, int] = field(default_factory=dict)  # everything it has, busy or not
 
 
 @dataclass(frozen=True)
@@ -86,26 +87,35 @@ def _tightness(job: QueuedJob, cluster: ClusterState) -> float:
     return min(shares) if shares else 1.0
 
 
+def decide(job: QueuedJob, state: dict[str, ClusterState]) -> Place | Wait:
+    """Place one job on the best cluster in `state` and take its capacity there, or say why it waits."""
+    candidates = [c for c in state.values() if _matches(job, c)]
+    if not candidates:
+        return Wait(job.id, "no cluster matches its placement" + _placement_text(job))
+    fitting = [c for c in candidates if _why_not(job, c) is None]
+    if not fitting:
+        reasons = "; ".join(f"{c.name}: {_why_not(job, c)}" for c in sorted(candidates, key=_rank))
+        return Wait(job.id, f"no cluster fits: {reasons}")
+    best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), _tightness(job, c), c.name))
+    state[best.name] = take(best, job.requests)
+    return Place(job.id, best.name)
+
+
+def take(cluster: ClusterState, requests: dict[str, int]) -> ClusterState:
+    """The cluster with `requests` less free (its largest free node can hold no more than what is left)."""
+    free = subtract(cluster.free, requests)
+    largest = {r: min(v, free.get(r, 0)) for r, v in cluster.largest_free_node.items()}
+    return replace(cluster, free=free, largest_free_node=largest)
+
+
+def matching(job: QueuedJob, clusters) -> list[ClusterState]:
+    return [c for c in clusters if _matches(job, c)]
+
+
 def plan(jobs: list[QueuedJob], clusters: list[ClusterState]) -> list[Place | Wait]:
     """One decision per job, in order; capacity taken by earlier placements is not offered again."""
     state = {c.name: c for c in clusters}
-    decisions: list[Place | Wait] = []
-    for job in jobs:
-        candidates = [c for c in state.values() if _matches(job, c)]
-        if not candidates:
-            decisions.append(Wait(job.id, "no cluster matches its placement" + _placement_text(job)))
-            continue
-        fitting = [c for c in candidates if _why_not(job, c) is None]
-        if not fitting:
-            reasons = "; ".join(f"{c.name}: {_why_not(job, c)}" for c in sorted(candidates, key=_rank))
-            decisions.append(Wait(job.id, f"no cluster fits: {reasons}"))
-            continue
-        best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), _tightness(job, c), c.name))
-        free = subtract(best.free, job.requests)
-        largest = {r: min(v, free.get(r, 0)) for r, v in best.largest_free_node.items()}
-        state[best.name] = replace(best, free=free, largest_free_node=largest)
-        decisions.append(Place(job.id, best.name))
-    return decisions
+    return [decide(job, state) for job in jobs]
 
 
 def _rank(cluster: ClusterState) -> tuple[int, str]:

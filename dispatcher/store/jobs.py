@@ -189,13 +189,21 @@ def set_reasons(session: Session, reasons: dict[int, str]) -> None:
         {"ids": list(reasons), "reasons": list(reasons.values())})
 
 
-def queued_head(session: Session, limit: int) -> list[Row]:
-    """The first `limit` queued jobs in scheduling order, read through the partial index only."""
+def queue_heads(session: Session, per_queue: int) -> list[Row]:
+    """The first `per_queue` queued jobs of every queue, in queue order (one index range per queue)."""
+    return session.execute(text(
+        """SELECT h.* FROM queues q CROSS JOIN LATERAL (
+               SELECT id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
+                      reason, created_at, preempted_by
+               FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
+               ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h"""), {"n": per_queue}).all()
+
+
+def active_attempts(session: Session) -> list[Row]:
+    """Every dispatched or running job with what it holds and where (usage and preemption candidates)."""
     return session.execute(
-        select(Job.id, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.requests,
-               Job.largest_pod, Job.placement, Job.reason, Job.created_at)
-        .where(Job.state == states.QUEUED)
-        .order_by(Job.class_priority.desc(), Job.priority.desc(), Job.id).limit(limit)).all()
+        select(Job.id, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster, Job.requests)
+        .where(Job.state.in_(states.ACTIVE))).all()
 
 
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:

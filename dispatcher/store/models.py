@@ -74,6 +74,7 @@ class Job(Base):
     placement: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
     labels: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
     submitted_by: Mapped[str] = mapped_column(Text, server_default="")
+    preempted_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # evicted its last attempt
     created_at: Mapped[datetime] = _now()
     dispatched_at: Mapped[datetime | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)

@@ -1,0 +1,240 @@
+"""One scheduling cycle's decisions: who goes first, what starts where, who waits and why, who is
+preempted and what is held. Pure: the clock and every input are passed in.
+
+Order: higher class first; within a class, the queue with the lowest weighted dominant-resource share
+(compared from the root of the queue tree down); within a queue, priority then age. Queues take turns,
+so a queue whose head cannot start never stops the others, and one cycle may admit many jobs of one
+queue. A job that cannot start:
+- over a queue maximum: waits, naming the queue, resource and numbers;
+- no room, and its class may preempt (or its queue is within its guarantee and others borrow): evicts
+  the smallest set of eligible jobs on one cluster and holds that room for itself;
+- no room, and it has waited past its class's reservation time: holds room on its best cluster, so
+  smaller jobs may only use what the hold leaves (backfill);
+- otherwise waits with the reason placement gave.
+No preemption loops: a victim never evicts the job that evicted it, and reclaim only admits jobs that
+stay within their guarantee, so they are never reclaimed in turn.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field, replace
+
+from dispatcher.policy.placing import ClusterState, Place, QueuedJob, decide, matching, take
+from dispatcher.policy.quotas import QueueQuota, QuotaTree
+from sluice.quantity import add, fits, subtract
+
+PREEMPTION_HOLD_S = 120.0  # how long room freed by preemption stays held for the preemptor
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    name: str
+    priority: int = 0
+    preemptible: bool = False
+    can_preempt: bool = False
+    weight: float = 1.0
+    reservation_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A queued job at the head of its queue."""
+
+    job: QueuedJob
+    queue: str
+    service_class: str
+    class_priority: int
+    priority: int
+    waited_s: float = 0.0
+    preempted_by: int | None = None  # the job that evicted its last attempt, never evicted back by it
+
+
+@dataclass(frozen=True)
+class Active:
+    """A dispatched or running attempt, holding capacity on its cluster."""
+
+    job_id: int
+    queue: str
+    service_class: str
+    class_priority: int
+    priority: int
+    cluster: str
+    requests: dict[str, int]
+    preemptible: bool = False
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Room on one cluster kept for one queued job: a reservation or the room its preemption frees."""
+
+    job_id: int
+    cluster: str
+    requests: dict[str, int]
+    kind: str  # reservation | preemption
+    since: float
+    victims: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Preempt:
+    victim: int
+    by: int
+    cluster: str
+
+
+@dataclass
+class CyclePlan:
+    places: list[Place] = field(default_factory=list)
+    waits: dict[int, str] = field(default_factory=dict)
+    preemptions: list[Preempt] = field(default_factory=list)
+    holds: dict[int, Hold] = field(default_factory=dict)
+
+
+def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters: list[ClusterState],
+               queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold],
+               now: float) -> CyclePlan:
+    capacity: dict[str, int] = {}
+    for c in clusters:
+        capacity = add(capacity, c.allocatable)
+    tree = QuotaTree(queues, capacity)
+    running: dict[str, list[Active]] = {}
+    for a in active:
+        tree.charge(a.queue, a.requests)
+        running.setdefault(a.cluster, []).append(a)
+    state = {c.name: c for c in clusters}
+    queued = {c.job.id for jobs in heads.values() for c in jobs}
+    out = CyclePlan(holds={i: h for i, h in holds.items() if i in queued and h.cluster in state
+                           and (h.kind != "preemption" or now - h.since < PREEMPTION_HOLD_S)})
+
+    def key(queue: str, candidate: Candidate) -> tuple:
+        weight = classes[candidate.service_class].weight if candidate.service_class in classes else 1.0
+        return (-candidate.class_priority, tree.fair_key(queue, weight), -candidate.priority, candidate.job.id, queue)
+
+    turn = {q: 0 for q in heads}
+    heap = [key(q, jobs[0]) for q, jobs in heads.items() if jobs]
+    heapq.heapify(heap)
+    while heap:
+        queue = heapq.heappop(heap)[-1]
+        candidate = heads[queue][turn[queue]]
+        turn[queue] += 1
+        _consider(candidate, tree, state, running, classes, out, now)
+        if turn[queue] < len(heads[queue]):
+            heapq.heappush(heap, key(queue, heads[queue][turn[queue]]))
+    return out
+
+
+def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job_id: int) -> dict[str, ClusterState]:
+    """The clusters as one job sees them: free less what is held for other jobs."""
+    view = dict(state)
+    for hold in holds.values():
+        if hold.job_id != job_id and hold.cluster in view:
+            view[hold.cluster] = take(view[hold.cluster], hold.requests)
+    return view
+
+
+def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
+              classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> None:
+    job = c.job
+    over = tree.over_max(c.queue, job.requests)
+    if over:
+        out.waits[job.id] = over
+        return
+    decision = decide(job, _view(state, out.holds, job.id))
+    if isinstance(decision, Place):
+        state[decision.cluster] = take(state[decision.cluster], job.requests)
+        tree.charge(c.queue, job.requests)
+        out.places.append(decision)
+        out.holds.pop(job.id, None)
+        return
+    held = out.holds.get(job.id)
+    if held is not None:
+        what = "preempted jobs " + ", ".join(map(str, held.victims)) + " to stop" if held.victims else "room"
+        out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for {what}"
+        return
+    if _preempt(c, tree, state, running, classes, out, now):
+        return
+    cls = classes.get(c.service_class)
+    if cls and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s:
+        target = _reservation_cluster(job, state)
+        if target is not None:
+            out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now)
+            out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s)"
+            return
+    if isinstance(decide(job, dict(state)), Place):  # it would fit, but for someone's hold
+        blocker = next((h for h in out.holds.values() if h.job_id != job.id and matching(job, [state[h.cluster]])), None)
+        if blocker is not None:
+            out.waits[job.id] = f"reserved capacity for job {blocker.job_id} on {blocker.cluster}"
+            return
+    out.waits[job.id] = decision.reason
+
+
+def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str | None:
+    """Where a starving job should wait: a cluster that could hold it empty, with the most room now."""
+    possible = [c for c in matching(job, state.values()) if not c.unavailable and fits(job.requests, c.allocatable)]
+    if not possible:
+        return None
+    dominant = max(job.requests, key=lambda r: job.requests[r] / max(1, max(c.allocatable.get(r, 0) for c in possible)))
+    return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name
+
+
+def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
+             classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> bool:
+    cls = classes.get(c.service_class)
+    can_preempt = bool(cls and cls.can_preempt)
+    reclaim = tree.within_guarantee(c.queue, c.job.requests)
+    if not (can_preempt or reclaim):
+        return False
+    evicting = {p.victim for p in out.preemptions}
+
+    def eligible(a: Active) -> bool:
+        if a.job_id in evicting or a.job_id == c.preempted_by:
+            return False
+        if can_preempt and a.preemptible and a.class_priority < c.class_priority:
+            return True
+        return reclaim and a.queue != c.queue and tree.borrowing(a.queue)
+
+    best: tuple | None = None
+    view = _view(state, out.holds, c.job.id)
+    for cluster in matching(c.job, view.values()):
+        if cluster.unavailable or not fits(c.job.requests, cluster.allocatable):
+            continue
+        chosen = _smallest_set(c.job.requests, cluster.free, [a for a in running.get(cluster.name, []) if eligible(a)])
+        if chosen is not None and chosen:
+            cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
+            if best is None or cost < best[0]:
+                best = (cost, cluster.name, chosen)
+    if best is None:
+        return False
+    _, cluster, victims = best
+    for a in victims:
+        tree.charge(a.queue, a.requests, -1)
+        running[cluster].remove(a)
+        state[cluster] = replace(state[cluster], free=add(state[cluster].free, a.requests))
+        out.preemptions.append(Preempt(a.job_id, c.job.id, cluster))
+    ids = tuple(a.job_id for a in victims)
+    out.holds[c.job.id] = Hold(c.job.id, cluster, dict(c.job.requests), "preemption", now, ids)
+    out.waits[c.job.id] = f"preempting jobs {', '.join(map(str, ids))} on {cluster}"
+    return True
+
+
+def _smallest_set(need: dict[str, int], free: dict[str, int], eligible: list[Active]) -> list[Active] | None:
+    """Victims whose requests, added to `free`, cover `need`: lowest class and priority first, then pruned
+    of any victim the rest can do without. None when even all of them are not enough."""
+    if fits(need, free):
+        return []
+    order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
+    chosen: list[Active] = []
+    room = dict(free)
+    for a in order:
+        chosen.append(a)
+        room = add(room, a.requests)
+        if fits(need, room):
+            break
+    else:
+        return None
+    for a in reversed(list(chosen)):
+        without = subtract(room, a.requests)
+        if fits(need, without):
+            chosen.remove(a)
+            room = without
+    return chosen
