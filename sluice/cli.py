@@ -163,6 +163,22 @@ def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format 
                          ("CLUSTER", "cluster"), ("REASON", "reason")])))
 
 
+@app.command()
+def explain(ctx: typer.Context, job: str = typer.Argument(...), output: Format = OutputOpt) -> None:
+    """Why a job waits: its queue's quota verdict and, per cluster, why it cannot start there."""
+    job_id = _job_id(job)
+    client = _client(ctx, f"explain {job}")
+    info = _call(f"explain {job}", lambda: client.explain(job_id))
+    if output != Format.table:
+        emit(info, output)
+        return
+    print(f"job {info['id']} ({info['state']}, queue {info['queue']}"
+          + (f", position {info['queuePosition']}" if info["queuePosition"] else "") + ")")
+    print(f"reason: {info['reason']}")
+    print(f"quota:  {info['quota']}")
+    print(_indent(table(info["clusters"], [("CLUSTER", "cluster"), ("VERDICT", "verdict")])))
+
+
 def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 

@@ -95,6 +95,11 @@ class Client:
         return {**job_dict(reply.job), "queuePosition": reply.queue_position or None,
                 "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events]}
 
+    def explain(self, job_id: int) -> dict:
+        reply = self._call(self._jobs.Explain, jobs_pb2.GetJobRequest(id=job_id))
+        return {**job_dict(reply.job), "queuePosition": reply.queue_position or None, "quota": reply.quota,
+                "clusters": [{"cluster": c.cluster, "verdict": c.verdict} for c in reply.clusters]}
+
     def list(self, *, queue: str = "", state: str = "", limit: int = 0) -> list[dict]:
         """Jobs in id order; limit 0 lists every job (paging through the server's pages)."""
         out: list[dict] = []

@@ -12,6 +12,7 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
 from dispatcher.capacity import snapshot
 from dispatcher.errors import DispatcherError, InvalidRequest
+from dispatcher.explaining import explain
 from dispatcher.notifying import Notifier
 from dispatcher.policy import states
 from dispatcher.store import clusters as cluster_store
@@ -52,6 +53,16 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             return jobs_pb2.DescribeJobResponse(
                 job=convert.job(job), events=[convert.event(e) for e in job_store.events(session, job_id=job.id)],
                 queue_position=job_store.queue_position(session, job))
+
+    @translated
+    def Explain(self, request, context):
+        self._auth.require(context, *READERS)
+        with self._sessions() as session:
+            found = explain(session, request.id, datetime.now(timezone.utc),
+                            unreachable_after_s=self._unreachable_after_s)
+            return jobs_pb2.ExplainResponse(
+                job=convert.job(found.job, with_spec=False), queue_position=found.queue_position, quota=found.quota,
+                clusters=[jobs_pb2.ClusterVerdict(cluster=name, verdict=v) for name, v in found.clusters])
 
     @translated
     def List(self, request, context):

@@ -108,6 +108,17 @@ def take(cluster: ClusterState, requests: dict[str, int]) -> ClusterState:
     return replace(cluster, free=free, largest_free_node=largest)
 
 
+def verdicts(job: QueuedJob, clusters: list[ClusterState]) -> list[tuple[str, str]]:
+    """Per cluster, in preference order: "fits", or why the job cannot start there now."""
+    out = []
+    for c in sorted(clusters, key=_rank):
+        if not _matches(job, c):
+            out.append((c.name, f"not allowed by its placement{_placement_text(job)}: tier {c.tier}, site {c.site or '-'}"))
+        else:
+            out.append((c.name, _why_not(job, c) or "fits"))
+    return out
+
+
 def matching(job: QueuedJob, clusters) -> list[ClusterState]:
     return [c for c in clusters if _matches(job, c)]
 

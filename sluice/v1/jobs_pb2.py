@@ -16,7 +16,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14sluice/v1/jobs.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x15\n\rservice_class\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0f\n\x07\x63luster\x18\x08 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rdispatched_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06labels\x18\x0e \x03(\x0b\x32\x1a.sluice.v1.Job.LabelsEntry\x12\x11\n\tspec_json\x18\x0f \x01(\t\x12\x14\n\x0csubmitted_by\x18\x10 \x01(\t\x12\x13\n\x0bmax_retries\x18\x11 \x01(\x05\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa6\x01\n\x08JobEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x12\n\nfrom_state\x18\x04 \x01(\t\x12\x10\n\x08to_state\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07\x63luster\x18\x07 \x01(\t\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"#\n\rSubmitRequest\x12\x12\n\nspecs_json\x18\x01 \x03(\t\"\x1d\n\x0eSubmitResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"o\n\x13\x44\x65scribeJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sluice.v1.Job\x12#\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x13.sluice.v1.JobEvent\x12\x16\n\x0equeue_position\x18\x03 \x01(\x03\"R\n\x0fListJobsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.sluice.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1c\n\rCancelRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\".\n\x0e\x43\x61ncelResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.sluice.v1.Job\"6\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\"i\n\tResources\x12.\n\x05milli\x18\x01 \x03(\x0b\x32\x1f.sluice.v1.Resources.MilliEntry\x1a,\n\nMilliEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x89\x03\n\x0b\x43lusterView\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tier\x18\x02 \x01(\t\x12\x0c\n\x04site\x18\x03 \x01(\t\x12\x32\n\x06labels\x18\x04 \x03(\x0b\x32\".sluice.v1.ClusterView.LabelsEntry\x12\r\n\x05state\x18\x05 \x01(\t\x12\x17\n\x0f\x63\x61pacity_source\x18\x06 \x01(\t\x12\x1c\n\x14\x63\x61pacity_age_seconds\x18\x07 \x01(\x01\x12)\n\x0b\x61llocatable\x18\x08 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\"\n\x04\x66ree\x18\t \x01(\x0b\x32\x14.sluice.v1.Resources\x12/\n\x11largest_free_node\x18\n \x01(\x0b\x32\x14.sluice.v1.Resources\x12\x14\n\x0crunning_jobs\x18\x0b \x01(\x03\x12\x11\n\tconnected\x18\x0c \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x15\n\x13ListClustersRequest\"@\n\x14ListClustersResponse\x12(\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x16.sluice.v1.ClusterView\"\xc5\x01\n\tQueueView\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06parent\x18\x02 \x01(\t\x12(\n\nguaranteed\x18\x03 \x01(\x0b\x32\x14.sluice.v1.Resources\x12!\n\x03max\x18\x04 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\"\n\x04used\x18\x05 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\x13\n\x0bqueued_jobs\x18\x06 \x01(\x03\x12\x14\n\x0crunning_jobs\x18\x07 \x01(\x03\"\x13\n\x11ListQueuesRequest\":\n\x12ListQueuesResponse\x12$\n\x06queues\x18\x01 \x03(\x0b\x32\x14.sluice.v1.QueueView2\x91\x04\n\x04Jobs\x12=\n\x06Submit\x12\x18.sluice.v1.SubmitRequest\x1a\x19.sluice.v1.SubmitResponse\x12/\n\x03Get\x12\x18.sluice.v1.GetJobRequest\x1a\x0e.sluice.v1.Job\x12\x44\n\x08\x44\x65scribe\x12\x18.sluice.v1.GetJobRequest\x1a\x1e.sluice.v1.DescribeJobResponse\x12?\n\x04List\x12\x1a.sluice.v1.ListJobsRequest\x1a\x1b.sluice.v1.ListJobsResponse\x12=\n\x06\x43\x61ncel\x12\x18.sluice.v1.CancelRequest\x1a\x19.sluice.v1.CancelResponse\x12\x37\n\x05Watch\x12\x17.sluice.v1.WatchRequest\x1a\x13.sluice.v1.JobEvent0\x01\x12O\n\x0cListClusters\x12\x1e.sluice.v1.ListClustersRequest\x1a\x1f.sluice.v1.ListClustersResponse\x12I\n\nListQueues\x12\x1c.sluice.v1.ListQueuesRequest\x1a\x1d.sluice.v1.ListQueuesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14sluice/v1/jobs.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x15\n\rservice_class\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0f\n\x07\x63luster\x18\x08 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rdispatched_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06labels\x18\x0e \x03(\x0b\x32\x1a.sluice.v1.Job.LabelsEntry\x12\x11\n\tspec_json\x18\x0f \x01(\t\x12\x14\n\x0csubmitted_by\x18\x10 \x01(\t\x12\x13\n\x0bmax_retries\x18\x11 \x01(\x05\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa6\x01\n\x08JobEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x12\n\nfrom_state\x18\x04 \x01(\t\x12\x10\n\x08to_state\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07\x63luster\x18\x07 \x01(\t\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"#\n\rSubmitRequest\x12\x12\n\nspecs_json\x18\x01 \x03(\t\"\x1d\n\x0eSubmitResponse\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"o\n\x13\x44\x65scribeJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sluice.v1.Job\x12#\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x13.sluice.v1.JobEvent\x12\x16\n\x0equeue_position\x18\x03 \x01(\x03\"2\n\x0e\x43lusterVerdict\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\"\x82\x01\n\x0f\x45xplainResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.sluice.v1.Job\x12\x16\n\x0equeue_position\x18\x02 \x01(\x03\x12\r\n\x05quota\x18\x03 \x01(\t\x12+\n\x08\x63lusters\x18\x04 \x03(\x0b\x32\x19.sluice.v1.ClusterVerdict\"R\n\x0fListJobsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.sluice.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1c\n\rCancelRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\".\n\x0e\x43\x61ncelResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.sluice.v1.Job\"6\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x61\x66ter_event_id\x18\x02 \x01(\x03\"i\n\tResources\x12.\n\x05milli\x18\x01 \x03(\x0b\x32\x1f.sluice.v1.Resources.MilliEntry\x1a,\n\nMilliEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x89\x03\n\x0b\x43lusterView\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tier\x18\x02 \x01(\t\x12\x0c\n\x04site\x18\x03 \x01(\t\x12\x32\n\x06labels\x18\x04 \x03(\x0b\x32\".sluice.v1.ClusterView.LabelsEntry\x12\r\n\x05state\x18\x05 \x01(\t\x12\x17\n\x0f\x63\x61pacity_source\x18\x06 \x01(\t\x12\x1c\n\x14\x63\x61pacity_age_seconds\x18\x07 \x01(\x01\x12)\n\x0b\x61llocatable\x18\x08 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\"\n\x04\x66ree\x18\t \x01(\x0b\x32\x14.sluice.v1.Resources\x12/\n\x11largest_free_node\x18\n \x01(\x0b\x32\x14.sluice.v1.Resources\x12\x14\n\x0crunning_jobs\x18\x0b \x01(\x03\x12\x11\n\tconnected\x18\x0c \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x15\n\x13ListClustersRequest\"@\n\x14ListClustersResponse\x12(\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x16.sluice.v1.ClusterView\"\xc5\x01\n\tQueueView\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06parent\x18\x02 \x01(\t\x12(\n\nguaranteed\x18\x03 \x01(\x0b\x32\x14.sluice.v1.Resources\x12!\n\x03max\x18\x04 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\"\n\x04used\x18\x05 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\x13\n\x0bqueued_jobs\x18\x06 \x01(\x03\x12\x14\n\x0crunning_jobs\x18\x07 \x01(\x03\"\x13\n\x11ListQueuesRequest\":\n\x12ListQueuesResponse\x12$\n\x06queues\x18\x01 \x03(\x0b\x32\x14.sluice.v1.QueueView2\xd2\x04\n\x04Jobs\x12=\n\x06Submit\x12\x18.sluice.v1.SubmitRequest\x1a\x19.sluice.v1.SubmitResponse\x12/\n\x03Get\x12\x18.sluice.v1.GetJobRequest\x1a\x0e.sluice.v1.Job\x12\x44\n\x08\x44\x65scribe\x12\x18.sluice.v1.GetJobRequest\x1a\x1e.sluice.v1.DescribeJobResponse\x12?\n\x07\x45xplain\x12\x18.sluice.v1.GetJobRequest\x1a\x1a.sluice.v1.ExplainResponse\x12?\n\x04List\x12\x1a.sluice.v1.ListJobsRequest\x1a\x1b.sluice.v1.ListJobsResponse\x12=\n\x06\x43\x61ncel\x12\x18.sluice.v1.CancelRequest\x1a\x19.sluice.v1.CancelResponse\x12\x37\n\x05Watch\x12\x17.sluice.v1.WatchRequest\x1a\x13.sluice.v1.JobEvent0\x01\x12O\n\x0cListClusters\x12\x1e.sluice.v1.ListClustersRequest\x1a\x1f.sluice.v1.ListClustersResponse\x12I\n\nListQueues\x12\x1c.sluice.v1.ListQueuesRequest\x1a\x1d.sluice.v1.ListQueuesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,34 +43,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_end=836
   _globals['_DESCRIBEJOBRESPONSE']._serialized_start=838
   _globals['_DESCRIBEJOBRESPONSE']._serialized_end=949
-  _globals['_LISTJOBSREQUEST']._serialized_start=951
-  _globals['_LISTJOBSREQUEST']._serialized_end=1033
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1035
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1108
-  _globals['_CANCELREQUEST']._serialized_start=1110
-  _globals['_CANCELREQUEST']._serialized_end=1138
-  _globals['_CANCELRESPONSE']._serialized_start=1140
-  _globals['_CANCELRESPONSE']._serialized_end=1186
-  _globals['_WATCHREQUEST']._serialized_start=1188
-  _globals['_WATCHREQUEST']._serialized_end=1242
-  _globals['_RESOURCES']._serialized_start=1244
-  _globals['_RESOURCES']._serialized_end=1349
-  _globals['_RESOURCES_MILLIENTRY']._serialized_start=1305
-  _globals['_RESOURCES_MILLIENTRY']._serialized_end=1349
-  _globals['_CLUSTERVIEW']._serialized_start=1352
-  _globals['_CLUSTERVIEW']._serialized_end=1745
+  _globals['_CLUSTERVERDICT']._serialized_start=951
+  _globals['_CLUSTERVERDICT']._serialized_end=1001
+  _globals['_EXPLAINRESPONSE']._serialized_start=1004
+  _globals['_EXPLAINRESPONSE']._serialized_end=1134
+  _globals['_LISTJOBSREQUEST']._serialized_start=1136
+  _globals['_LISTJOBSREQUEST']._serialized_end=1218
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1220
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1293
+  _globals['_CANCELREQUEST']._serialized_start=1295
+  _globals['_CANCELREQUEST']._serialized_end=1323
+  _globals['_CANCELRESPONSE']._serialized_start=1325
+  _globals['_CANCELRESPONSE']._serialized_end=1371
+  _globals['_WATCHREQUEST']._serialized_start=1373
+  _globals['_WATCHREQUEST']._serialized_end=1427
+  _globals['_RESOURCES']._serialized_start=1429
+  _globals['_RESOURCES']._serialized_end=1534
+  _globals['_RESOURCES_MILLIENTRY']._serialized_start=1490
+  _globals['_RESOURCES_MILLIENTRY']._serialized_end=1534
+  _globals['_CLUSTERVIEW']._serialized_start=1537
+  _globals['_CLUSTERVIEW']._serialized_end=1930
   _globals['_CLUSTERVIEW_LABELSENTRY']._serialized_start=525
   _globals['_CLUSTERVIEW_LABELSENTRY']._serialized_end=570
-  _globals['_LISTCLUSTERSREQUEST']._serialized_start=1747
-  _globals['_LISTCLUSTERSREQUEST']._serialized_end=1768
-  _globals['_LISTCLUSTERSRESPONSE']._serialized_start=1770
-  _globals['_LISTCLUSTERSRESPONSE']._serialized_end=1834
-  _globals['_QUEUEVIEW']._serialized_start=1837
-  _globals['_QUEUEVIEW']._serialized_end=2034
-  _globals['_LISTQUEUESREQUEST']._serialized_start=2036
-  _globals['_LISTQUEUESREQUEST']._serialized_end=2055
-  _globals['_LISTQUEUESRESPONSE']._serialized_start=2057
-  _globals['_LISTQUEUESRESPONSE']._serialized_end=2115
-  _globals['_JOBS']._serialized_start=2118
-  _globals['_JOBS']._serialized_end=2647
+  _globals['_LISTCLUSTERSREQUEST']._serialized_start=1932
+  _globals['_LISTCLUSTERSREQUEST']._serialized_end=1953
+  _globals['_LISTCLUSTERSRESPONSE']._serialized_start=1955
+  _globals['_LISTCLUSTERSRESPONSE']._serialized_end=2019
+  _globals['_QUEUEVIEW']._serialized_start=2022
+  _globals['_QUEUEVIEW']._serialized_end=2219
+  _globals['_LISTQUEUESREQUEST']._serialized_start=2221
+  _globals['_LISTQUEUESREQUEST']._serialized_end=2240
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=2242
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=2300
+  _globals['_JOBS']._serialized_start=2303
+  _globals['_JOBS']._serialized_end=2897
 # @@protoc_insertion_point(module_scope)

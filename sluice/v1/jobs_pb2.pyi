@@ -102,6 +102,26 @@ class DescribeJobResponse(_message.Message):
     queue_position: int
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ...) -> None: ...
 
+class ClusterVerdict(_message.Message):
+    __slots__ = ("cluster", "verdict")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    verdict: str
+    def __init__(self, cluster: _Optional[str] = ..., verdict: _Optional[str] = ...) -> None: ...
+
+class ExplainResponse(_message.Message):
+    __slots__ = ("job", "queue_position", "quota", "clusters")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    queue_position: int
+    quota: str
+    clusters: _containers.RepeatedCompositeFieldContainer[ClusterVerdict]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., queue_position: _Optional[int] = ..., quota: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ...) -> None: ...
+
 class ListJobsRequest(_message.Message):
     __slots__ = ("queue", "state", "limit", "page_token")
     QUEUE_FIELD_NUMBER: _ClassVar[int]

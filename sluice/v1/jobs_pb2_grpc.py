@@ -49,6 +49,11 @@ class JobsStub:
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_jobs__pb2.DescribeJobResponse.FromString,
                 _registered_method=True)
+        self.Explain = channel.unary_unary(
+                '/sluice.v1.Jobs/Explain',
+                request_serializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_jobs__pb2.ExplainResponse.FromString,
+                _registered_method=True)
         self.List = channel.unary_unary(
                 '/sluice.v1.Jobs/List',
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.ListJobsRequest.SerializeToString,
@@ -92,6 +97,12 @@ class JobsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Describe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Explain(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -144,6 +155,11 @@ def add_JobsServicer_to_server(servicer, server):
                     servicer.Describe,
                     request_deserializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_jobs__pb2.DescribeJobResponse.SerializeToString,
+            ),
+            'Explain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Explain,
+                    request_deserializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_jobs__pb2.ExplainResponse.SerializeToString,
             ),
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
@@ -252,6 +268,33 @@ class Jobs:
             '/sluice.v1.Jobs/Describe',
             sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
             sluice_dot_v1_dot_jobs__pb2.DescribeJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Explain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.v1.Jobs/Explain',
+            sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
+            sluice_dot_v1_dot_jobs__pb2.ExplainResponse.FromString,
             options,
             channel_credentials,
             insecure,

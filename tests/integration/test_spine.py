@@ -138,3 +138,25 @@ def test_calls_without_a_valid_token_are_refused(system):
         with pytest.raises(ClientError) as err:
             bad.list()
     assert err.value.code == "UNAUTHENTICATED"
+
+
+def test_explain_gives_a_verdict_per_cluster(system):
+    [job_id] = system.client.submit([job_doc(cpu="1", placement={"sites": ["edge-1"]}, duration="30s", count=8)])
+    [blocked] = system.client.submit([job_doc(cpu="4", placement={"sites": ["edge-1"]}, count=4)])
+    deadline = time.monotonic() + 10
+    while system.client.get(job_id)["state"] not in ("DISPATCHED", "RUNNING"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    info = system.client.explain(blocked)
+    verdicts = {c["cluster"]: c["verdict"] for c in info["clusters"]}
+    assert [c["cluster"] for c in info["clusters"]] == ["onprem", "cloud", "edge"]
+    assert verdicts["onprem"].startswith("not allowed by its placement (sites edge-1): tier onprem")
+    assert verdicts["edge"] == "needs 16 cpu, 8 free"
+    assert info["quota"] == "within the quotas of queue default and its parents"
+    assert info["queuePosition"] == 1
+    running = {c["cluster"]: c["verdict"] for c in system.client.explain(job_id)["clusters"]}
+    assert running["edge"].startswith("runs here")
+    with pytest.raises(ClientError) as err:
+        system.client.explain(999999)
+    assert err.value.code == "NOT_FOUND"
+    system.client.cancel([job_id, blocked])

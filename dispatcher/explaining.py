@@ -1,0 +1,39 @@
+"""`sluice explain JOB`: why a job is where it is, cluster by cluster, from the same policy code the
+scheduler runs (quota verdict from the queue tree, fit verdict per cluster from placement)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from dispatcher.capacity import snapshot
+from dispatcher.policy import states
+from dispatcher.policy.placing import verdicts
+from dispatcher.policy.quotas import QuotaTree
+from dispatcher.scheduling import candidate, queue_quotas
+from dispatcher.store import jobs as job_store
+from dispatcher.store.models import Job
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job: Job
+    queue_position: int
+    quota: str
+    clusters: list[tuple[str, str]]
+
+
+def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s: float) -> Explanation:
+    job = job_store.get(session, job_id)
+    tree = QuotaTree(queue_quotas(session), {})
+    for row in job_store.active_attempts(session):
+        if row.id != job.id:  # a running job is judged as if it were asking again
+            tree.charge(row.queue, row.requests)
+    quota = tree.over_max(job.queue, job.requests) or f"within the quotas of queue {job.queue} and its parents"
+    clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=unreachable_after_s)]
+    found = verdicts(candidate(job, now).job, clusters)
+    if job.state in states.ACTIVE or job.state in states.FINAL:
+        found = [(name, f"runs here ({job.state})" if name == job.cluster and job.state in states.ACTIVE else verdict)
+                 for name, verdict in found]
+    return Explanation(job, job_store.queue_position(session, job), quota, found)
