@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from sqlalchemy import func
 from sqlalchemy.orm import Session
 
-from dispatcher.errors import Conflict
+from dispatcher.errors import Conflict, PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
+from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.models import Job
+from dispatcher.store.tokens import Principal
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +84,32 @@ def reconcile(session: Session, cluster: str, inventory: list[Report]) -> list[t
             if (r.job_id, r.attempt) not in live and r.state not in final]
 
 
-def cancel(session: Session, job_ids: list[int], who: str) -> list[Job]:
-    """Cancel jobs: queued ones at once; dispatched or running ones also get a cancel command."""
+def may_change(session: Session, who: Principal, job: Job) -> bool:
+    """Admins may change any job; users their own jobs and those of queues they belong to."""
+    if who.role == "admin" or job.submitted_by == who.subject:
+        return True
+    members = cluster_store.get_queue(session, job.queue).spec.get("spec", {}).get("members") or []
+    return who.subject in members
+
+
+def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
+    """Cancel jobs: queued ones at once; dispatched or running ones also get a cancel command.
+    All or nothing: a job the caller may not cancel refuses the whole call."""
     out = []
     for job_id in job_ids:
         job = job_store.get(session, job_id, for_update=True)
+        if not may_change(session, who, job):
+            raise PermissionDenied(f"{who.subject} may not cancel job {job_id} "
+                                   f"(submitted by {job.submitted_by} to queue {job.queue})")
         if job.state in states.FINAL:
             out.append(job)
             continue
         cluster, attempt, was_active = job.cluster, job.attempt, job.state in states.ACTIVE
-        job_store.transition(session, job, states.CANCELLED, f"cancelled by {who}", finished_at=func.now())
+        reason = f"cancelled by {who.subject}"
+        job_store.transition(session, job, states.CANCELLED, reason, finished_at=func.now())
         if was_active and cluster:
-            job_store.end_attempt(session, job_id, attempt, states.CANCELLED, f"cancelled by {who}")
-            outbox_store.add_cancel(session, cluster, job_id, attempt, f"cancelled by {who}")
+            job_store.end_attempt(session, job_id, attempt, states.CANCELLED, reason)
+            outbox_store.add_cancel(session, cluster, job_id, attempt, reason)
         out.append(job)
     return out
 

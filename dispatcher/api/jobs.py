@@ -90,7 +90,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         if not request.ids:
             raise InvalidRequest("cancel: no job ids given")
         with self._sessions.begin() as session:
-            jobs = reports.cancel(session, list(request.ids), who.subject)
+            jobs = reports.cancel(session, list(request.ids), who)
             return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
 
     def Watch(self, request, context):

@@ -242,6 +242,15 @@ def test_users_submit_only_to_their_queues(dispatcher):
         with pytest.raises(ClientError) as err:
             client.submit([doc])
     assert err.value.code == "PERMISSION_DENIED" and "bob may not submit to queue 'vision'" in err.value.message
+    [mine] = Client(ClientConfig(dispatcher.address, alice)).submit([doc])
+    with Client(ClientConfig(dispatcher.address, bob)) as client:
+        with pytest.raises(ClientError) as err:
+            client.cancel([mine])
+    assert err.value.code == "PERMISSION_DENIED"
+    assert f"bob may not cancel job {mine} (submitted by alice to queue vision)" in err.value.message
+    assert dispatcher.client.get(mine)["state"] != "CANCELLED"
+    with Client(ClientConfig(dispatcher.address, alice)) as client:
+        assert client.cancel([mine])[0]["state"] == "CANCELLED"
 
 
 def test_health_service_reports_serving(dispatcher):
