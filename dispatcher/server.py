@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sqlalchemy.orm import sessionmaker
 
+from dispatcher.api.admin import AdminService
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
@@ -21,7 +22,7 @@ from dispatcher.scheduling import Scheduler, SchedulerSettings
 from dispatcher.store import database
 from dispatcher.store import jobs as job_store
 from dispatcher.store.database import DatabaseSettings
-from sluice.v1 import agents_pb2_grpc, jobs_pb2_grpc
+from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited separately
@@ -62,6 +63,7 @@ class Dispatcher:
             JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable), self.server)
         agents_pb2_grpc.add_AgentsServicer_to_server(
             AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s), self.server)
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         try:

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 
+from sluice.admin_cli import app as admin_app
 from sluice.output import Format, emit, error, table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -21,6 +22,7 @@ dispatcher_app = typer.Typer(no_args_is_help=True, help="Run or maintain a dispa
 agent_app = typer.Typer(no_args_is_help=True, help="Run a cluster agent.")
 app.add_typer(dispatcher_app, name="dispatcher")
 app.add_typer(agent_app, name="agent")
+app.add_typer(admin_app, name="admin")
 
 JOB_COLUMNS = [("ID", "id"), ("NAME", "name"), ("QUEUE", "queue"), ("CLASS", "serviceClass"), ("STATE", "state"),
                ("CLUSTER", "cluster"), ("ATTEMPT", "attempt"), ("REASON", "reason")]
@@ -43,11 +45,11 @@ def main_options(ctx: typer.Context,
     ctx.obj = {"config": config}
 
 
-def _client(ctx: typer.Context, what: str):
+def _client(ctx: typer.Context, what: str, client_class=None):
     from sluice.client import Client
     from sluice.config import ConfigError, load
     try:
-        return Client(load(ctx.obj.get("config") if ctx.obj else None))
+        return (client_class or Client)(load(ctx.obj.get("config") if ctx.obj else None))
     except ConfigError as exc:
         raise Failed(what, str(exc)) from None
 

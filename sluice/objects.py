@@ -19,7 +19,7 @@ from sluice.spec import API_VERSION, MAX_PRIORITY, MIN_PRIORITY, TIERS, parse_nu
 
 __all__ = [
     "QueueObject", "ServiceClassObject", "SimulatedSpec", "ClusterObject", "BurstPolicyObject", "AdminObject",
-    "KINDS", "object_from_document", "load_objects", "default_objects", "default_lease_duration_s",
+    "KINDS", "kind_named", "object_from_document", "load_objects", "default_objects", "default_lease_duration_s",
 ]
 
 MAX_NODES = 10_000
@@ -256,6 +256,15 @@ class BurstPolicyObject:
 AdminObject = QueueObject | ServiceClassObject | ClusterObject | BurstPolicyObject
 KINDS: dict[str, type] = {cls.kind: cls for cls in (QueueObject, ServiceClassObject, ClusterObject,
                                                     BurstPolicyObject)}
+# What people type for a kind on the command line, lowercased and without '-' or '_'.
+_KIND_WORDS = {"queue": "Queue", "queues": "Queue", "serviceclass": "ServiceClass", "serviceclasses": "ServiceClass",
+               "class": "ServiceClass", "classes": "ServiceClass", "cluster": "Cluster", "clusters": "Cluster",
+               "burstpolicy": "BurstPolicy", "burstpolicies": "BurstPolicy"}
+
+
+def kind_named(text: str) -> str | None:
+    """The kind a user means by `text` ('queues', 'class', 'Burst-Policy', ...), or None."""
+    return _KIND_WORDS.get(text.lower().replace("-", "").replace("_", ""))
 
 
 def object_from_document(doc: dict, *, document: int | None = None, source: str | None = None) -> AdminObject:

@@ -44,6 +44,11 @@ class Authenticator:
             self._cache[secret] = (now + CACHE_SECONDS, found)
         return found
 
+    def forget(self) -> None:
+        """Drop every cached token (after a revocation: this process refuses it at once)."""
+        with self._lock:
+            self._cache.clear()
+
     def require(self, context: grpc.ServicerContext, *roles: str) -> Principal:
         who = self.principal(context)
         if who.role not in roles:

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from dispatcher.store.models import Job, JobEvent
-from sluice.v1 import jobs_pb2
+from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent
+from sluice.v1 import admin_pb2, jobs_pb2
 
 
 def timestamp(value: datetime | None) -> Timestamp | None:
@@ -37,3 +37,14 @@ def event(row: JobEvent) -> jobs_pb2.JobEvent:
     return jobs_pb2.JobEvent(id=row.id, job_id=row.job_id, attempt=row.attempt, from_state=row.from_state,
                              to_state=row.to_state, reason=row.reason, cluster=row.cluster or "",
                              at=timestamp(row.at))
+
+
+def token(row: ApiToken) -> admin_pb2.Token:
+    return admin_pb2.Token(id=row.id, role=row.role, subject=row.subject, cluster=row.cluster or "",
+                           created_at=timestamp(row.created_at), expires_at=timestamp(row.expires_at),
+                           revoked_at=timestamp(row.revoked_at))
+
+
+def audit_record(row: AuditRecord) -> admin_pb2.AuditRecord:
+    return admin_pb2.AuditRecord(id=row.id, at=timestamp(row.at), actor=row.actor, action=row.action, kind=row.kind,
+                                 name=row.name, details_json=json.dumps(row.details))

@@ -108,3 +108,12 @@ def queue_usage(session: Session) -> dict[str, tuple[int, int, list[dict]]]:
 def running_per_cluster(session: Session) -> dict[str, int]:
     return dict(session.execute(select(Job.cluster, func.count()).where(
         Job.state.in_(("DISPATCHED", "RUNNING"))).group_by(Job.cluster)).all())
+
+
+def set_state(session: Session, name: str, state: str) -> str:
+    """Set a cluster's state (active | cordoned | draining); returns the state it had."""
+    previous = session.scalar(select(Cluster.state).where(Cluster.name == name).with_for_update())
+    if previous is None:
+        raise NotFound(f"cluster {name!r} not found")
+    session.execute(update(Cluster).where(Cluster.name == name).values(state=state))
+    return previous

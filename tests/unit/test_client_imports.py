@@ -55,6 +55,19 @@ def test_client_modules_and_help_import_nothing_heavy():
     assert loaded == []
 
 
+def test_a_bad_admin_file_fails_with_one_line_before_any_connection(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: q}\nspec: {guaranteed: {cpu: '-1'}}\n")
+    codes, loaded, out, err = probe(["admin", "apply", "-f", str(bad)], ["admin", "get", "tenants"],
+                                    env={"SLUICE_ADDRESS": "127.0.0.1:1", "SLUICE_TOKEN": "x"})
+    assert codes == [1, 2]
+    lines = err.splitlines()
+    assert lines[0] == f"error: admin apply {bad}: document 1: spec.guaranteed.cpu: '-1' is not a quantity " \
+                       "(examples: '500m', '2', '32Gi', '1.5')"
+    assert lines[1].startswith("error: sluice admin get: ") and len(lines) == 2, err
+    assert out.strip() == "" and loaded == []
+
+
 @pytest.fixture
 def invalid_example() -> pathlib.Path:
     path = ROOT / "examples" / "invalid.yaml"

@@ -7,7 +7,7 @@ import yaml
 
 from sluice.objects import (
     KINDS, BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec, default_objects,
-    load_objects, object_from_document,
+    kind_named, load_objects, object_from_document,
 )
 from sluice.spec import SpecError
 
@@ -321,3 +321,15 @@ def test_object_from_document_locates_its_errors():
 def test_kinds():
     assert sorted(KINDS) == ["BurstPolicy", "Cluster", "Queue", "ServiceClass"]
     assert all(KINDS[kind].kind == kind for kind in KINDS)
+
+
+@pytest.mark.parametrize("word, kind", [
+    ("queue", "Queue"), ("Queues", "Queue"), ("QUEUE", "Queue"), ("class", "ServiceClass"),
+    ("classes", "ServiceClass"), ("serviceclass", "ServiceClass"), ("ServiceClasses", "ServiceClass"),
+    ("service-class", "ServiceClass"), ("cluster", "Cluster"), ("clusters", "Cluster"),
+    ("burstpolicy", "BurstPolicy"), ("BurstPolicies", "BurstPolicy"), ("burst_policy", "BurstPolicy"),
+    ("job", None), ("", None), ("queuez", None)])
+def test_kinds_are_named_in_any_case_and_plural(word, kind):
+    assert kind_named(word) == kind
+    if kind:
+        assert kind_named(kind) == kind
