@@ -15,12 +15,13 @@ import yaml
 
 from agent.backends.sim import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
+from dispatcher import administering
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
 from sluice import config as client_config
-from sluice.objects import ClusterObject
+from sluice.objects import default_objects, load_objects, object_from_document
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,9 @@ def _secret(path: pathlib.Path, create) -> str:
 
 
 class Embedded:
-    def __init__(self, settings: UpSettings, objects: list):
+    def __init__(self, settings: UpSettings, objects: list | None):
+        """objects: applied (validated and audited like `sluice admin apply`) at every start; None applies
+        the default objects on the first start of a data dir only, so admin changes survive restarts."""
         self.settings = settings
         self.objects = objects
         self.dispatcher: Dispatcher | None = None
@@ -73,8 +76,16 @@ class Embedded:
         self.dispatcher = d = Dispatcher(ServerSettings(
             listen=self.settings.listen, database=DatabaseSettings(
                 url=self.settings.database_url, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
-        with d.sessions.begin() as session:
-            cluster_store.apply_objects(session, self.objects)
+        try:
+            with d.sessions.begin() as session:
+                if self.objects is not None:
+                    administering.apply(session, "sluice up", self.objects)
+                elif not cluster_store.list_clusters(session):
+                    administering.apply(session, "sluice up", default_objects())
+                clusters = [object_from_document(doc) for doc in administering.get(session, "Cluster")]
+        except Exception:
+            self.stop()
+            raise
 
         def new_token(role: str, subject: str, cluster: str | None = None):
             def create() -> str:
@@ -86,8 +97,8 @@ class Embedded:
         client_config.write(self.client_config_path, d.address, self.admin_token)
         if self.settings.make_default:
             client_config.make_default(self.client_config_path)
-        for obj in self.objects:
-            if isinstance(obj, ClusterObject) and obj.simulated is not None:
+        for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
+            if obj.simulated is not None:
                 token = _secret(data / "tokens" / f"agent-{obj.name}", new_token("agent", f"agent-{obj.name}", obj.name))
                 sim = SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
                                            ledger_path=data / "sim" / f"{obj.name}.ledger",
@@ -111,11 +122,8 @@ class Embedded:
         self._lock.close()
 
 
-def load_config(path: pathlib.Path | None) -> list:
-    from sluice.objects import default_objects, load_objects
-    if path is None:
-        return default_objects()
-    return load_objects(path.read_text(), source=str(path))
+def load_config(path: pathlib.Path | None) -> list | None:
+    return None if path is None else load_objects(path.read_text(), source=str(path))
 
 
 def summary_line(embedded: Embedded) -> str:

@@ -5,9 +5,11 @@ Order: higher class first; within a class, the queue with the lowest weighted do
 (compared from the root of the queue tree down); within a queue, priority then age. Queues take turns,
 so a queue whose head cannot start never stops the others, and one cycle may admit many jobs of one
 queue. A job that cannot start:
-- over a queue maximum: waits, naming the queue, resource and numbers;
+- over a queue maximum: waits, naming the queue, resource and numbers; unless its queue is within its
+  guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
 - no room, and its class may preempt (or its queue is within its guarantee and others borrow): evicts
-  the smallest set of eligible jobs on one cluster and holds that room for itself;
+  the smallest set of eligible jobs on one cluster and holds that room for itself (on the cluster, and
+  in its queue's quota, until it starts or the hold expires);
 - no room, and it has waited past its class's reservation time: holds room on its best cluster, so
   smaller jobs may only use what the hold leaves (backfill);
 - otherwise waits with the reason placement gave.
@@ -17,13 +19,15 @@ stay within their guarantee, so they are never reclaimed in turn.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass, field, replace
 
 from dispatcher.policy.placing import ClusterState, Place, QueuedJob, decide, matching, take
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
-from sluice.quantity import add, fits, subtract
+from sluice.quantity import add, fits
 
 PREEMPTION_HOLD_S = 120.0  # how long room freed by preemption stays held for the preemptor
+VICTIM_SEARCH = 500  # victim sets tried, at most, in looking for one smaller than the greedy choice
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,12 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     queued = {c.job.id for jobs in heads.values() for c in jobs}
     out = CyclePlan(holds={i: h for i, h in holds.items() if i in queued and h.cluster in state
                            and (h.kind != "preemption" or now - h.since < PREEMPTION_HOLD_S)})
+    # Room a preemption freed counts against its preemptor's queue (and ancestors) until it starts, so
+    # that no other job takes the quota the victims gave back in the meantime.
+    queue_of = {c.job.id: c.queue for jobs in heads.values() for c in jobs}
+    for job_id, hold in out.holds.items():
+        if hold.kind == "preemption":
+            tree.charge(queue_of[job_id], hold.requests)
 
     def key(queue: str, candidate: Candidate) -> tuple:
         weight = classes[candidate.service_class].weight if candidate.service_class in classes else 1.0
@@ -114,8 +124,13 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     heap = [key(q, jobs[0]) for q, jobs in heads.items() if jobs]
     heapq.heapify(heap)
     while heap:
-        queue = heapq.heappop(heap)[-1]
+        entry = heapq.heappop(heap)
+        queue = entry[-1]
         candidate = heads[queue][turn[queue]]
+        fresh = key(queue, candidate)
+        if fresh > entry:  # a sibling under the same parent took capacity since: wait for its real turn
+            heapq.heappush(heap, fresh)
+            continue
         turn[queue] += 1
         _consider(candidate, tree, state, running, classes, out, now)
         if turn[queue] < len(heads[queue]):
@@ -124,20 +139,41 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
 
 
 def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job_id: int) -> dict[str, ClusterState]:
-    """The clusters as one job sees them: free less what is held for other jobs."""
+    """The clusters as one job sees them: free less what is held for other jobs. A job that holds room
+    itself yields only to older holds, so the oldest holder can always start: holds never deadlock."""
+    own = holds.get(job_id)
     view = dict(state)
     for hold in holds.values():
-        if hold.job_id != job_id and hold.cluster in view:
+        if hold.job_id == job_id or hold.cluster not in view:
+            continue
+        if own is None or (hold.since, hold.job_id) < (own.since, own.job_id):
             view[hold.cluster] = take(view[hold.cluster], hold.requests)
     return view
 
 
 def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
               classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> None:
+    own = out.holds.get(c.job.id)
+    if own is not None and own.kind == "preemption":
+        tree.charge(c.queue, own.requests, -1)  # its own held room does not count against it
+    _decide(c, tree, state, running, classes, out, now)
+    own = out.holds.get(c.job.id)
+    if own is not None and own.kind == "preemption":
+        tree.charge(c.queue, own.requests)
+
+
+def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
+            classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> None:
     job = c.job
     over = tree.over_max(c.queue, job.requests)
     if over:
-        out.waits[job.id] = over
+        held = out.holds.get(job.id)
+        if held is not None and held.kind == "reservation":
+            del out.holds[job.id]  # it could not use the room it reserved: leave that room to others
+            held = None
+        # A queue within its guarantee may still take back what borrowers hold of an ancestor's maximum.
+        if held is not None or not _preempt(c, tree, state, running, classes, out, now, quota=True):
+            out.waits[job.id] = over
         return
     decision = decide(job, _view(state, out.holds, job.id))
     if isinstance(decision, Place):
@@ -155,13 +191,15 @@ def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], run
         return
     cls = classes.get(c.service_class)
     if cls and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s:
-        target = _reservation_cluster(job, state)
+        taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
+        target = _reservation_cluster(job, {n: s for n, s in state.items() if n not in taken})
         if target is not None:
             out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now)
             out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s)"
             return
-    if isinstance(decide(job, dict(state)), Place):  # it would fit, but for someone's hold
-        blocker = next((h for h in out.holds.values() if h.job_id != job.id and matching(job, [state[h.cluster]])), None)
+    unheld = decide(job, dict(state))
+    if isinstance(unheld, Place):  # it would fit, but for someone's hold on that cluster
+        blocker = next((h for h in out.holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
         if blocker is not None:
             out.waits[job.id] = f"reserved capacity for job {blocker.job_id} on {blocker.cluster}"
             return
@@ -169,7 +207,8 @@ def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], run
 
 
 def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str | None:
-    """Where a starving job should wait: a cluster that could hold it empty, with the most room now."""
+    """Where a starving job should wait: a cluster with no reservation yet that could hold it empty, with
+    the most room now. One reservation per cluster: the jobs behind it wait their turn, not pile up."""
     possible = [c for c in matching(job, state.values()) if not c.unavailable and fits(job.requests, c.allocatable)]
     if not possible:
         return None
@@ -178,13 +217,16 @@ def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str 
 
 
 def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
-             classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> bool:
+             classes: dict[str, ClassPolicy], out: CyclePlan, now: float, quota: bool = False) -> bool:
+    """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
+    maxima on its queue's path leave room for it); hold that room for `c`."""
     cls = classes.get(c.service_class)
-    can_preempt = bool(cls and cls.can_preempt)
+    can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
     reclaim = tree.within_guarantee(c.queue, c.job.requests)
     if not (can_preempt or reclaim):
         return False
     evicting = {p.victim for p in out.preemptions}
+    excess = tree.excess(c.queue, c.job.requests) if quota else {}
 
     def eligible(a: Active) -> bool:
         if a.job_id in evicting or a.job_id == c.preempted_by:
@@ -198,7 +240,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     for cluster in matching(c.job, view.values()):
         if cluster.unavailable or not fits(c.job.requests, cluster.allocatable):
             continue
-        chosen = _smallest_set(c.job.requests, cluster.free, [a for a in running.get(cluster.name, []) if eligible(a)])
+        candidates = [a for a in running.get(cluster.name, []) if eligible(a)]
+        chosen = _smallest_set(_enough(c.job.requests, cluster.free, excess, tree), candidates)
         if chosen is not None and chosen:
             cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
             if best is None or cost < best[0]:
@@ -217,24 +260,49 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     return True
 
 
-def _smallest_set(need: dict[str, int], free: dict[str, int], eligible: list[Active]) -> list[Active] | None:
-    """Victims whose requests, added to `free`, cover `need`: lowest class and priority first, then pruned
-    of any victim the rest can do without. None when even all of them are not enough."""
-    if fits(need, free):
+def _enough(need: dict[str, int], free: dict[str, int], excess: dict[str, dict[str, int]], tree: QuotaTree):
+    """Whether evicting a set of jobs makes `need` fit `free` and gives back `excess` of each maximum."""
+    def enough(victims: list[Active]) -> bool:
+        room = dict(free)
+        for a in victims:
+            room = add(room, a.requests)
+        if not fits(need, room):
+            return False
+        for name, over in excess.items():
+            freed: dict[str, int] = {}
+            for a in victims:
+                if name in tree.path(a.queue):
+                    freed = add(freed, a.requests)
+            if not fits(over, freed):
+                return False
+        return True
+    return enough
+
+
+def _smallest_set(enough, eligible: list[Active]) -> list[Active] | None:
+    """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
+    in that order and pruned of any victim the rest can do without, then replaced by the first smaller set
+    in that order that is enough, while that search stays small. None when even all of them are not enough."""
+    if enough([]):
         return []
     order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
     chosen: list[Active] = []
-    room = dict(free)
     for a in order:
         chosen.append(a)
-        room = add(room, a.requests)
-        if fits(need, room):
+        if enough(chosen):
             break
     else:
         return None
     for a in reversed(list(chosen)):
-        without = subtract(room, a.requests)
-        if fits(need, without):
-            chosen.remove(a)
-            room = without
+        rest = [b for b in chosen if b is not a]
+        if enough(rest):
+            chosen = rest
+    budget = VICTIM_SEARCH
+    for size in range(1, len(chosen)):
+        for combo in itertools.combinations(order, size):
+            budget -= 1
+            if budget < 0:
+                return chosen
+            if enough(list(combo)):
+                return list(combo)
     return chosen

@@ -63,6 +63,20 @@ class QuotaTree:
                             f" max {format_quantity(resource, limit)})")
         return None
 
+    def excess(self, queue: str, requests: dict[str, int]) -> dict[str, dict[str, int]]:
+        """Per queue on the path whose maximum admitting `requests` would break: by how much, per resource."""
+        out: dict[str, dict[str, int]] = {}
+        for name in self.path(queue):
+            quota = self.queues.get(name)
+            if quota is None:
+                continue
+            used = self.used(name)
+            over = {r: used.get(r, 0) + need - quota.max[r] for r, need in requests.items()
+                    if need > 0 and r in quota.max and used.get(r, 0) + need > quota.max[r]}
+            if over:
+                out[name] = over
+        return out
+
     def borrowing(self, queue: str) -> bool:
         """The queue uses more than its guarantee of some resource: that excess can be reclaimed."""
         quota = self.queues.get(queue)
