@@ -163,5 +163,8 @@ class Scheduler:
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 continue  # capacity may remain for the next jobs in line
-            if not self._wake.wait(self._settings.idle_wait_s):
+            wait = self._settings.idle_wait_s
+            if not write_reasons:  # reasons were left unwritten: come back when they are due
+                wait = min(wait, max(0.0, reasons_at + self._settings.reason_interval_s - time.monotonic()))
+            if not self._wake.wait(wait):
                 lock_conn.execute("SELECT 1")  # still leader: a dead lock connection raises here

@@ -43,16 +43,16 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     def Get(self, request, context):
         self._auth.require(context, *READERS)
         with self._sessions() as session:
-            return convert.job(job_store.get(session, request.id))
+            return _job_with_reason(session, job_store.get(session, request.id))[0]
 
     @translated
     def Describe(self, request, context):
         self._auth.require(context, *READERS)
         with self._sessions() as session:
-            job = job_store.get(session, request.id)
+            message, position = _job_with_reason(session, job_store.get(session, request.id))
             return jobs_pb2.DescribeJobResponse(
-                job=convert.job(job), events=[convert.event(e) for e in job_store.events(session, job_id=job.id)],
-                queue_position=job_store.queue_position(session, job))
+                job=message, events=[convert.event(e) for e in job_store.events(session, job_id=request.id)],
+                queue_position=position)
 
     @translated
     def Explain(self, request, context):
@@ -148,3 +148,13 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     max=convert.resources(parse_resources(spec.get("max"))), used=convert.resources(used),
                     queued_jobs=queued, running_jobs=active))
         return jobs_pb2.ListQueuesResponse(queues=views)
+
+
+def _job_with_reason(session, job) -> tuple[jobs_pb2.Job, int]:
+    """The job, and its place in its queue. A job deeper in its queue than the scheduler reads each cycle
+    has no reason of its own yet: it is told how many jobs are ahead of it."""
+    message = convert.job(job)
+    position = job_store.queue_position(session, job)
+    if job.state == states.QUEUED and job.reason == job_store.SUBMITTED:
+        message.reason = f"waiting behind {position - 1} jobs in queue {job.queue}"
+    return message, position

@@ -42,8 +42,10 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float) -> list
         seen = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
         status = c.state
         unavailable = ""
-        if seen is None or seen > unreachable_after_s:
-            status, unavailable = "unreachable", "unreachable (no heartbeat from its agent)"
+        if seen is None:
+            status, unavailable = "unreachable", "unreachable (its agent has never connected)"
+        elif seen > unreachable_after_s:
+            status, unavailable = "unreachable", f"unreachable (no heartbeat from its agent for {seen:.0f}s)"
         elif c.state != "active":
             unavailable = c.state
         elif not capacity:

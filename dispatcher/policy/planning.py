@@ -184,8 +184,11 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         return
     held = out.holds.get(job.id)
     if held is not None:
-        what = "preempted jobs " + ", ".join(map(str, held.victims)) + " to stop" if held.victims else "room"
-        out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for {what}"
+        if held.kind == "reservation":
+            out.waits[job.id] = f"reserved capacity on {held.cluster}: waiting for room"
+        else:
+            victims = ", ".join(map(str, held.victims))
+            out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for preempted jobs {victims} to stop"
         return
     if _preempt(c, tree, state, running, classes, out, now):
         return

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 WAKE_CHANNEL = "sluice_wake"  # new work or freed capacity: the scheduler should run a cycle
 EVENTS_CHANNEL = "sluice_events"  # job events were written
 OUTBOX_CHANNEL = "sluice_outbox"  # payload: cluster name with new commands
+SUBMITTED = "submitted"  # the reason of a job no scheduling cycle has looked at yet
 
 
 def notify(session: Session, channel: str, payload: str = "") -> None:
@@ -51,10 +52,10 @@ def submit(session: Session, jobs: list[NewJob]) -> list[int]:
     rows = [dict(name=j.name, queue=j.queue, service_class=j.service_class, class_priority=j.class_priority,
                  priority=j.priority, max_retries=j.max_retries, spec=j.spec, requests=j.requests,
                  largest_pod=j.largest_pod, placement=j.placement, labels=j.labels,
-                 submitted_by=j.submitted_by, state=states.QUEUED, reason="submitted") for j in jobs]
+                 submitted_by=j.submitted_by, state=states.QUEUED, reason=SUBMITTED) for j in jobs]
     ids = list(session.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True), rows))
     session.execute(insert(JobEvent), [dict(job_id=i, attempt=0, from_state="", to_state=states.QUEUED,
-                                            reason="submitted") for i in ids])
+                                            reason=SUBMITTED) for i in ids])
     notify(session, WAKE_CHANNEL)
     notify(session, EVENTS_CHANNEL)
     return ids

@@ -353,3 +353,12 @@ def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
     finally:
         agent.stop()
         second.stop()
+
+
+def test_jobs_deeper_than_the_head_say_how_many_are_ahead(dispatcher):
+    ids = dispatcher.client.submit([job_doc(cpu="1") for _ in range(70)])  # no agent: nothing can start
+    wait_for(lambda: dispatcher.client.get(ids[0])["reason"] != "waiting behind 0 jobs in queue default")
+    assert dispatcher.client.get(ids[0])["reason"] == ("no cluster fits: alpha: unreachable (its agent has never "
+                                                       "connected); beta: unreachable (its agent has never connected)")
+    last = dispatcher.client.describe(ids[-1])
+    assert last["reason"] == "waiting behind 69 jobs in queue default" and last["queuePosition"] == 70

@@ -320,7 +320,7 @@ def test_a_hold_from_an_earlier_cycle_binds_jobs_considered_before_its_holder():
     plan = run([head(5, "a", "big", waited=700, cpu=16 * CPU), head(6, "b", "critical", cpu=2 * CPU)], act,
                clusters, holds=holds)
     assert placed(plan) == {6: "c2"}
-    assert plan.waits[5] == "holding capacity on c1: waiting for room"
+    assert plan.waits[5] == "reserved capacity on c1: waiting for room"
     assert plan.holds == holds
 
 
