@@ -36,6 +36,10 @@ class Cluster(Base):
     # Dispatch commands with an id above this were not yet applied when the report was taken.
     applied_through: Mapped[int] = mapped_column(BigInteger, server_default="0")
     last_seen_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # The latest capacity read from Prometheus ({allocatable, free, largestFreeNode, attempts}: attempts are
+    # the [job, attempt] pairs whose pods it saw), and the time of the samples it was computed from.
+    prometheus_capacity: Mapped[dict | None] = mapped_column(JSONB, nullable=True)
+    prometheus_at: Mapped[datetime | None] = mapped_column(nullable=True)
     created_at: Mapped[datetime] = _now()
 
 
