@@ -17,6 +17,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport
+from agent.metrics import AgentMetrics
 from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class Agent:
         self._stop = threading.Event()
         self._call = None
         self._thread: threading.Thread | None = None
+        # A registry of its own (several agents share one process); serve it with agent.metrics.serve.
+        self.metrics = AgentMetrics(settings.cluster, unacked=lambda: len(self._unacked))
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Agent":
@@ -94,12 +97,19 @@ class Agent:
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
                             grpc.StatusCode.NOT_FOUND):
                     backoff = self.settings.backoff_max_s  # will not fix itself quickly
+            except Exception:  # a backend failure: drop this connection, keep the agent alive, try again
+                if self._stop.is_set():
+                    return
+                log.exception("agent connection failed; reconnecting", extra={"cluster": self.settings.cluster})
             finally:
                 self.connected.clear()
+                self.metrics.connected.set(0)
             if time.monotonic() - started > 5 * self.settings.heartbeat_s:
                 backoff = self.settings.backoff_initial_s  # the link was up for a while: start over
             self._stop.wait(backoff)
             backoff = min(backoff * 2, self.settings.backoff_max_s)
+            if not self._stop.is_set():
+                self.metrics.reconnects.inc()  # the loop dials again
 
     # -- one connection --------------------------------------------------------------------------
     def _connect_once(self) -> None:
@@ -125,6 +135,7 @@ class Agent:
                 kind = message.WhichOneof("kind")
                 if kind == "welcome":
                     self.connected.set()
+                    self.metrics.connected.set(1)
                     log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster})
                 elif kind == "command":
                     self._apply(message.command, out)
@@ -157,11 +168,18 @@ class Agent:
         kind = command.WhichOneof("kind")
         if kind == "dispatch":
             d = command.dispatch
-            created = self.backend.create_attempt(d.job_id, d.attempt, json.loads(d.spec_json))
+            spec = json.loads(d.spec_json)
+            with self.metrics.backend_errors.count_exceptions():
+                created = self.backend.create_attempt(d.job_id, d.attempt, spec)
+            if created:
+                self.metrics.attempts_created.inc()
             log.info("attempt created" if created else "attempt already existed",
                      extra={"job_id": d.job_id, "attempt": d.attempt})
         elif kind == "cancel":
-            self.backend.delete_attempt(command.cancel.job_id, command.cancel.attempt)
+            with self.metrics.backend_errors.count_exceptions():
+                self.backend.delete_attempt(command.cancel.job_id, command.cancel.attempt)
+            self.metrics.attempts_deleted.inc()
+        self.metrics.command_applied(kind).inc()
         with self._lock:
             self._applied = max(self._applied, command.id)
             out.put(agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])))
@@ -174,7 +192,9 @@ class Agent:
         The dispatcher reconciles the hello before it reads the re-sent reports; without this an attempt
         whose result the backend has already forgotten would look lost.
         """
-        listed = {(s.job_id, s.attempt): s for s in self.backend.inventory()}
+        with self.metrics.backend_errors.count_exceptions():
+            inventory = self.backend.inventory()
+        listed = {(s.job_id, s.attempt): s for s in inventory}
         forgotten: dict[tuple[int, int], AttemptStatus] = {}
         for seq in sorted(self._unacked):  # later reports of one attempt win
             status = self._unacked[seq]
@@ -185,7 +205,9 @@ class Agent:
     def _capacity(self) -> agents_pb2.Capacity:
         # Read applied_through before the snapshot: the snapshot then holds at least those commands.
         applied = self._applied
-        return _capacity_message(self.backend.capacity(), applied)
+        with self.metrics.backend_errors.count_exceptions():
+            report = self.backend.capacity()
+        return _capacity_message(report, applied)
 
     def _report(self, seq: int, status: AttemptStatus) -> agents_pb2.AgentMessage:
         return agents_pb2.AgentMessage(status=agents_pb2.StatusReport(seq=seq, status=_status_message(status)))

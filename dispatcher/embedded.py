@@ -9,7 +9,7 @@ import fcntl
 import logging
 import pathlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import yaml
 
@@ -34,6 +34,7 @@ class UpSettings:
     throwaway: bool = False  # delete the embedded database when stopped (demo runs in a temp dir)
     sim_time_scale: float = 1.0  # multiplies every simulated pod duration
     database_url: str | None = None  # None: the embedded PostgreSQL under data_dir
+    prometheus: bool = False  # run a real Prometheus scraping the sims; clusters read capacity from it
 
 
 def _secret(path: pathlib.Path, create) -> str:
@@ -57,6 +58,8 @@ class Embedded:
         self.agents: dict[str, Agent] = {}
         self.sims: dict[str, SimCluster] = {}
         self.admin_token = ""
+        self.exporters: dict = {}  # cluster -> SimMetricsServer, with --prometheus
+        self.prometheus = None  # the PrometheusServer, with --prometheus
 
     @property
     def client_config_path(self) -> pathlib.Path:
@@ -106,7 +109,29 @@ class Embedded:
                 (data / "sim").mkdir(exist_ok=True)
                 self.sims[obj.name] = sim
                 self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()
+        if self.settings.prometheus:
+            try:
+                self._start_prometheus(data, clusters)
+            except Exception:
+                self.stop()
+                raise
         return self
+
+    def _start_prometheus(self, data: pathlib.Path, clusters: list) -> None:
+        """Serve each sim's kube-state-metrics series, scrape them with a real Prometheus every second,
+        and point each simulated cluster at it (with a cluster="<name>" selector)."""
+        from agent.backends.sim_metrics import SimMetricsServer
+        from dispatcher.capacity.prometheus_server import PrometheusServer
+
+        for name, sim in self.sims.items():
+            self.exporters[name] = SimMetricsServer(sim)
+            self.exporters[name].start()
+        self.prometheus = PrometheusServer(data / "prometheus", {
+            name: f"127.0.0.1:{exporter.port}" for name, exporter in self.exporters.items()}).start()
+        pointed = [replace(obj, prometheus={"url": self.prometheus.url, "selector": f'{{cluster="{obj.name}"}}'})
+                   for obj in clusters if obj.name in self.sims]
+        with self.dispatcher.sessions.begin() as session:
+            administering.apply(session, "sluice up", pointed)
 
     def wait_connected(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -115,6 +140,10 @@ class Embedded:
                 raise TimeoutError(f"the sim agent of cluster {name} did not connect within {timeout_s:g}s")
 
     def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        for exporter in self.exporters.values():
+            exporter.stop()
         for agent in self.agents.values():
             agent.stop()
         if self.dispatcher:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func
 from sqlalchemy.orm import Session
@@ -22,6 +23,9 @@ from dispatcher.store import outbox as outbox_store
 from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
 
+if TYPE_CHECKING:
+    from dispatcher.metrics import DispatcherMetrics
+
 log = logging.getLogger(__name__)
 
 
@@ -34,8 +38,9 @@ class Report:
     exit_code: int = 0
 
 
-def apply(session: Session, cluster: str, report: Report) -> bool:
-    """Apply one report; True when it freed capacity (the scheduler should look again)."""
+def apply(session: Session, cluster: str, report: Report, metrics: DispatcherMetrics | None = None) -> bool:
+    """Apply one report; True when it freed capacity (the scheduler should look again).
+    metrics: observes dispatch-to-running when the report starts the attempt."""
     job = session.get(Job, report.job_id, with_for_update=True)
     if job is None:
         log.warning("report for an unknown job ignored", extra={"job_id": report.job_id, "cluster": cluster})
@@ -50,9 +55,10 @@ def apply(session: Session, cluster: str, report: Report) -> bool:
         return False
     attempt = job.attempt
     values: dict = {}
+    waited = None
     if outcome.to == states.RUNNING:
         values["started_at"] = func.now()
-        job_store.start_attempt(session, job.id, attempt)
+        waited = job_store.start_attempt(session, job.id, attempt)
     elif outcome.to in states.FINAL:
         values["finished_at"] = func.now()
     else:  # back to the queue: the next attempt may go anywhere
@@ -61,6 +67,8 @@ def apply(session: Session, cluster: str, report: Report) -> bool:
         job_store.transition(session, job, outcome.to, outcome.reason, **values)
     except Conflict:
         return False
+    if metrics is not None and waited is not None:
+        metrics.observe_dispatch_to_running(waited)
     if outcome.to != states.RUNNING:
         job_store.end_attempt(session, report.job_id, attempt, report.state, report.reason, report.exit_code)
         job_store.notify(session, job_store.WAKE_CHANNEL)
@@ -68,11 +76,12 @@ def apply(session: Session, cluster: str, report: Report) -> bool:
     return False
 
 
-def reconcile(session: Session, cluster: str, inventory: list[Report]) -> list[tuple[int, int]]:
+def reconcile(session: Session, cluster: str, inventory: list[Report],
+              metrics: DispatcherMetrics | None = None) -> list[tuple[int, int]]:
     """Apply an agent's inventory; return the (job, attempt) pairs it holds that are not live (orphans)."""
     held = {(r.job_id, r.attempt) for r in inventory}
     for report in inventory:
-        apply(session, cluster, report)
+        apply(session, cluster, report, metrics)
     unacked = outbox_store.unacked_dispatches(session, cluster)
     for job in job_store.active_on_cluster(session, cluster):
         key = (job.id, job.attempt)

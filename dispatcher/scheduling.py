@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher.capacity import snapshot
+from dispatcher.metrics import DispatcherMetrics
 from dispatcher.notifying import Notifier, libpq_url
 from dispatcher import reports
 from dispatcher.policy.placing import QueuedJob
@@ -40,6 +41,7 @@ class SchedulerSettings:
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
     unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
+    prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ class CycleResult:
     waiting: int
     seconds: float
     holds: dict[int, Hold]
+    # Submit-to-dispatch seconds of the jobs dispatched for the first time (a requeued job's submit time
+    # says nothing about its later waits).
+    first_waits: tuple[float, ...] = ()
 
 
 class LostLeadership(Exception):
@@ -87,7 +92,8 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     with sessions.begin() as session:
         if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
             raise LostLeadership("the leader lock is no longer held")
-        clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s)]
+        clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
+                                                   staleness_s=settings.prometheus_staleness_s)]
         classes = class_policies(session)
         heads: dict[str, list[Candidate]] = {}
         current: dict[int, str] = {}
@@ -102,14 +108,19 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places])
         if write_reasons or plan.preemptions:
             job_store.set_reasons(session, {i: r for i, r in plan.waits.items() if current.get(i) != r})
-    return CycleResult(len(dispatched), preempted, len(plan.waits), time.perf_counter() - started, plan.holds)
+    first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
+                        if d.attempt == 1 and d.created_at and d.dispatched_at)
+    return CycleResult(len(dispatched), preempted, len(plan.waits), time.perf_counter() - started, plan.holds,
+                       first_waits)
 
 
 class Scheduler:
     """Runs cycles while this process holds the leader lock."""
 
-    def __init__(self, engine: Engine, sessions: sessionmaker, notifier: Notifier, settings: SchedulerSettings):
+    def __init__(self, engine: Engine, sessions: sessionmaker, notifier: Notifier, settings: SchedulerSettings,
+                 metrics: DispatcherMetrics | None = None):
         self._url = libpq_url(engine)
+        self._metrics = metrics
         self._sessions = sessions
         self._settings = settings
         self._wake = threading.Event()
@@ -160,6 +171,9 @@ class Scheduler:
             result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid)
             self._holds = result.holds
+            if self._metrics is not None:
+                self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
+                                            result.first_waits)
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 continue  # capacity may remain for the next jobs in line

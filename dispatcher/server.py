@@ -17,6 +17,8 @@ from dispatcher.api.admin import AdminService
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
+from dispatcher.capacity.prometheus import Refresher
+from dispatcher.metrics import DispatcherMetrics, MetricsServer, StoreCollector
 from dispatcher.notifying import Notifier
 from dispatcher.scheduling import Scheduler, SchedulerSettings
 from dispatcher.store import database
@@ -35,7 +37,11 @@ class ServerSettings:
     heartbeat_s: float = 1.0  # how often agents report capacity
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    prometheus_interval_s: float = 1.0  # how often each cluster's Prometheus is read, when it has one
     migrate: bool = False  # bring the schema to head at start (the embedded default always does)
+    # host:port for /metrics (Prometheus text); port 0 picks a free one; None or "" serves none.
+    # Loopback by default: the series name queues and clusters.
+    metrics_listen: str | None = "127.0.0.1:0"
 
 
 class Dispatcher:
@@ -55,14 +61,20 @@ class Dispatcher:
                                                job_store.OUTBOX_CHANNEL))
         auth = Authenticator(self.sessions)
         unreachable = settings.scheduler.unreachable_after_s
-        self.scheduler = Scheduler(self.engine, self.sessions, self.notifier, settings.scheduler)
+        self.metrics = DispatcherMetrics()
+        self.metrics.registry.register(StoreCollector(
+            self.sessions, unreachable_after_s=unreachable, staleness_s=settings.scheduler.prometheus_staleness_s))
+        self.scheduler = Scheduler(self.engine, self.sessions, self.notifier, settings.scheduler,
+                                   metrics=self.metrics)
+        self.refresher = Refresher(self.sessions, interval_s=settings.prometheus_interval_s)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="rpc"),
                                   options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
         jobs_pb2_grpc.add_JobsServicer_to_server(
             JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable), self.server)
         agents_pb2_grpc.add_AgentsServicer_to_server(
-            AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s), self.server)
+            AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
+                          metrics=self.metrics), self.server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -75,18 +87,31 @@ class Dispatcher:
             raise OSError(f"cannot listen on {settings.listen}: address in use or not valid")
         host = settings.listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
+        self.metrics_server: MetricsServer | None = None
+        if settings.metrics_listen:
+            try:
+                self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry)
+            except OSError:
+                self.server.stop(None)
+                self.db.close()
+                raise
+        self.metrics_port = self.metrics_server.port if self.metrics_server else 0  # 0: no /metrics
 
     def start(self) -> "Dispatcher":
         self.notifier.start()
         self.server.start()
         self.scheduler.start()
+        self.refresher.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("dispatcher serving", extra={"address": self.address})
         return self
 
     def stop(self, grace: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
+        self.refresher.stop()
         self.scheduler.stop()
         self.server.stop(grace).wait()
         self.notifier.stop()
+        if self.metrics_server:
+            self.metrics_server.stop()
         self.db.close()

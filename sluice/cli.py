@@ -266,6 +266,8 @@ def _serve_until_interrupted(stop, ready: str = "") -> None:
 def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Cluster/Queue/ServiceClass objects (YAML)"),
        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
        listen: str = typer.Option("127.0.0.1:7070", "--listen", help="HOST:PORT for the dispatcher"),
+       prometheus: bool = typer.Option(False, "--prometheus",
+                                       help="Run a real Prometheus (the `prometheus` binary) scraping the sim clusters"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C."""
     _logging(verbose)
@@ -275,7 +277,7 @@ def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Clu
         objects = load_config(config)
     except (OSError, SpecError) as exc:
         raise Failed(f"up --config {config}", str(exc)) from None
-    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen), objects).start())
+    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus), objects).start())
     print(summary_line(embedded), end="", flush=True)
     _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
 
@@ -307,15 +309,18 @@ def dispatcher_serve(
         data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
         listen: str = typer.Option("127.0.0.1:7070", "--listen"),
         migrate: bool = typer.Option(False, "--migrate", help="Bring the schema to head before serving"),
+        metrics_listen: str = typer.Option("127.0.0.1:9464", "--metrics-listen", envvar="SLUICE_METRICS_LISTEN",
+                                           help="HOST:PORT for Prometheus /metrics; '' serves none"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Serve the API and run the scheduler (when this replica is the leader)."""
     _logging(verbose)
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store.database import DatabaseSettings
-    settings = ServerSettings(listen=listen, migrate=migrate,
+    settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
-    _serve_until_interrupted(server.stop, ready=f"serving on {server.address}")
+    metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""
+    _serve_until_interrupted(server.stop, ready=f"serving on {server.address}{metrics}")
 
 
 @dispatcher_app.command("migrate")
@@ -371,6 +376,8 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
               backend: str = typer.Option("sim", "--backend", help="sim (kubernetes: not yet)"),
               sim_nodes: int = typer.Option(4, "--sim-nodes", min=1),
               sim_node: str = typer.Option("cpu=32,memory=128Gi", "--sim-node", help="Per-node capacity"),
+              metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen", envvar="SLUICE_AGENT_METRICS_LISTEN",
+                                                 help="HOST:PORT for the agent's /metrics ('' turns it off)"),
               verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Connect this cluster's agent to a dispatcher and run its jobs, until Ctrl-C."""
     _logging(verbose)
@@ -386,8 +393,23 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
         raise Failed("agent run --sim-node", str(exc)) from None
     except OSError as exc:
         raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
-    agent = Agent(AgentSettings(cluster, dispatcher, token), SimCluster(SimConfig(nodes=sim_nodes, node=node))).start()
-    _serve_until_interrupted(agent.stop)
+    agent = Agent(AgentSettings(cluster, dispatcher, token), SimCluster(SimConfig(nodes=sim_nodes, node=node)))
+    server = None
+    if metrics_listen:
+        from agent.metrics import serve
+        host, _, port = metrics_listen.rpartition(":")
+        try:
+            server, bound = serve(agent.metrics.registry, host or "127.0.0.1", int(port))
+        except (OSError, ValueError) as exc:
+            raise Failed(f"agent run --metrics-listen {metrics_listen}", str(exc)) from None
+        print(f"agent metrics on {host or '127.0.0.1'}:{bound}", file=sys.stderr, flush=True)
+    agent.start()
+
+    def stop() -> None:
+        agent.stop()
+        if server is not None:
+            server.stop()
+    _serve_until_interrupted(stop)
 
 
 # typer vendors click: its UsageError is BadParameter's base, reached without a private import.

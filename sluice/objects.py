@@ -186,14 +186,29 @@ class ClusterObject:
         )
 
 
+PROMETHEUS_QUERIES = ("allocatable", "unschedulable", "not_ready", "requests", "pods", "sample_time")
+
+
 def _prometheus(value: object, path: str) -> dict:
-    prometheus = v.mapping(value, path, allowed=("url", "selector"))
+    """url, and optionally: selector (label matchers), timeout (seconds per query), retries, headers (sent
+    with every query, e.g. Authorization), queries (PromQL templates by name, `{sel}` for the matchers)."""
+    prometheus = v.mapping(value, path, allowed=("url", "selector", "timeout", "retries", "headers", "queries"))
     url = v.string(v.required(prometheus, "url", path), f"{path}.url")
     if not url.startswith(("http://", "https://")):
         raise SpecError(f"{path}.url", f"must be an http:// or https:// URL, got {url!r}")
-    out = {"url": url}
+    out: dict = {"url": url}
     if prometheus.get("selector") is not None:
         out["selector"] = v.string(prometheus["selector"], f"{path}.selector")
+    if prometheus.get("timeout") is not None:
+        out["timeout"] = v.duration(prometheus["timeout"], f"{path}.timeout", positive=True)
+    if prometheus.get("retries") is not None:
+        out["retries"] = v.integer(prometheus["retries"], f"{path}.retries", 0, 10)
+    if prometheus.get("headers") is not None:
+        headers = v.mapping(prometheus["headers"], f"{path}.headers")
+        out["headers"] = {str(k): v.string(h, f"{path}.headers.{k}") for k, h in headers.items()}
+    if prometheus.get("queries") is not None:
+        queries = v.mapping(prometheus["queries"], f"{path}.queries", allowed=PROMETHEUS_QUERIES)
+        out["queries"] = {k: v.string(q, f"{path}.queries.{k}") for k, q in queries.items()}
     return out
 
 

@@ -20,6 +20,11 @@ maxRuntime, and the attempt's other pods are deleted then. Pods bind one by one,
 without a gang scheduler, so a pod may end before its last gang member binds; RUNNING is then
 skipped. Final attempts stay in inventory() for `final_retention` seconds of the clock.
 
+Nodes: `set_node` cordons a node or marks it not Ready. Such a node is not usable: no new pod binds
+to it and `capacity()` leaves it out. The pods already on it keep running (the simulator neither
+drains nor evicts). `view()` is one consistent picture of nodes and pods, for the kube-state-metrics
+exporter (agent/backends/sim_metrics.py).
+
 Time scale: `SimConfig.time_scale` multiplies every simulated duration, pod run times and
 `maxRuntime` alike, so a scaled-down run keeps the same shape as the real one. Reasons quote the
 unscaled `maxRuntime` as the user wrote it.
@@ -93,6 +98,41 @@ class SimPod:
     attempt: int
     phase: str
     node: str | None
+
+
+@dataclass(frozen=True)
+class SimNodeView:
+    """One node as kube-state-metrics would show it."""
+
+    name: str
+    allocatable: dict[str, int]  # milli-units per resource
+    schedulable: bool  # False when cordoned
+    ready: bool  # the Ready condition
+
+    @property
+    def usable(self) -> bool:
+        """New pods may bind here, and capacity() counts this node."""
+        return self.schedulable and self.ready
+
+
+@dataclass(frozen=True)
+class SimPodView:
+    """One pod as kube-state-metrics would show it."""
+
+    name: str
+    job_id: int
+    attempt: int
+    phase: str  # Pending, Running, Succeeded or Failed
+    node: str | None  # where it runs or ran; None while Pending (the sim binds and starts at once)
+    request: dict[str, int]  # effective requests (pod_requests), milli-units per resource
+
+
+@dataclass(frozen=True)
+class SimView:
+    """Nodes and pods taken under one lock, at one instant of the clock."""
+
+    nodes: tuple[SimNodeView, ...]
+    pods: tuple[SimPodView, ...]  # every pod of every non-final attempt, in creation order
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,6 +249,7 @@ class _Pod:
     exit_code: int
     phase: str = _POD_PENDING
     node: int | None = None
+    ran_on: int | None = None  # the node it was bound to; kept after it ends (node is cleared)
 
 
 @dataclass(eq=False)
@@ -242,6 +283,8 @@ class SimCluster:
         self._cond = threading.Condition(threading.Lock())
         self._node_alloc = dict(config.node)
         self._node_used: list[dict[str, int]] = [{} for _ in range(config.nodes)]
+        self._node_schedulable = [True] * config.nodes  # False: cordoned
+        self._node_ready = [True] * config.nodes  # the Ready condition
         self._pending: list[_Pod] = []  # creation order; entries that left Pending are skipped
         self._events: list[tuple[float, int, _Pod, str]] = []  # heap of (deadline, seq, pod, kind)
         self._seq = itertools.count()
@@ -320,22 +363,39 @@ class SimCluster:
             return [record.status() for record in self._attempts.values()]
 
     def capacity(self) -> CapacityReport:
+        """What the cluster can still take. Only usable nodes (schedulable and Ready) count:
+
+            allocatable       = sum over usable nodes of the node's allocatable
+            free              = allocatable
+                                - requests of the Running pods on usable nodes
+                                - requests of every Pending pod (never bound in the sim: it will
+                                  take room wherever it lands)
+            largest_free_node = max over usable nodes of (allocatable - requests of its Running pods);
+                                Pending pods are not subtracted
+
+        Running pods on a cordoned or not-Ready node count nowhere, like the node itself; Succeeded and
+        Failed pods hold nothing. Every resource of the node shape is listed (0 when no node is
+        usable); any other resource only when non-zero (a Pending pod asking for a resource no node
+        has makes that resource's free negative).
+        """
         with self._cond:
             self._advance()
-            allocatable = {name: amount * self._config.nodes for name, amount in self._node_alloc.items()}
+            usable = self._usable_nodes()
+            allocatable = {name: amount * len(usable) for name, amount in self._node_alloc.items()}
             free = dict(allocatable)
-            for used in self._node_used:
-                free = subtract(free, used)
+            for index in usable:
+                free = subtract(free, self._node_used[index])
             for pod in self._pending:
                 if pod.phase == _POD_PENDING:
                     free = subtract(free, pod.request)
             largest: dict[str, int] = {}
-            for used in self._node_used:
-                for name, amount in subtract(self._node_alloc, used).items():
+            for index in usable:
+                for name, amount in subtract(self._node_alloc, self._node_used[index]).items():
                     largest[name] = max(largest.get(name, amount), amount)
-            if not self._node_used:
+            if not usable:
                 largest = {name: 0 for name in self._node_alloc}
-            return CapacityReport(allocatable=allocatable, free=free, largest_free_node=largest)
+            return CapacityReport(allocatable=allocatable, free=self._shaped(free),
+                                  largest_free_node=self._shaped(largest))
 
     def stop(self) -> None:
         with self._cond:
@@ -363,6 +423,32 @@ class SimCluster:
         """Per resource, the largest amount any node ever exceeded its allocatable by (must stay {})."""
         with self._cond:
             return dict(self._max_overcommit)
+
+    def set_node(self, name: str, *, schedulable: bool = True, ready: bool = True) -> None:
+        """Cordon or uncordon a node and set its Ready condition (KeyError for an unknown node).
+
+        A node that is unschedulable or not Ready takes no new pods and capacity() leaves it out;
+        its pods keep running. When a node becomes usable, waiting pods bind to it at once.
+        """
+        index = self._node_index(name)
+        with self._cond:
+            now = self._advance()
+            self._node_schedulable[index] = schedulable
+            self._node_ready[index] = ready
+            self._bind_pending(now)
+            self._cond.notify_all()
+
+    def view(self) -> SimView:
+        """Nodes and pods at one instant, for the kube-state-metrics exporter."""
+        with self._cond:
+            self._advance()
+            nodes = tuple(SimNodeView(f"node-{index}", dict(self._node_alloc), self._node_schedulable[index],
+                                      self._node_ready[index]) for index in range(self._config.nodes))
+            pods = tuple(
+                SimPodView(pod.name, pod.attempt.job_id, pod.attempt.attempt, pod.phase,
+                           None if pod.ran_on is None else f"node-{pod.ran_on}", dict(pod.request))
+                for record in self._attempts.values() for pod in record.pods)
+            return SimView(nodes, pods)
 
     def pods(self) -> list[SimPod]:
         """Every pod of every non-final attempt, in creation order."""
@@ -443,24 +529,47 @@ class SimCluster:
                                         duration * scale, exit_code))
         return record
 
+    def _usable_nodes(self) -> list[int]:
+        """Indexes of the nodes that take new pods and count in capacity(): schedulable and Ready."""
+        return [index for index in range(self._config.nodes)
+                if self._node_schedulable[index] and self._node_ready[index]]
+
+    def _node_index(self, name: str) -> int:
+        number = name.removeprefix("node-")
+        if not (number.isascii() and number.isdigit()) or f"node-{int(number)}" != name \
+                or int(number) >= self._config.nodes:
+            raise KeyError(name)
+        return int(number)
+
+    def _shaped(self, amounts: dict[str, int]) -> dict[str, int]:
+        """Every resource of the node shape, and other resources only when non-zero.
+
+        A pod asking for zero of a resource the nodes lack leaves a zero behind in the node's usage;
+        dropping it keeps reports independent of history.
+        """
+        return {name: amount for name, amount in amounts.items() if amount or name in self._node_alloc}
+
     def _bind_pending(self, now: float) -> None:
-        """Bind Pending pods first fit, in creation order; a pod that fits nowhere keeps waiting."""
-        free = [subtract(self._node_alloc, used) for used in self._node_used]
+        """Bind Pending pods first fit over the usable nodes, in creation order; a pod that fits
+        nowhere keeps waiting."""
+        usable = self._usable_nodes()
+        free = [subtract(self._node_alloc, self._node_used[index]) for index in usable]
         still_pending = []
         for pod in self._pending:
             if pod.phase != _POD_PENDING:
                 continue
-            index = first_fit(pod.request, free)
-            if index is None:
+            slot = first_fit(pod.request, free)
+            if slot is None:
                 still_pending.append(pod)
                 continue
-            free[index] = subtract(free[index], pod.request)
-            self._bind(pod, index, now)
+            free[slot] = subtract(free[slot], pod.request)
+            self._bind(pod, usable[slot], now)
         self._pending = still_pending
 
     def _bind(self, pod: _Pod, index: int, now: float) -> None:
         pod.phase = _POD_RUNNING
         pod.node = index
+        pod.ran_on = index
         used = add(self._node_used[index], pod.request)
         self._node_used[index] = used
         for name, amount in used.items():

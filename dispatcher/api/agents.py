@@ -19,6 +19,7 @@ from dispatcher import reports
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
+from dispatcher.metrics import DispatcherMetrics
 from dispatcher.notifying import Notifier
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
@@ -40,7 +41,9 @@ def report_of(status: agents_pb2.AttemptStatus) -> reports.Report:
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):
-    def __init__(self, sessions: sessionmaker, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float):
+    def __init__(self, sessions: sessionmaker, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float,
+                 metrics: DispatcherMetrics | None = None):
+        self._metrics = metrics
         self._sessions = sessions
         self._auth = auth
         self._notifier = notifier
@@ -100,7 +103,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             # A new agent process reports from scratch: everything it acked before is in its report.
             cluster_store.record_capacity(session, hello.cluster, capacity_document(hello.capacity),
                                           max(acked, hello.capacity.applied_through), now, first=True)
-            orphans = reports.reconcile(session, hello.cluster, [report_of(s) for s in hello.inventory])
+            orphans = reports.reconcile(session, hello.cluster, [report_of(s) for s in hello.inventory],
+                                        self._metrics)
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             job_store.notify(session, job_store.WAKE_CHANNEL)
@@ -122,7 +126,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     last_capacity = capacity
                 elif kind == "status":
                     with self._sessions.begin() as session:
-                        reports.apply(session, cluster, report_of(message.status.status))
+                        reports.apply(session, cluster, report_of(message.status.status), self._metrics)
                     out.put(agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=message.status.seq)))
                 elif kind == "ack":
                     ids = list(message.ack.command_ids)

@@ -1,9 +1,18 @@
 """Each cluster's usable capacity, as the scheduler and `sluice clusters` see it.
 
-free = reported free - requests of active attempts dispatched after the report was taken
-(dispatch command id > the report's applied_through). Attempts at or below it are inside the report;
-the others are not: each attempt is counted exactly once. The same holds for the largest free node,
-conservatively (an in-flight pod may land on it).
+Two sources, each with its own rule for the attempts it does not show yet, so that every active
+attempt is counted exactly once, never twice, never not at all:
+
+- **prometheus** (when the cluster has a reading younger than the staleness bound):
+  free = reading.free - Σ requests of active attempts on the cluster whose (job, attempt) the reading
+  does not show. An attempt whose pods the series show is inside reading.free (while its pods are
+  Pending or Running) or has ended there; any other active attempt is not in it yet.
+- **agent** (otherwise, the agent's own report):
+  free = report.free - Σ requests of active attempts dispatched by a command with an id above the
+  report's applied_through. The agent read applied_through before its snapshot, so every command at
+  or below it is inside the report.
+
+The largest free node is reduced the same way, conservatively (an unseen pod may land on it).
 """
 from __future__ import annotations
 
@@ -17,42 +26,60 @@ from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from sluice.quantity import subtract
 
+DEFAULT_STALENESS_S = 10.0  # a Prometheus reading older than this is not trusted
+
 
 @dataclass(frozen=True)
 class ClusterCapacity:
     state: ClusterState
     status: str  # active | cordoned | draining | unreachable
-    source: str  # agent | none
-    age_seconds: float  # -1 when never reported
+    source: str  # prometheus | agent | none
+    age_seconds: float  # of the reading in use; -1 when there is none
     allocatable: dict[str, int]
 
 
-def read(session: Session, now: datetime, *, unreachable_after_s: float) -> list[ClusterCapacity]:
-    pending: dict[str, list] = {}
+def _less(capacity: dict, requests: list[dict]) -> tuple[dict[str, int], dict[str, int]]:
+    free = dict(capacity.get("free", {}))
+    largest = dict(capacity.get("largestFreeNode", {}))
+    for r in requests:
+        free = subtract(free, r)
+        largest = {k: min(v, free.get(k, 0)) for k, v in largest.items()}
+    return free, largest
+
+
+def read(session: Session, now: datetime, *, unreachable_after_s: float,
+         staleness_s: float = DEFAULT_STALENESS_S) -> list[ClusterCapacity]:
+    after_report: dict[str, list[dict]] = {}
     for row in job_store.in_flight(session):
-        pending.setdefault(row.cluster, []).append(row)
+        after_report.setdefault(row.cluster, []).append(row.requests)
+    active: dict[str, list] = {}
+    for row in job_store.active_requests(session):
+        active.setdefault(row.cluster, []).append(row)
     out = []
     for c in cluster_store.list_clusters(session):
-        capacity = c.capacity or {}
-        free = dict(capacity.get("free", {}))
-        largest = dict(capacity.get("largestFreeNode", {}))
-        for row in pending.get(c.name, ()):
-            free = subtract(free, row.requests)
-            largest = {r: min(v, free.get(r, 0)) for r, v in largest.items()}
-        seen = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
+        prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
+        if c.prometheus_capacity and prom_age is not None and prom_age <= staleness_s:
+            capacity, source, age = c.prometheus_capacity, "prometheus", prom_age
+            seen = {tuple(pair) for pair in capacity.get("attempts", [])}
+            unseen = [r.requests for r in active.get(c.name, ()) if (r.id, r.attempt) not in seen]
+        else:
+            capacity, source = c.capacity or {}, "agent" if c.capacity else "none"
+            age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
+            unseen = after_report.get(c.name, [])
+        free, largest = _less(capacity, unseen)
+        heard = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
         status = c.state
         unavailable = ""
-        if seen is None:
+        if heard is None:
             status, unavailable = "unreachable", "unreachable (its agent has never connected)"
-        elif seen > unreachable_after_s:
-            status, unavailable = "unreachable", f"unreachable (no heartbeat from its agent for {seen:.0f}s)"
+        elif heard > unreachable_after_s:
+            status, unavailable = "unreachable", f"unreachable (no heartbeat from its agent for {heard:.0f}s)"
         elif c.state != "active":
             unavailable = c.state
         elif not capacity:
             unavailable = "no capacity reported yet"
-        age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
+        allocatable = dict(capacity.get("allocatable", {}))
         out.append(ClusterCapacity(
-            ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable,
-                         dict(capacity.get("allocatable", {}))),
-            status, "agent" if capacity else "none", age, dict(capacity.get("allocatable", {}))))
+            ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable, allocatable),
+            status, source, age, allocatable))
     return out

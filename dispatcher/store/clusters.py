@@ -77,6 +77,11 @@ def record_capacity(session: Session, name: str, capacity: dict, applied_through
         capacity=capacity, capacity_at=now, last_seen_at=now, applied_through=watermark))
 
 
+def record_prometheus(session: Session, name: str, capacity: dict, sampled_at: datetime) -> None:
+    session.execute(update(Cluster).where(Cluster.name == name).values(
+        prometheus_capacity=capacity, prometheus_at=sampled_at))
+
+
 def get_queue(session: Session, name: str) -> Queue:
     return _get(session, Queue, "queue", name)
 

@@ -123,3 +123,8 @@ def check_schema(engine: Engine) -> None:
         raise SchemaBehind(
             f"database schema is at {current or 'nothing'}, this Sluice needs {head}: "
             "run `sluice dispatcher migrate` (with the same --database-url)")
+
+
+def statement_timeout(session, seconds: float) -> None:
+    """Bound every statement of the caller's transaction (a local setting: it ends with the transaction)."""
+    session.execute(text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": str(max(1, int(seconds * 1000)))})

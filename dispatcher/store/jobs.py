@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Row, func, insert, select, text, update
 from sqlalchemy.orm import Session, defer
@@ -130,9 +131,12 @@ def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason:
                     .values(state=state, reason=reason, exit_code=exit_code, finished_at=func.now()))
 
 
-def start_attempt(session: Session, job_id: int, attempt: int) -> None:
-    session.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == attempt)
-                    .values(state=states.RUNNING, started_at=func.now()))
+def start_attempt(session: Session, job_id: int, attempt: int) -> float | None:
+    """Mark the attempt running; returns the seconds from its dispatch to now (None: no such attempt)."""
+    row = session.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == attempt)
+                          .values(state=states.RUNNING, started_at=func.now())
+                          .returning(func.extract("epoch", func.now() - Attempt.dispatched_at))).first()
+    return None if row is None else float(row[0])
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ class Dispatched:
     attempt: int
     cluster: str
     command_id: int
+    created_at: datetime | None = None  # when the job was submitted
+    dispatched_at: datetime | None = None  # this dispatch (the transaction's time)
 
 
 def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatched]:
@@ -159,7 +165,7 @@ def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatc
                   started_at = NULL, finished_at = NULL
            FROM unnest(CAST(:ids AS bigint[]), CAST(:clusters AS text[])) AS d(id, cluster)
            WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
-           RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec"""), {"ids": ids, "clusters": clusters}).all()
+           RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec, jobs.created_at, jobs.dispatched_at"""), {"ids": ids, "clusters": clusters}).all()
     if not moved:
         return []
     from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
@@ -176,7 +182,7 @@ def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatc
     for cluster in sorted({r.cluster for r in moved}):
         notify(session, OUTBOX_CHANNEL, cluster)
     notify(session, EVENTS_CHANNEL)
-    return [Dispatched(r.id, r.attempt, r.cluster, c) for r, c in zip(moved, command_ids)]
+    return [Dispatched(r.id, r.attempt, r.cluster, c, r.created_at, r.dispatched_at) for r, c in zip(moved, command_ids)]
 
 
 def set_reasons(session: Session, reasons: dict[int, str]) -> None:
@@ -207,6 +213,12 @@ def active_attempts(session: Session) -> list[Row]:
         .where(Job.state.in_(states.ACTIVE))).all()
 
 
+def active_requests(session: Session) -> list[Row]:
+    """(cluster, id, attempt, requests) of every dispatched or running job."""
+    return session.execute(select(Job.cluster, Job.id, Job.attempt, Job.requests)
+                           .where(Job.state.in_(states.ACTIVE))).all()
+
+
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
 
@@ -231,3 +243,26 @@ def holds_advisory_lock(session: Session, backend_pid: int, key: int) -> bool:
         """SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
                           AND pid = :pid AND classid = 0 AND objid = :key AND objsubid = 1)"""),
         {"pid": backend_pid, "key": key}))
+
+
+# -- totals for /metrics (dispatcher/metrics.py): one GROUP BY each, read at scrape time --------------
+
+def queued_per_class(session: Session) -> list[Row]:
+    """(queue, service_class, jobs) of queued jobs."""
+    return session.execute(select(Job.queue, Job.service_class, func.count().label("jobs"))
+                           .where(Job.state == states.QUEUED).group_by(Job.queue, Job.service_class)).all()
+
+
+def active_per_cluster(session: Session) -> list[Row]:
+    """(queue, cluster, jobs) of dispatched and running jobs."""
+    return session.execute(select(Job.queue, Job.cluster, func.count().label("jobs"))
+                           .where(Job.state.in_(states.ACTIVE)).group_by(Job.queue, Job.cluster)).all()
+
+
+def used_per_cluster(session: Session) -> list[Row]:
+    """(queue, cluster, resource, milli) summed over the requests of dispatched and running jobs."""
+    return session.execute(text(
+        """SELECT j.queue, j.cluster, r.key AS resource, sum(r.value::numeric) AS milli
+           FROM jobs j CROSS JOIN LATERAL jsonb_each_text(j.requests) r
+           WHERE j.state IN ('DISPATCHED', 'RUNNING')
+           GROUP BY j.queue, j.cluster, r.key""")).all()

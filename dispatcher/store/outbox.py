@@ -50,3 +50,13 @@ def unacked_dispatches(session: Session, cluster: str) -> set[tuple[int, int]]:
     rows = session.execute(select(OutboxCommand.job_id, OutboxCommand.attempt).where(
         OutboxCommand.cluster == cluster, OutboxCommand.kind == "dispatch", OutboxCommand.acked_at.is_(None)))
     return {(r.job_id, r.attempt) for r in rows}
+
+
+def unacked_per_cluster(session: Session) -> list:
+    """(cluster, commands, oldest_age_s) for every cluster: its unacked commands and the age of the oldest
+    by the database's clock (0 and 0.0 when it has none)."""
+    return session.execute(text(
+        """SELECT c.name AS cluster, count(o.id) AS commands,
+                  coalesce(extract(epoch FROM now() - min(o.created_at)), 0) AS oldest_age_s
+           FROM clusters c LEFT JOIN outbox o ON o.cluster = c.name AND o.acked_at IS NULL
+           GROUP BY c.name ORDER BY c.name""")).all()

@@ -46,10 +46,12 @@ def test_dispatcher_serve_with_a_separate_sim_agent(db_url, tmp_path):
     (tmp_path / "agent.token").write_text(agent_token + "\n")
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", url,
-                              "--listen", f"127.0.0.1:{port}"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+                              "--listen", f"127.0.0.1:{port}", "--metrics-listen", "127.0.0.1:0"], env=env, cwd=REPO,
+                             stderr=subprocess.PIPE, text=True)
     agent = subprocess.Popen([sys.executable, "-m", "sluice", "agent", "run", "--cluster", "solo", "--dispatcher",
                               f"127.0.0.1:{port}", "--token-file", str(tmp_path / "agent.token"), "--backend", "sim",
-                              "--sim-nodes", "2", "--sim-node", "cpu=4,memory=8Gi"], env=env, cwd=REPO)
+                              "--sim-nodes", "2", "--sim-node", "cpu=4,memory=8Gi", "--metrics-listen", "127.0.0.1:0"],
+                             env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     client_env = {**env, "SLUICE_ADDRESS": f"127.0.0.1:{port}", "SLUICE_TOKEN": admin}
     try:
         deadline = time.monotonic() + 30
@@ -69,6 +71,7 @@ def test_dispatcher_serve_with_a_separate_sim_agent(db_url, tmp_path):
         for proc in (agent, serve):
             proc.send_signal(signal.SIGINT)
         assert agent.wait(15) == 0 and serve.wait(15) == 0
+    assert "agent metrics on 127.0.0.1:" in agent.stderr.read()
 
 
 def test_agent_run_refuses_bad_input(tmp_path):

@@ -1,0 +1,197 @@
+"""The dispatcher's own metrics, served at /metrics for Prometheus (docs/metrics.md lists them).
+
+Two kinds, kept apart:
+
+- What happens in this process (dispatch latency, scheduling cycles and their decisions) is counted as
+  it happens, in `DispatcherMetrics`, by whoever is handed the object (the scheduler, the agent link).
+  Only the leader schedules, so on a follower replica the scheduling series stay at zero.
+- What lives in Postgres (queued and active jobs, queue usage, outbox depth, cluster capacity) is read
+  when Prometheus scrapes, by `StoreCollector`: one short read-only transaction of a few GROUP BY
+  queries, with a statement timeout, so nothing is cached to go stale and every replica reports the
+  same values (aggregate them with max, not sum).
+
+Every Dispatcher owns a private registry (several run in one test process); nothing here is global.
+Amounts are converted from Sluice's milli-units to base units: cpu cores, memory bytes, other resources
+in their own unit.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher.capacity import snapshot
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database
+from dispatcher.store import jobs as job_store
+from dispatcher.store import outbox as outbox_store
+
+log = logging.getLogger(__name__)
+
+# From a fast local dispatch to a job that waited hours for capacity.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+                   1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SUBMIT_TO_DISPATCH, DISPATCH_TO_RUNNING = "submit_to_dispatch", "dispatch_to_running"
+DECISIONS = ("dispatched", "preempted", "waiting")
+SCRAPE_TIMEOUT_S = 5.0  # per statement of a scrape's read; Prometheus' own scrape timeout is usually 10 s
+
+
+def base_units(milli: float) -> float:
+    """Sluice milli-units (sluice/quantity.py) to the resource's base unit: cores, bytes, devices."""
+    return float(milli) / 1000.0
+
+
+class DispatcherMetrics:
+    """The in-process counters and histograms of one dispatcher, on its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.dispatch_latency = Histogram(
+            "sluice_dispatch_latency_seconds",
+            "Time from a job's submission to its first dispatch, and from each dispatch to its attempt running.",
+            ["phase"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.cycle_seconds = Histogram(
+            "sluice_scheduling_cycle_seconds", "Duration of one scheduling cycle, its commit included.",
+            buckets=CYCLE_BUCKETS, registry=self.registry)
+        self.cycles = Counter("sluice_scheduling_cycles", "Scheduling cycles committed by this replica.",
+                              registry=self.registry)
+        self.decisions = Counter(
+            "sluice_scheduling_decisions",
+            "Decisions of the scheduling cycles: jobs dispatched, attempts preempted, jobs left waiting "
+            "(a job waiting through n cycles counts n times).", ["decision"], registry=self.registry)
+        for phase in (SUBMIT_TO_DISPATCH, DISPATCH_TO_RUNNING):  # every series exists from the start, at 0
+            self.dispatch_latency.labels(phase)
+        for decision in DECISIONS:
+            self.decisions.labels(decision)
+
+    def observe_cycle(self, seconds: float, dispatched: int, preempted: int, waiting: int,
+                      submit_to_dispatch: Iterable[float] = ()) -> None:
+        """One committed cycle; submit_to_dispatch: the waits of the jobs it dispatched for the first time."""
+        self.cycles.inc()
+        self.cycle_seconds.observe(seconds)
+        for decision, n in zip(DECISIONS, (dispatched, preempted, waiting)):
+            if n:
+                self.decisions.labels(decision).inc(n)
+        latency = self.dispatch_latency.labels(SUBMIT_TO_DISPATCH)
+        for s in submit_to_dispatch:
+            latency.observe(max(0.0, s))
+
+    def observe_dispatch_to_running(self, seconds: float) -> None:
+        self.dispatch_latency.labels(DISPATCH_TO_RUNNING).observe(max(0.0, seconds))
+
+
+def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=labels)
+
+
+class StoreCollector(Collector):
+    """Gauges read from Postgres at scrape time."""
+
+    def __init__(self, sessions: sessionmaker, *, unreachable_after_s: float,
+                 staleness_s: float = snapshot.DEFAULT_STALENESS_S, timeout_s: float = SCRAPE_TIMEOUT_S):
+        # The same bounds as the scheduler's: the gauges show the capacity it schedules against.
+        self._sessions = sessions
+        self._unreachable_after_s = unreachable_after_s
+        self._staleness_s = staleness_s
+        self._timeout_s = timeout_s
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collect() reads the database: never at registration
+
+    def collect(self) -> Iterable[Metric]:
+        up = _gauge("sluice_database_up", "Whether this scrape could read the dispatcher's Postgres "
+                                          "(0: the other database gauges are missing from it).", [])
+        try:
+            families = self._read(datetime.now(timezone.utc))
+        except Exception:
+            # A failed read must not hide the in-process series, which matter most during an outage.
+            log.warning("metrics: cannot read the database", exc_info=True)
+            up.add_metric([], 0.0)
+            return [up]
+        up.add_metric([], 1.0)
+        return [up, *families]
+
+    def _read(self, now: datetime) -> list[Metric]:
+        with self._sessions() as session:  # read only: closed without a commit
+            database.statement_timeout(session, self._timeout_s)
+            queued = job_store.queued_per_class(session)
+            active = job_store.active_per_cluster(session)
+            used = job_store.used_per_cluster(session)
+            outbox = outbox_store.unacked_per_cluster(session)
+            capacity = snapshot.read(session, now, unreachable_after_s=self._unreachable_after_s,
+                                     staleness_s=self._staleness_s)
+            classes = sorted(cluster_store.service_classes(session))
+            queues = {q.name: q.spec.get("spec", {}).get("serviceClasses") or classes
+                      for q in cluster_store.list_queues(session)}
+            session.rollback()
+        clusters = [c.state.name for c in capacity]
+
+        g_queued = _gauge("sluice_jobs_queued", "Jobs waiting in a queue, by service class.",
+                          ["queue", "service_class"])
+        # Every queue and class it accepts, and every queue and cluster, has a series, at 0 when empty:
+        # a drained queue reads 0, not "no data".
+        counts = {(q, c): 0 for q, accepted in queues.items() for c in accepted}
+        counts.update({(r.queue, r.service_class): r.jobs for r in queued})
+        for (queue, service_class), n in sorted(counts.items()):
+            g_queued.add_metric([queue, service_class], n)
+        g_active = _gauge("sluice_jobs_active", "Jobs dispatched to or running on a cluster (DISPATCHED + RUNNING).",
+                          ["queue", "cluster"])
+        counts = {(q, c): 0 for q in queues for c in clusters}
+        counts.update({(r.queue, r.cluster or ""): r.jobs for r in active})
+        for (queue, cluster), n in sorted(counts.items()):
+            g_active.add_metric([queue, cluster], n)
+        g_used = _gauge("sluice_queue_used", "Resources requested by a queue's active jobs on a cluster, in "
+                                             "base units (cpu: cores, memory: bytes, others: count).",
+                        ["queue", "cluster", "resource"])
+        for r in used:
+            g_used.add_metric([r.queue, r.cluster or "", r.resource], base_units(r.milli))
+        g_unacked = _gauge("sluice_outbox_unacked_commands", "Commands for a cluster's agent not acked yet.",
+                           ["cluster"])
+        g_oldest = _gauge("sluice_outbox_oldest_unacked_age_seconds",
+                          "Age of the oldest command a cluster's agent has not acked (0: none).", ["cluster"])
+        for r in outbox:
+            g_unacked.add_metric([r.cluster], r.commands)
+            g_oldest.add_metric([r.cluster], float(r.oldest_age_s))
+        g_capacity = _gauge("sluice_cluster_capacity",
+                            "A cluster's capacity as the scheduler sees it, in base units: allocatable, and free "
+                            "after the attempts its source does not show yet.", ["cluster", "resource", "kind"])
+        g_age = _gauge("sluice_cluster_capacity_age_seconds",
+                       "Age of the capacity reading in use, by its source (prometheus | agent | none; "
+                       "+Inf: no reading ever).", ["cluster", "source"])
+        for c in capacity:
+            name = c.state.name
+            for resource, milli in sorted(c.allocatable.items()):
+                g_capacity.add_metric([name, resource, "allocatable"], base_units(milli))
+            for resource, milli in sorted(c.state.free.items()):
+                g_capacity.add_metric([name, resource, "free"], base_units(milli))
+            g_age.add_metric([name, c.source], c.age_seconds if c.age_seconds >= 0 else math.inf)
+        return [g_queued, g_active, g_used, g_unacked, g_oldest, g_capacity, g_age]
+
+
+class MetricsServer:
+    """/metrics over HTTP for one registry, on HOST:PORT (port 0 picks a free one)."""
+
+    def __init__(self, listen: str, registry: CollectorRegistry):
+        host, sep, port = listen.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit():
+            raise OSError(f"cannot serve metrics on {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+        try:
+            self._server, self._thread = start_http_server(int(port), addr=host, registry=registry)
+        except (OSError, OverflowError) as exc:
+            raise OSError(f"cannot serve metrics on {listen}: {exc}") from exc
+        self.host = self._server.socket.getsockname()[0]  # as bound: tests check it is loopback
+        self.port = self._server.server_port
+        self.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)

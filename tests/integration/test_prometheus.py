@@ -1,0 +1,122 @@
+"""Capacity from a real Prometheus server (Debian's `prometheus`, started on a free loopback port)
+scraping the sim clusters' kube-state-metrics series every second."""
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+
+from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
+from dispatcher.embedded import Embedded, UpSettings
+from sluice.client import Client
+from sluice.config import ClientConfig
+from sluice.objects import load_objects
+from sluice.quantity import format_resources
+from tests.integration.test_spine import job_doc, wait_final
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs the prometheus binary")
+
+OBJECTS = """
+apiVersion: sluice.io/v1
+kind: ServiceClass
+metadata: {name: standard}
+spec: {priority: 500}
+---
+apiVersion: sluice.io/v1
+kind: Queue
+metadata: {name: default}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: alpha}
+spec: {tier: onprem, simulated: {nodes: 2, node: {cpu: "8", memory: 32Gi}}}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: beta}
+spec: {tier: cloud, simulated: {nodes: 2, node: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "2"}}}
+"""
+
+
+@pytest.fixture
+def system(db_url, tmp_path):
+    embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
+                                   database_url=db_url, sim_time_scale=0.05, prometheus=True),
+                        load_objects(OBJECTS)).start()
+    embedded.wait_connected()
+    embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    yield embedded
+    embedded.client.close()
+    embedded.stop()
+
+
+def views(client) -> dict[str, dict]:
+    return {c["name"]: c for c in client.clusters()}
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+    return value
+
+
+def sim_view(sim) -> dict:
+    capacity = sim.capacity()
+    return {"allocatable": format_resources(capacity.allocatable), "free": format_resources(capacity.free),
+            "largestFreeNode": format_resources(capacity.largest_free_node)}
+
+
+def test_capacity_comes_from_prometheus_and_falls_back_to_the_agent(system):
+    shown = wait_for(lambda: (v := views(system.client)) and all(c["capacitySource"] == "prometheus" for c in v.values())
+                     and v, 30, "both clusters read from prometheus")
+    for name, sim in system.sims.items():
+        view = shown[name]
+        assert {k: view[k] for k in ("allocatable", "free", "largestFreeNode")} == sim_view(sim), name
+        assert 0 <= view["capacityAgeSeconds"] <= DEFAULT_STALENESS_S
+    # Prometheus goes away: within the staleness bound every cluster shows its agent's report instead.
+    system.prometheus.stop()
+    stopped = time.monotonic()
+    wait_for(lambda: all(c["capacitySource"] == "agent" for c in views(system.client).values()),
+             DEFAULT_STALENESS_S + 5, "fallback to the agents' reports")
+    took = time.monotonic() - stopped
+    assert took <= DEFAULT_STALENESS_S + 3, took
+    # Still scheduling, on the agents' numbers.
+    [job_id] = system.client.submit([job_doc(cpu="1", duration="1s")])
+    assert wait_final(system.client, [job_id])[0]["state"] == "SUCCEEDED"
+
+
+def test_a_thousand_jobs_never_overcommit_and_leave_nothing_counted_twice(system):
+    wait_for(lambda: all(c["capacitySource"] == "prometheus" for c in views(system.client).values()), 30,
+             "both clusters read from prometheus")
+    lowest: dict[str, dict[str, int]] = {name: {} for name in system.sims}
+    stop = threading.Event()
+
+    def watch():  # the sims' own books: requests of non-terminated pods never above what they hold
+        while not stop.is_set():
+            for name, sim in system.sims.items():
+                for resource, amount in sim.capacity().free.items():
+                    lowest[name][resource] = min(lowest[name].get(resource, amount), amount)
+            time.sleep(0.005)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    docs = [job_doc(name=f"j{n}", cpu=str(1 + n % 3), duration=f"{2 + n % 5}s") for n in range(1000)]
+    ids = system.client.submit(docs)
+    try:
+        jobs = wait_final(system.client, ids, timeout=240)
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert all(j["state"] == "SUCCEEDED" for j in jobs)
+    for name, sim in system.sims.items():
+        assert sim.max_overcommit == {}, name
+        assert all(v >= 0 for v in lowest[name].values()), (name, lowest[name])
+        assert sim.duplicates == 0
+    # Quiet again: what the dispatcher counts free is exactly what the clusters have free.
+    def settled():
+        shown = views(system.client)
+        return all(c["capacitySource"] == "prometheus" and c["free"] == c["allocatable"] for c in shown.values())
+    wait_for(settled, 15, "every cluster shows all of its capacity free once the run is over")
