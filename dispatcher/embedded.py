@@ -156,5 +156,10 @@ def load_config(path: pathlib.Path | None) -> list | None:
 
 
 def summary_line(embedded: Embedded) -> str:
-    return yaml.safe_dump({"address": embedded.dispatcher.address, "clusters": sorted(embedded.agents),
-                           "clientConfig": str(embedded.client_config_path)}, sort_keys=False)
+    shown = {"address": embedded.dispatcher.address, "clusters": sorted(embedded.agents),
+             "clientConfig": str(embedded.client_config_path)}
+    if embedded.dispatcher.metrics_server is not None:
+        shown["metrics"] = f"{embedded.dispatcher.metrics_server.address}/metrics"
+    if embedded.prometheus is not None:
+        shown["prometheus"] = embedded.prometheus.url
+    return yaml.safe_dump(shown, sort_keys=False)

@@ -16,7 +16,7 @@ from sluice.objects import load_objects
 from sluice.quantity import format_resources
 from tests.integration.test_spine import job_doc, wait_final
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs the prometheus binary")
+needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs the prometheus binary")
 
 OBJECTS = """
 apiVersion: sluice.io/v1
@@ -70,6 +70,7 @@ def sim_view(sim) -> dict:
             "largestFreeNode": format_resources(capacity.largest_free_node)}
 
 
+@needs_prometheus
 def test_capacity_comes_from_prometheus_and_falls_back_to_the_agent(system):
     shown = wait_for(lambda: (v := views(system.client)) and all(c["capacitySource"] == "prometheus" for c in v.values())
                      and v, 30, "both clusters read from prometheus")
@@ -89,6 +90,7 @@ def test_capacity_comes_from_prometheus_and_falls_back_to_the_agent(system):
     assert wait_final(system.client, [job_id])[0]["state"] == "SUCCEEDED"
 
 
+@needs_prometheus
 def test_a_thousand_jobs_never_overcommit_and_leave_nothing_counted_twice(system):
     wait_for(lambda: all(c["capacitySource"] == "prometheus" for c in views(system.client).values()), 30,
              "both clusters read from prometheus")
@@ -120,3 +122,18 @@ def test_a_thousand_jobs_never_overcommit_and_leave_nothing_counted_twice(system
         shown = views(system.client)
         return all(c["capacitySource"] == "prometheus" and c["free"] == c["allocatable"] for c in shown.values())
     wait_for(settled, 15, "every cluster shows all of its capacity free once the run is over")
+
+
+def test_up_says_clearly_when_prometheus_is_missing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    data = tmp_path / "d"
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable), "HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    result = subprocess.run([sys.executable, "-m", "sluice", "up", "--prometheus", "--data-dir", str(data),
+                             "--listen", "127.0.0.1:0"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: up: the `prometheus` binary is not installed (Debian: apt-get install prometheus)")
+    assert not (data / "postgres" / "postmaster.pid").exists()  # what it started, it stopped

@@ -192,7 +192,6 @@ def test_served_on_loopback_with_conventional_names():
         "sluice_agent_connected": "gauge",
         "sluice_agent_status_reports_unacked": "gauge",
         **{name: "counter" for name in counters},
-        **{f"{name}_created": "gauge" for name in counters},  # prometheus_client's creation timestamps
     }
     samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
                for family in families for sample in family.samples}
