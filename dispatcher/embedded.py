@@ -121,6 +121,7 @@ class Embedded:
         """Serve each sim's kube-state-metrics series, scrape them with a real Prometheus every second,
         and point each simulated cluster at it (with a cluster="<name>" selector)."""
         from agent.backends.sim_metrics import SimMetricsServer
+        from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
         from dispatcher.capacity.prometheus_server import PrometheusServer
 
         for name, sim in self.sims.items():
@@ -130,6 +131,16 @@ class Embedded:
             name: f"127.0.0.1:{exporter.port}" for name, exporter in self.exporters.items()}).start()
         pointed = [replace(obj, prometheus={"url": self.prometheus.url, "selector": f'{{cluster="{obj.name}"}}'})
                    for obj in clusters if obj.name in self.sims]
+        deadline = time.monotonic() + 30  # until its first scrapes are in, it would only say "no series"
+        for obj in pointed:
+            while True:
+                try:
+                    read(PrometheusSettings.from_document(obj.prometheus))
+                    break
+                except PrometheusError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         with self.dispatcher.sessions.begin() as session:
             administering.apply(session, "sluice up", pointed)
 
@@ -140,14 +151,14 @@ class Embedded:
                 raise TimeoutError(f"the sim agent of cluster {name} did not connect within {timeout_s:g}s")
 
     def stop(self) -> None:
-        if self.prometheus is not None:
-            self.prometheus.stop()
-        for exporter in self.exporters.values():
-            exporter.stop()
         for agent in self.agents.values():
             agent.stop()
         if self.dispatcher:
             self.dispatcher.stop()
+        for exporter in self.exporters.values():
+            exporter.stop()
+        if self.prometheus is not None:
+            self.prometheus.stop()
         self._lock.close()
 
 

@@ -243,6 +243,7 @@ def _logging(verbose: bool) -> None:
     import logging
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # our own warning says what a failed query means
 
 
 def _serve_until_interrupted(stop, ready: str = "") -> None:
@@ -252,7 +253,9 @@ def _serve_until_interrupted(stop, ready: str = "") -> None:
     import threading
     done = threading.Event()
     try:
+        # Both, explicitly: a shell starts background jobs with SIGINT ignored, which Python would keep.
         signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
         if ready:
             print(ready, file=sys.stderr, flush=True)
         done.wait()

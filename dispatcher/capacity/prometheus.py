@@ -195,6 +195,7 @@ class Refresher:
 
     def _refresh(self, cluster: str, settings: PrometheusSettings, stop: threading.Event) -> None:
         last: dict | None = None
+        failing = ""  # the last failure said, so a long outage is logged once, not every second
         while not stop.is_set() and not self._stop.is_set():
             try:
                 reading = read(settings)
@@ -204,8 +205,14 @@ class Refresher:
                     if document != last:
                         job_store.notify(session, job_store.WAKE_CHANNEL)
                 last = document
+                if failing:
+                    log.warning("prometheus reading of %s works again", cluster, extra={"cluster": cluster})
+                failing = ""
             except PrometheusError as exc:
-                log.warning("prometheus reading failed", extra={"cluster": cluster, "error": str(exc)})
+                if str(exc) != failing:
+                    log.warning("prometheus reading of %s failed (its agent's report is used meanwhile): %s",
+                                cluster, exc, extra={"cluster": cluster})
+                failing = str(exc)
             except Exception:
                 log.exception("prometheus refresher failed", extra={"cluster": cluster})
             stop.wait(self._interval_s)
