@@ -362,3 +362,31 @@ def test_jobs_deeper_than_the_head_say_how_many_are_ahead(dispatcher):
                                                        "connected); beta: unreachable (its agent has never connected)")
     last = dispatcher.client.describe(ids[-1])
     assert last["reason"] == "waiting behind 69 jobs in queue default" and last["queuePosition"] == 70
+
+
+def test_prometheus_readings_count_each_attempt_once(dispatcher):
+    """free = reading.free − requests of active attempts the reading does not show (and only those)."""
+    from datetime import datetime, timezone
+
+    from dispatcher.store import clusters as cluster_store
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
+    shown, _ = dispatched_job(dispatcher, agent)
+    [unseen] = dispatcher.client.submit([job_doc(cpu="2")])
+    agent.send(ack=agents_pb2.CommandAck(command_ids=[agent.next("command").id]))
+    reading = {"allocatable": {"cpu": 16000}, "free": {"cpu": 15000}, "largestFreeNode": {"cpu": 8000},
+               "attempts": [[shown, 1]]}  # the first job's pod is in it (1 cpu), the second's is not yet
+    with dispatcher.sessions.begin() as session:
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(timezone.utc))
+    view = {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]
+    assert view["capacitySource"] == "prometheus"
+    assert view["allocatable"] == {"cpu": "16"} and view["free"] == {"cpu": "13"}  # 15 − 2, not 15 − 1 − 2
+    # Once the reading shows the second one too, nothing is subtracted on top of it.
+    reading.update(free={"cpu": 13000}, attempts=[[shown, 1], [unseen, 1]])
+    with dispatcher.sessions.begin() as session:
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(timezone.utc))
+    assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["free"] == {"cpu": "13"}
+    # A reading older than the staleness bound is not trusted: the agent's report is used.
+    with dispatcher.sessions.begin() as session:
+        cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=timezone.utc))
+    assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["capacitySource"] == "agent"
+    agent.close()
