@@ -61,6 +61,7 @@ class Agent:
         self._applied = 0  # the last command id this process applied
         self._heartbeat_queued = False  # one queued heartbeat is enough: it reads capacity when sent
         self._stop = threading.Event()
+        self._paused = threading.Event()
         self._call = None
         self._thread: threading.Thread | None = None
         # A registry of its own (several agents share one process); serve it with agent.metrics.serve.
@@ -85,6 +86,8 @@ class Agent:
     def run(self) -> None:
         backoff = self.settings.backoff_initial_s
         while not self._stop.is_set():
+            while self._paused.is_set() and not self._stop.wait(0.05):
+                pass
             started = time.monotonic()
             try:
                 self._connect_once()
@@ -187,20 +190,33 @@ class Agent:
 
     # -- helpers ---------------------------------------------------------------------------------
     def _inventory(self) -> list[AttemptStatus]:
-        """What the cluster holds, plus the latest unacked report of attempts it no longer lists.
+        """What the cluster holds; for an attempt with unacked reports, the earliest of them instead.
 
-        The dispatcher reconciles the hello before it reads the re-sent reports; without this an attempt
-        whose result the backend has already forgotten would look lost.
+        The dispatcher reconciles the hello before it reads the re-sent reports. Starting each attempt's
+        story where the dispatcher lost it means every status arrives in order (RUNNING before SUCCEEDED,
+        even if both happened while the link was down), and an attempt whose result the backend has
+        already forgotten is not taken for lost.
         """
         with self.metrics.backend_errors.count_exceptions():
             inventory = self.backend.inventory()
         listed = {(s.job_id, s.attempt): s for s in inventory}
-        forgotten: dict[tuple[int, int], AttemptStatus] = {}
-        for seq in sorted(self._unacked):  # later reports of one attempt win
+        earliest: dict[tuple[int, int], AttemptStatus] = {}
+        for seq in sorted(self._unacked):
             status = self._unacked[seq]
-            if (status.job_id, status.attempt) not in listed:
-                forgotten[(status.job_id, status.attempt)] = status
-        return [*listed.values(), *forgotten.values()]
+            earliest.setdefault((status.job_id, status.attempt), status)
+        return list({**listed, **earliest}.values())
+
+    # -- holding the link (maintenance, fault tests) ---------------------------------------------
+    def pause(self) -> None:
+        """Drop the link to the dispatcher and keep it down until resume(); the cluster keeps running
+        its jobs and the agent keeps their statuses, to deliver in order when the link is back."""
+        self._paused.set()
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()
+
+    def resume(self) -> None:
+        self._paused.clear()
 
     def _capacity(self) -> agents_pb2.Capacity:
         # Read applied_through before the snapshot: the snapshot then holds at least those commands.

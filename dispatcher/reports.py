@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import func
@@ -22,6 +23,8 @@ from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
+from sluice.objects import object_from_document
+from sluice.quantity import format_duration
 
 if TYPE_CHECKING:
     from dispatcher.metrics import DispatcherMetrics
@@ -135,3 +138,21 @@ def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
     job_store.end_attempt(session, victim_id, attempt, "PREEMPTED", reason)
     outbox_store.add_cancel(session, cluster, victim_id, attempt, reason)
     return True
+
+
+def expire_leases(session: Session, now: datetime) -> int:
+    """Jobs on clusters unheard of for longer than their lease are lost: each goes back to the queue as a
+    new attempt (or fails, past its retries). Before that an unreachable cluster only takes no new jobs.
+    Returns how many attempts were given up."""
+    given_up = 0
+    for cluster in cluster_store.list_clusters(session):
+        if cluster.last_seen_at is None:
+            continue
+        lease = object_from_document(cluster.spec).lease_duration_s
+        silent = (now - cluster.last_seen_at).total_seconds()
+        if silent <= lease:
+            continue
+        for job in job_store.active_on_cluster(session, cluster.name):
+            reason = f"cluster {cluster.name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
+            given_up += apply(session, cluster.name, Report(job.id, job.attempt, "LOST", reason))
+    return given_up

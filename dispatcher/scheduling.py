@@ -92,6 +92,7 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     with sessions.begin() as session:
         if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
             raise LostLeadership("the leader lock is no longer held")
+        reports.expire_leases(session, now)
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                                    staleness_s=settings.prometheus_staleness_s)]
         classes = class_policies(session)
