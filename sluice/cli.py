@@ -1,6 +1,6 @@
 """The `sluice` command line.
 
-Client commands (submit, get, list, describe, cancel, watch, clusters, queues) import only the light
+Client commands (submit, get, list, describe, cancel, watch, clusters, queues, usage) import only the light
 client (grpc, the stubs, the spec model); server commands (up, demo, dispatcher, agent) import the
 server side inside their own bodies. Errors print one line, `error: <what>: <why>`, and exit 1; usage
 errors exit 2.
@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from sluice.admin_cli import app as admin_app
-from sluice.output import Format, emit, error, table
+from sluice.output import Format, ReportFormat, emit, emit_csv, error, table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
@@ -228,6 +228,77 @@ def queues(ctx: typer.Context, output: Format = OutputOpt) -> None:
     emit(_call("queues", client.queues), output,
          [("NAME", "name"), ("PARENT", "parent"), ("QUEUED", "queuedJobs"), ("RUNNING", "runningJobs"),
           ("USED", "used"), ("GUARANTEED", "guaranteed"), ("MAX", "max")])
+
+
+USAGE_GROUPINGS = ("queue", "class", "cluster", "user")
+# The unit of an hour of each resource, for table headers (others: unit-hours).
+HOUR_UNITS = {"cpu": "core-h", "memory": "GiB-h", "nvidia.com/gpu": "GPU-h"}
+
+
+def _since(value: str) -> float:
+    """--since: a duration back from now, or 'all'; as seconds, 0 meaning all time."""
+    from sluice.quantity import QuantityError, parse_duration
+    if value.strip().lower() == "all":
+        return 0.0
+    try:
+        seconds = parse_duration(value)
+    except QuantityError as exc:
+        raise typer.BadParameter(f"{exc}, or 'all'") from None
+    if seconds <= 0:
+        raise typer.BadParameter(f"{value!r} is an empty window; use a duration such as '30d', or 'all'")
+    return seconds
+
+
+def _valid_since(value: str) -> str:
+    _since(value)
+    return value
+
+
+def _by(value: str) -> str:
+    if value not in USAGE_GROUPINGS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(USAGE_GROUPINGS)}")
+    return value
+
+
+def _rounded(value):
+    """Floats to 6 decimals (a micro-unit of money, 3.6 ms of an hour): no binary noise in reports."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+@app.command()
+def usage(ctx: typer.Context,
+          since: str = typer.Option("30d", "--since", callback=_valid_since,
+                                    help="The window: this long back from now (90m, 12h, 30d), or 'all'"),
+          by: str = typer.Option("queue", "--by", callback=_by, help="Group by queue, class, cluster or user"),
+          output: ReportFormat = typer.Option(ReportFormat.table, "--output", "-o", help="table, json, yaml or csv")
+          ) -> None:
+    """Chargeback: resource-hours and cost (cluster price x class multiplier) per group, from the attempts."""
+    since_s = _since(since)
+    client = _client(ctx, "usage")
+    info = _call("usage", lambda: client.usage(since_s=since_s, by=by))
+    resources = list(info["total"]["resourceHours"])
+    if output == ReportFormat.csv:
+        emit_csv([{"group": g["group"], "cost": _rounded(g["cost"]), "attempts": g["attempts"],
+                   **{r: _rounded(g["resourceHours"].get(r, 0.0)) for r in resources}} for g in info["groups"]],
+                 ["group", "cost", "attempts", *resources])
+        return
+    if output != ReportFormat.table:
+        emit(_rounded(info), Format(output.value))
+        return
+    window = f"since {info['since']}" if info["since"] else "all time"
+    print(f"usage by {info['by']}, {window} until {info['until']}")
+    rows = [*info["groups"], {"group": "TOTAL", **info["total"]}]
+    cells = [{"group": r["group"], "attempts": r["attempts"], "cost": f"{r['cost']:.2f}",
+              **{res: f"{r['resourceHours'].get(res, 0.0):.2f}" for res in resources}} for r in rows]
+    print(table(cells, [(info["by"].upper(), "group"), ("ATTEMPTS", "attempts"),
+                        *[(f"{res.upper()} ({HOUR_UNITS.get(res, 'unit-h')})", res) for res in resources],
+                        (f"COST ({info['currency']})", "cost")]))
 
 
 # -- server commands --------------------------------------------------------------------------------

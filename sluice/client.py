@@ -141,3 +141,27 @@ class Client:
         return [{"name": q.name, "parent": q.parent or None, "guaranteed": _resources(q.guaranteed),
                  "max": _resources(q.max), "used": _resources(q.used), "queuedJobs": q.queued_jobs,
                  "runningJobs": q.running_jobs} for q in reply.queues]
+
+    def usage(self, *, since_s: float = 0, by: str = "queue") -> dict:
+        """Resource-hours and cost per group over the last `since_s` seconds (0: all time).
+
+        resourceHours are hours of base units (cpu core-hours, memory GiB-hours, others unit-hours);
+        `total` adds up the groups.
+        """
+        reply = self._call(self._jobs.Usage, jobs_pb2.UsageRequest(since_seconds=since_s, by=by))
+        groups = [{"group": r.group, "resourceHours": _ordered_resources(dict(r.resource_hours)), "cost": r.cost,
+                   "attempts": r.attempts} for r in reply.rows]
+        total_hours: dict[str, float] = {}
+        for g in groups:
+            for resource, hours in g["resourceHours"].items():
+                total_hours[resource] = total_hours.get(resource, 0.0) + hours
+        return {"by": reply.by or by, "since": _time(reply.window_start), "until": _time(reply.window_end),
+                "currency": reply.currency, "groups": groups,
+                "total": {"resourceHours": _ordered_resources(total_hours), "cost": sum(g["cost"] for g in groups),
+                          "attempts": sum(g["attempts"] for g in groups)}}
+
+
+def _ordered_resources(amounts: dict) -> dict:
+    """cpu, memory, then the other resources by name."""
+    first = [r for r in ("cpu", "memory") if r in amounts]
+    return {r: amounts[r] for r in first + sorted(r for r in amounts if r not in first)}

@@ -1,6 +1,8 @@
-"""Printing results: `-o table|json|yaml` for every read command, and the one-line error format."""
+"""Printing results: `-o table|json|yaml` for every read command (reports add csv), and the one-line
+error format."""
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from enum import Enum
@@ -12,6 +14,15 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     yaml = "yaml"
+
+
+class ReportFormat(str, Enum):
+    """Reports (`sluice usage`) also print as CSV for spreadsheets."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    csv = "csv"
 
 
 def emit(value, fmt: Format, columns: list[tuple[str, str]] | None = None) -> None:
@@ -43,3 +54,11 @@ def error(what: str, why: str) -> None:
     """The one error line: `error: <what>: <why>` on stderr."""
     why = " ".join(str(why).split())
     print(f"error: {what}: {why}", file=sys.stderr)
+
+
+def emit_csv(rows: list[dict], columns: list[str]) -> None:
+    """Print rows as CSV (csv module quoting) with a header line of `columns`; missing values are empty."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])

@@ -1,12 +1,13 @@
-"""The Jobs service: submit, read, cancel and watch jobs; read views of clusters and queues."""
+"""The Jobs service: submit, read, cancel and watch jobs; read views of clusters and queues; usage."""
 from __future__ import annotations
 
+import math
 import threading
 from datetime import datetime, timezone
 
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import reports, submitting
+from dispatcher import accounting, reports, submitting
 from dispatcher.api import convert
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
@@ -17,6 +18,7 @@ from dispatcher.notifying import Notifier
 from dispatcher.policy import states
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
+from sluice.objects import object_from_document
 from sluice.quantity import add, parse_resources
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
@@ -148,6 +150,31 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     max=convert.resources(parse_resources(spec.get("max"))), used=convert.resources(used),
                     queued_jobs=queued, running_jobs=active))
         return jobs_pb2.ListQueuesResponse(queues=views)
+
+    @translated
+    def Usage(self, request, context):
+        self._auth.require(context, *READERS)
+        by = request.by or "queue"
+        if by not in accounting.GROUPINGS:
+            raise InvalidRequest(f"by: {by!r} is not one of {', '.join(accounting.GROUPINGS)}")
+        if not math.isfinite(request.since_seconds) or request.since_seconds < 0:
+            raise InvalidRequest("since_seconds: must be a non-negative number of seconds (0: all time)")
+        win = accounting.window(datetime.now(timezone.utc), request.since_seconds or None)
+        with self._sessions() as session:
+            runs = [accounting.AttemptRun(queue=r.queue, service_class=r.service_class, cluster=r.cluster,
+                                          user=r.submitted_by, requests=r.requests, started_at=r.started_at,
+                                          finished_at=r.finished_at)
+                    for r in job_store.attempt_runs(session, ended_after=win.start)]
+            # Today's prices and multipliers apply to the whole window.
+            prices = {c.name: object_from_document(c.spec).price for c in cluster_store.list_clusters(session)}
+            multipliers = {name: object_from_document(c.spec).price_multiplier
+                           for name, c in cluster_store.service_classes(session).items()}
+        rows = accounting.usage(runs, by=by, win=win, prices=prices, multipliers=multipliers)
+        return jobs_pb2.UsageResponse(
+            rows=[jobs_pb2.UsageRow(group=u.group, resource_hours=u.resource_hours, cost=u.cost, attempts=u.attempts)
+                  for u in rows],
+            currency=accounting.CURRENCY, window_start=convert.timestamp(win.start),
+            window_end=convert.timestamp(win.end), by=by)
 
 
 def _job_with_reason(session, job) -> tuple[jobs_pb2.Job, int]:

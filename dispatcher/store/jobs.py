@@ -266,3 +266,17 @@ def used_per_cluster(session: Session) -> list[Row]:
            FROM jobs j CROSS JOIN LATERAL jsonb_each_text(j.requests) r
            WHERE j.state IN ('DISPATCHED', 'RUNNING')
            GROUP BY j.queue, j.cluster, r.key""")).all()
+
+
+# -- chargeback (dispatcher/accounting.py) ------------------------------------------------------------
+
+def attempt_runs(session: Session, *, ended_after: datetime | None = None) -> list[Row]:
+    """(cluster, started_at, finished_at, queue, service_class, submitted_by, requests) of every attempt
+    that started running; with `ended_after`, only those still running or finished at or after it."""
+    stmt = (select(Attempt.cluster, Attempt.started_at, Attempt.finished_at, Job.queue, Job.service_class,
+                   Job.submitted_by, Job.requests)
+            .join(Job, Job.id == Attempt.job_id).where(Attempt.started_at.is_not(None))
+            .order_by(Attempt.job_id, Attempt.attempt))
+    if ended_after is not None:
+        stmt = stmt.where(Attempt.finished_at.is_(None) | (Attempt.finished_at >= ended_after))
+    return session.execute(stmt).all()

@@ -247,3 +247,44 @@ class ListQueuesResponse(_message.Message):
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[QueueView]
     def __init__(self, queues: _Optional[_Iterable[_Union[QueueView, _Mapping]]] = ...) -> None: ...
+
+class UsageRequest(_message.Message):
+    __slots__ = ("since_seconds", "by")
+    SINCE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    since_seconds: float
+    by: str
+    def __init__(self, since_seconds: _Optional[float] = ..., by: _Optional[str] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("group", "resource_hours", "cost", "attempts")
+    class ResourceHoursEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_HOURS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    resource_hours: _containers.ScalarMap[str, float]
+    cost: float
+    attempts: int
+    def __init__(self, group: _Optional[str] = ..., resource_hours: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class UsageResponse(_message.Message):
+    __slots__ = ("rows", "currency", "window_start", "window_end", "by")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    CURRENCY_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_END_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    currency: str
+    window_start: _timestamp_pb2.Timestamp
+    window_end: _timestamp_pb2.Timestamp
+    by: str
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., currency: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...

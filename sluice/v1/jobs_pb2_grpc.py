@@ -79,6 +79,11 @@ class JobsStub:
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.ListQueuesRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_jobs__pb2.ListQueuesResponse.FromString,
                 _registered_method=True)
+        self.Usage = channel.unary_unary(
+                '/sluice.v1.Jobs/Usage',
+                request_serializer=sluice_dot_v1_dot_jobs__pb2.UsageRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_jobs__pb2.UsageResponse.FromString,
+                _registered_method=True)
 
 
 class JobsServicer:
@@ -138,6 +143,12 @@ class JobsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Usage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_JobsServicer_to_server(servicer, server):
                     servicer.ListQueues,
                     request_deserializer=sluice_dot_v1_dot_jobs__pb2.ListQueuesRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_jobs__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'Usage': grpc.unary_unary_rpc_method_handler(
+                    servicer.Usage,
+                    request_deserializer=sluice_dot_v1_dot_jobs__pb2.UsageRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_jobs__pb2.UsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class Jobs:
             '/sluice.v1.Jobs/ListQueues',
             sluice_dot_v1_dot_jobs__pb2.ListQueuesRequest.SerializeToString,
             sluice_dot_v1_dot_jobs__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Usage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.v1.Jobs/Usage',
+            sluice_dot_v1_dot_jobs__pb2.UsageRequest.SerializeToString,
+            sluice_dot_v1_dot_jobs__pb2.UsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
