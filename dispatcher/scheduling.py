@@ -93,8 +93,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
             raise LostLeadership("the leader lock is no longer held")
         reports.expire_leases(session, now)
+        active_rows = job_store.active_attempts(session)
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
-                                                   staleness_s=settings.prometheus_staleness_s)]
+                                                   staleness_s=settings.prometheus_staleness_s,
+                                                   active_rows=active_rows)]
         classes = class_policies(session)
         heads: dict[str, list[Candidate]] = {}
         current: dict[int, str] = {}
@@ -103,7 +105,7 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
             current[row.id] = row.reason
         active = [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
                          classes[r.service_class].preemptible if r.service_class in classes else False)
-                  for r in job_store.active_attempts(session)]
+                  for r in active_rows]
         plan = plan_cycle(heads, active, clusters, queue_quotas(session), classes, holds or {}, now.timestamp())
         preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
         dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places])

@@ -48,12 +48,13 @@ def _less(capacity: dict, requests: list[dict]) -> tuple[dict[str, int], dict[st
 
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,
-         staleness_s: float = DEFAULT_STALENESS_S) -> list[ClusterCapacity]:
+         staleness_s: float = DEFAULT_STALENESS_S, active_rows: list | None = None) -> list[ClusterCapacity]:
+    """active_rows: store.jobs.active_attempts, when the caller has read them already."""
     after_report: dict[str, list[dict]] = {}
     for row in job_store.in_flight(session):
         after_report.setdefault(row.cluster, []).append(row.requests)
     active: dict[str, list] = {}
-    for row in job_store.active_requests(session):
+    for row in job_store.active_attempts(session) if active_rows is None else active_rows:
         active.setdefault(row.cluster, []).append(row)
     out = []
     for c in cluster_store.list_clusters(session):

@@ -207,16 +207,11 @@ def queue_heads(session: Session, per_queue: int) -> list[Row]:
 
 
 def active_attempts(session: Session) -> list[Row]:
-    """Every dispatched or running job with what it holds and where (usage and preemption candidates)."""
+    """Every dispatched or running job: what it holds, where, and as which attempt (queue usage,
+    preemption candidates, and the attempts a capacity reading may not show yet)."""
     return session.execute(
-        select(Job.id, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster, Job.requests)
-        .where(Job.state.in_(states.ACTIVE))).all()
-
-
-def active_requests(session: Session) -> list[Row]:
-    """(cluster, id, attempt, requests) of every dispatched or running job."""
-    return session.execute(select(Job.cluster, Job.id, Job.attempt, Job.requests)
-                           .where(Job.state.in_(states.ACTIVE))).all()
+        select(Job.id, Job.attempt, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster,
+               Job.requests).where(Job.state.in_(states.ACTIVE))).all()
 
 
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:
