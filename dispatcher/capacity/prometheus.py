@@ -137,14 +137,23 @@ def read(settings: PrometheusSettings) -> Reading:
                                retry=Retry(total=settings.retries, backoff_factor=0.1,
                                            status_forcelist=[500, 502, 503, 504]))
     try:
-        results = {name: client.custom_query(settings.query(name)) for name in QUERIES}
+        stamps = client.custom_query(settings.query("sample_time"))
+        if not stamps:
+            raise PrometheusError(f"{settings.url}: no kube_node_status_allocatable series for "
+                                  f"{settings.selector or 'it'}")
+        # Every other query is evaluated at the time of that latest sample, so all of them read one
+        # and the same scrape: evaluated at "now" one by one, a scrape landing between two queries
+        # would show an attempt's pods in `pods` but not yet in `requests`, counting it zero times.
+        at = stamps[0]["value"][1]
+        results = {name: client.custom_query(settings.query(name), params={"time": at})
+                   for name in QUERIES if name != "sample_time"}
+    except PrometheusError:
+        raise
     except Exception as exc:  # requests' and the client's own errors alike: this reading fails
         raise PrometheusError(f"{settings.url}: {exc}") from exc
-    stamps = results.pop("sample_time")
-    if not stamps or not results["allocatable"]:
+    if not results["allocatable"]:
         raise PrometheusError(f"{settings.url}: no kube_node_status_allocatable series for {settings.selector or 'it'}")
-    sampled_at = datetime.fromtimestamp(float(stamps[0]["value"][1]), timezone.utc)
-    return compute(sampled_at=sampled_at, **results)
+    return compute(sampled_at=datetime.fromtimestamp(float(at), timezone.utc), **results)
 
 
 class Refresher:
