@@ -9,6 +9,7 @@ to an equal object.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -23,7 +24,9 @@ __all__ = [
 ]
 
 MAX_NODES = 10_000
-POD_POLICY_FIELDS = ("allowPrivileged", "allowHostPath", "allowHostNetwork")
+POD_POLICY_FIELDS = ("allowPrivileged", "allowHostPath", "allowHostNetwork", "allowHostPID")
+WORKLOADS = ("pods", "jobs")  # what the kubernetes agent creates per pod set
+DEFAULT_GANG_START_TIMEOUT_S = 300.0
 
 
 def default_lease_duration_s(tier: str) -> float:
@@ -133,7 +136,7 @@ class SimulatedSpec:
 class ClusterObject:
     kind: ClassVar[str] = "Cluster"
     spec_fields: ClassVar[tuple[str, ...]] = ("tier", "site", "leaseDuration", "price", "prometheus", "elastic",
-                                         "podPolicy", "simulated")
+                                         "podPolicy", "kubernetes", "simulated")
 
     name: str
     labels: dict[str, str] = field(default_factory=dict)
@@ -142,8 +145,17 @@ class ClusterObject:
     lease_duration_s: float = None  # type: ignore[assignment]  # seconds; None: default_lease_duration_s(tier)
     price: dict[str, float] = field(default_factory=dict)  # per unit-hour (memory: per GiB-hour)
     prometheus: dict | None = None  # {"url": str, "selector"?: str}
-    elastic: dict | None = None  # {"maxNodes": int, "provisioningDelay": seconds}
-    pod_policy: dict = field(default_factory=lambda: dict.fromkeys(POD_POLICY_FIELDS, False))
+    # {"maxNodes": int, "provisioningDelay": seconds, "scaleDownAfter": seconds, "node": milli-units or None}
+    elastic: dict | None = None
+    # allow* booleans, and "serviceAccounts": the service account names pod templates may use
+    # (() : only the namespace's default)
+    pod_policy: dict = field(default_factory=lambda: {**dict.fromkeys(POD_POLICY_FIELDS, False),
+                                                      "serviceAccounts": ()})
+    # For the kubernetes agent: "namespaces" {queue: namespace} (a queue not named maps to its own name),
+    # "createNamespaces" bool, "gangStartTimeout" seconds, "workload" pods | jobs.
+    kubernetes: dict = field(default_factory=lambda: {"namespaces": {}, "createNamespaces": False,
+                                                      "gangStartTimeout": DEFAULT_GANG_START_TIMEOUT_S,
+                                                      "workload": "pods"})
     simulated: SimulatedSpec | None = None
 
     def __post_init__(self) -> None:
@@ -157,8 +169,13 @@ class ClusterObject:
             spec["prometheus"] = dict(self.prometheus)
         if self.elastic is not None:
             spec["elastic"] = {"maxNodes": self.elastic["maxNodes"],
-                               "provisioningDelay": format_duration_exact(self.elastic["provisioningDelay"])}
-        spec["podPolicy"] = dict(self.pod_policy)
+                               "provisioningDelay": format_duration_exact(self.elastic["provisioningDelay"]),
+                               "scaleDownAfter": format_duration_exact(self.elastic["scaleDownAfter"])}
+            if self.elastic.get("node"):
+                spec["elastic"]["node"] = format_resources(self.elastic["node"])
+        spec["podPolicy"] = {**self.pod_policy, "serviceAccounts": list(self.pod_policy["serviceAccounts"])}
+        spec["kubernetes"] = {**self.kubernetes, "namespaces": dict(self.kubernetes["namespaces"]),
+                              "gangStartTimeout": format_duration_exact(self.kubernetes["gangStartTimeout"])}
         if self.simulated is not None:
             spec["simulated"] = {"nodes": self.simulated.nodes, "node": format_resources(self.simulated.node)}
         return _document(self.kind, self.name, spec, self.labels)
@@ -169,7 +186,16 @@ class ClusterObject:
         price = {}
         for resource, amount in v.mapping(spec.get("price"), "spec.price").items():
             price[v.string(resource, "spec.price")] = v.number(amount, f"spec.price.{resource}", minimum=0)
-        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy", allowed=POD_POLICY_FIELDS)
+        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy", allowed=POD_POLICY_FIELDS + ("serviceAccounts",))
+        elastic = v.optional(_elastic, spec.get("elastic"), "spec.elastic")
+        simulated = v.optional(_simulated, spec.get("simulated"), "spec.simulated")
+        if simulated is not None and elastic is None and simulated.nodes == 0:
+            raise SpecError("spec.simulated.nodes", "must be at least 1 unless the cluster is elastic")
+        if elastic is not None:
+            if simulated is not None and elastic["maxNodes"] < simulated.nodes:
+                raise SpecError("spec.elastic.maxNodes", f"must be at least spec.simulated.nodes ({simulated.nodes})")
+            if not elastic["node"] and simulated is not None:
+                elastic["node"] = dict(simulated.node)  # without a node shape no headroom is counted
         return cls(
             name=name,
             labels=v.labels(metadata.get("labels"), "metadata.labels"),
@@ -179,10 +205,13 @@ class ClusterObject:
                                         "spec.leaseDuration", positive=True),
             price=price,
             prometheus=v.optional(_prometheus, spec.get("prometheus"), "spec.prometheus"),
-            elastic=v.optional(_elastic, spec.get("elastic"), "spec.elastic"),
-            pod_policy={key: v.boolean(v.get(pod_policy, key, False), f"spec.podPolicy.{key}")
-                        for key in POD_POLICY_FIELDS},
-            simulated=v.optional(_simulated, spec.get("simulated"), "spec.simulated"),
+            elastic=elastic,
+            pod_policy={**{key: v.boolean(v.get(pod_policy, key, False), f"spec.podPolicy.{key}")
+                           for key in POD_POLICY_FIELDS},
+                        "serviceAccounts": v.unique_names(pod_policy.get("serviceAccounts"),
+                                                          "spec.podPolicy.serviceAccounts")},
+            kubernetes=_kubernetes(spec.get("kubernetes"), "spec.kubernetes"),
+            simulated=simulated,
         )
 
 
@@ -213,9 +242,30 @@ def _prometheus(value: object, path: str) -> dict:
 
 
 def _elastic(value: object, path: str) -> dict:
-    elastic = v.mapping(value, path, allowed=("maxNodes", "provisioningDelay"))
+    elastic = v.mapping(value, path, allowed=("maxNodes", "provisioningDelay", "scaleDownAfter", "node"))
     return {"maxNodes": v.integer(v.required(elastic, "maxNodes", path), f"{path}.maxNodes", 1, MAX_NODES),
-            "provisioningDelay": v.duration(v.get(elastic, "provisioningDelay", 0), f"{path}.provisioningDelay")}
+            "provisioningDelay": v.duration(v.get(elastic, "provisioningDelay", 0), f"{path}.provisioningDelay"),
+            "scaleDownAfter": v.duration(v.get(elastic, "scaleDownAfter", 600), f"{path}.scaleDownAfter"),
+            "node": v.resources(elastic.get("node"), f"{path}.node")}
+
+
+def _namespace(value: object, path: str) -> str:
+    text = v.string(value, path)
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+        raise SpecError(path, f"{text!r} is not a Kubernetes namespace name (lowercase letters, digits and '-', "
+                        "at most 63)")
+    return text
+
+
+def _kubernetes(value: object, path: str) -> dict:
+    k8s = v.mapping(value, path, allowed=("namespaces", "createNamespaces", "gangStartTimeout", "workload"))
+    namespaces = v.mapping(k8s.get("namespaces"), f"{path}.namespaces")
+    return {"namespaces": {v.name(q, f"{path}.namespaces"): _namespace(ns, f"{path}.namespaces.{q}")
+                           for q, ns in namespaces.items()},
+            "createNamespaces": v.boolean(v.get(k8s, "createNamespaces", False), f"{path}.createNamespaces"),
+            "gangStartTimeout": v.duration(v.get(k8s, "gangStartTimeout", DEFAULT_GANG_START_TIMEOUT_S),
+                                           f"{path}.gangStartTimeout", positive=True),
+            "workload": v.choice(v.get(k8s, "workload", "pods"), f"{path}.workload", WORKLOADS)}
 
 
 def _simulated(value: object, path: str) -> SimulatedSpec:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sluice.quantity import parse_resources
 from sluice.objects import (
     KINDS, BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec, default_objects,
     kind_named, load_objects, object_from_document,
@@ -82,8 +83,8 @@ def test_api_example():
         name="onprem-a", labels={"region": "eu"}, tier="onprem", site="dc-1", lease_duration_s=300.0,
         price={"nvidia.com/gpu": 0.0, "cpu": 0.0, "memory": 0.0},
         prometheus={"url": "http://127.0.0.1:9090", "selector": '{cluster="onprem-a"}'},
-        elastic={"maxNodes": 20, "provisioningDelay": 90.0},
-        pod_policy={"allowPrivileged": False, "allowHostPath": False, "allowHostNetwork": False},
+        elastic={"maxNodes": 20, "provisioningDelay": 90.0, "scaleDownAfter": 600.0,
+                 "node": parse_resources({"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "8"})},
         simulated=SimulatedSpec(nodes=4, node={"cpu": 32000, "memory": 128 * GI, "nvidia.com/gpu": 8000}))
     assert burst == BurstPolicyObject(
         name="gpu-burst", queues=("vision",), service_classes=("critical", "standard"),
@@ -118,9 +119,7 @@ def test_defaults():
                                                          burst_allowed=False, burst_after_s=None)
     cluster = minimal("Cluster")
     assert cluster == ClusterObject("x", labels={}, tier="onprem", site="", lease_duration_s=300.0, price={},
-                                    prometheus=None, elastic=None, simulated=None,
-                                    pod_policy={"allowPrivileged": False, "allowHostPath": False,
-                                                "allowHostNetwork": False})
+                                    prometheus=None, elastic=None, simulated=None)
     assert minimal("BurstPolicy") == BurstPolicyObject("x", queues=(), service_classes=(), cluster_selector={},
                                                        after_s=0.0, budget_per_hour=None, budget_per_day=None,
                                                        max_resources={})
@@ -138,7 +137,8 @@ def test_lease_duration_depends_on_the_tier(tier, lease):
 def test_elastic_provisioning_delay_defaults_to_zero():
     doc = {"apiVersion": "sluice.io/v1", "kind": "Cluster", "metadata": {"name": "c"},
            "spec": {"elastic": {"maxNodes": 3}}}
-    assert object_from_document(doc).elastic == {"maxNodes": 3, "provisioningDelay": 0.0}
+    assert object_from_document(doc).elastic == {"maxNodes": 3, "provisioningDelay": 0.0, "scaleDownAfter": 600.0,
+                                                 "node": {}}
 
 
 def test_default_objects():
@@ -263,6 +263,19 @@ NAME_RULE = ("is not a valid name (lowercase letters, digits, '-', '_' and '.', 
      "'fast' is not a duration (examples: '90s', '10m', '2h', '1d')"),
     (doc("Cluster", {"podPolicy": {"allowPriviledged": True}}), "spec.podPolicy.allowPriviledged",
      "unknown field (did you mean allowPrivileged?)"),
+    (doc("Cluster", {"elastic": {"maxNodes": 1}, "simulated": {"nodes": 2, "node": {"cpu": "1"}}}),
+     "spec.elastic.maxNodes", "must be at least spec.simulated.nodes (2)"),
+    (doc("Cluster", {"simulated": {"nodes": 0, "node": {"cpu": "1"}}}), "spec.simulated.nodes",
+     "must be at least 1 unless the cluster is elastic"),
+    (doc("Cluster", {"elastic": {"maxNodes": 2, "node": {"cpu": "lots"}}}), "spec.elastic.node.cpu",
+     "'lots' is not a quantity (examples: '500m', '2', '32Gi', '1.5')"),
+    (doc("Cluster", {"kubernetes": {"workload": "deployments"}}), "spec.kubernetes.workload",
+     "must be one of pods, jobs, got string 'deployments'"),
+    (doc("Cluster", {"kubernetes": {"gangStartTimeout": "0s"}}), "spec.kubernetes.gangStartTimeout", "must be longer than 0s"),
+    (doc("Cluster", {"kubernetes": {"namespaces": {"vision": "ml_team"}}}), "spec.kubernetes.namespaces.vision",
+     "'ml_team' is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)"),
+    (doc("Cluster", {"kubernetes": {"createNamespaces": "yes"}}), "spec.kubernetes.createNamespaces", "must be true or false, got string 'yes'"),
+    (doc("Cluster", {"podPolicy": {"serviceAccounts": "default"}}), "spec.podPolicy.serviceAccounts", "must be a list, got string 'default'"),
     (doc("Cluster", {"podPolicy": {"allowHostPath": "no"}}), "spec.podPolicy.allowHostPath",
      "must be true or false, got string 'no'"),
     (doc("Cluster", {"simulated": {"node": {"cpu": 1}}}), "spec.simulated.nodes", "required"),
