@@ -12,7 +12,8 @@ Guarantees:
 - Status changes reach `on_status` in order, each once, from one delivery thread and never while
   the state lock is held, so the callback may call back into the cluster.
 - State only advances to the injected clock's `now`: every public call first applies the events
-  that are due, so with a fake clock the cluster runs in virtual time (the thread only delivers).
+  that are due (pod ends, nodes joining or leaving), so with a fake clock the cluster runs in virtual
+  time (the thread only delivers).
 
 Attempt states: PENDING on create; RUNNING when every pod of the attempt runs at the same time
 (the gang is up); SUCCEEDED when every pod succeeded; FAILED when any pod fails or outlives
@@ -25,9 +26,25 @@ to it and `capacity()` leaves it out. The pods already on it keep running (the s
 drains nor evicts). `view()` is one consistent picture of nodes and pods, for the kube-state-metrics
 exporter (agent/backends/sim_metrics.py).
 
-Time scale: `SimConfig.time_scale` multiplies every simulated duration, pod run times and
-`maxRuntime` alike, so a scaled-down run keeps the same shape as the real one. Reasons quote the
-unscaled `maxRuntime` as the user wrote it.
+Elastic clusters (`SimConfig.max_nodes` set) behave like a cluster autoscaler:
+- Scale-up: whenever Pending pods cannot bind on the usable nodes, the cluster asks for as many new
+  nodes as it takes to hold them, packed first fit in creation order onto empty nodes of the node
+  shape. Nodes already being provisioned count as empty nodes in that packing, so the same pods never
+  ask twice; existing plus provisioning nodes never exceed `max_nodes`. A pod larger than an empty
+  node asks for nothing. A requested node joins, Ready and schedulable, exactly `provisioning_delay`
+  after the request, and waiting pods bind to it then. Until it joins it is nowhere: not in view(),
+  capacity() or the exported metrics (the `provisioning` property counts it).
+- Scale-down: a node the autoscaler added that has had no Running pod for `scale_down_after` is
+  removed; it leaves view(), capacity() and the metrics. The starting `nodes` are never removed, so
+  the cluster never shrinks below its starting size. Node names are never reused: node-0, node-1, ...
+  in the order nodes were requested.
+- `nodes` may be 0: the cluster starts empty, and capacity() lists the node shape's resources as 0
+  (its Pending pods make free negative).
+- The ledger records pods, not nodes: a restarted sim starts again at `nodes`.
+
+Time scale: `SimConfig.time_scale` multiplies every simulated duration (pod run times, `maxRuntime`,
+`provisioning_delay`, `scale_down_after`), so a scaled-down run keeps the same shape as the real one.
+Reasons quote the unscaled `maxRuntime` as the user wrote it.
 
 Ledger format (one line per record, appended, fsynced per batch):
     created <job_id> <attempt> <pod_name>
@@ -75,18 +92,41 @@ _POD_SUCCEEDED = "Succeeded"
 _POD_FAILED = "Failed"
 _POD_DELETED = "Deleted"
 
-# What happens when a running pod's deadline comes.
+# Events. What happens when a running pod's deadline comes:
 _END_EXIT = "exit"  # the container exits with its annotated exit code
 _END_KILL = "kill"  # maxRuntime passed first
+# and what happens to the nodes of an elastic cluster:
+_NODE_JOINS = "node-joins"  # a requested node is provisioned: it becomes Ready and schedulable
+_NODE_IDLE = "node-idle"  # an added node may have been idle for scale_down_after: remove it if so
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    nodes: int  # number of nodes, named node-0 .. node-{nodes-1}
+    nodes: int  # starting number of nodes, named node-0 .. node-{nodes-1}; 0 only when elastic
     node: dict[str, int]  # allocatable of each node, milli-units per resource
     ledger_path: pathlib.Path | None = None  # append-only record of created pods and ended attempts
-    time_scale: float = 1.0  # multiplies every simulated duration (pod run time, maxRuntime)
+    time_scale: float = 1.0  # multiplies every simulated duration (pod run time, maxRuntime, node delays)
     final_retention: float = 600.0  # seconds of clock a final attempt stays in inventory()
+    max_nodes: int | None = None  # elastic: the autoscaler adds nodes up to this many; None: fixed size
+    provisioning_delay: float = 0.0  # seconds (scaled) from asking for a node until it is Ready
+    scale_down_after: float = 60.0  # seconds (scaled) an added node stays idle before it is removed
+
+    def __post_init__(self) -> None:
+        if self.max_nodes is None:
+            if self.nodes < 1:
+                raise ValueError(f"SimConfig.nodes must be at least 1 unless the cluster is elastic "
+                                 f"(max_nodes set), got {self.nodes}")
+        else:
+            if self.nodes < 0:
+                raise ValueError(f"SimConfig.nodes must be at least 0, got {self.nodes}")
+            if self.max_nodes < max(self.nodes, 1):
+                raise ValueError(f"SimConfig.max_nodes must be at least nodes ({self.nodes}) and at least 1, "
+                                 f"got {self.max_nodes}")
+        if self.provisioning_delay < 0:
+            raise ValueError(f"SimConfig.provisioning_delay must be at least 0 seconds, "
+                             f"got {self.provisioning_delay}")
+        if self.scale_down_after < 0:
+            raise ValueError(f"SimConfig.scale_down_after must be at least 0 seconds, got {self.scale_down_after}")
 
 
 @dataclass(frozen=True)
@@ -164,6 +204,30 @@ def first_fit(request: dict[str, int], free_per_node: list[dict[str, int]]) -> i
         if fits(request, free):
             return index
     return None
+
+
+def nodes_to_request(requests: Iterable[dict[str, int]], node: dict[str, int], provisioning: int,
+                     room: int) -> int:
+    """How many new nodes the autoscaler asks for so that the given (unbound) requests fit.
+
+    The requests are packed first fit, in order, onto `provisioning` empty nodes already on their way
+    and then onto fresh empty ones, at most `room` of those. A request larger than an empty node is
+    skipped: no new node would ever hold it.
+    """
+    nodes = [dict(node) for _ in range(provisioning)]
+    added = 0
+    for request in requests:
+        if not fits(request, node):
+            continue
+        slot = first_fit(request, nodes)
+        if slot is None:
+            if added >= room:
+                continue  # a smaller request further on may still fit a node already counted
+            nodes.append(dict(node))
+            added += 1
+            slot = len(nodes) - 1
+        nodes[slot] = subtract(nodes[slot], request)
+    return added
 
 
 def ledger_duplicates(path: pathlib.Path | str) -> int:
@@ -253,6 +317,15 @@ class _Pod:
 
 
 @dataclass(eq=False)
+class _Node:
+    used: dict[str, int] = field(default_factory=dict)  # requests of the pods bound here
+    running: int = 0  # pods bound here
+    schedulable: bool = True  # False: cordoned
+    ready: bool = True  # the Ready condition
+    idle_since: float | None = None  # added nodes only: when the last pod left (or it joined empty)
+
+
+@dataclass(eq=False)
 class _Attempt:
     job_id: int
     attempt: int
@@ -282,11 +355,14 @@ class SimCluster:
         self._clock = clock
         self._cond = threading.Condition(threading.Lock())
         self._node_alloc = dict(config.node)
-        self._node_used: list[dict[str, int]] = [{} for _ in range(config.nodes)]
-        self._node_schedulable = [True] * config.nodes  # False: cordoned
-        self._node_ready = [True] * config.nodes  # the Ready condition
+        # Existing nodes by number (node-<number>), in number order: nodes join in the order they were
+        # requested, since every request waits the same provisioning_delay.
+        self._nodes: dict[int, _Node] = {index: _Node() for index in range(config.nodes)}
+        self._provisioning: set[int] = set()  # numbers of requested nodes that have not joined yet
+        self._next_node = config.nodes  # names are never reused
         self._pending: list[_Pod] = []  # creation order; entries that left Pending are skipped
-        self._events: list[tuple[float, int, _Pod, str]] = []  # heap of (deadline, seq, pod, kind)
+        # heap of (deadline, seq, kind, subject): a _Pod for _END_*, a node number for _NODE_*
+        self._events: list[tuple[float, int, str, object]] = []
         self._seq = itertools.count()
         self._attempts: dict[tuple[int, int], _Attempt] = {}  # what inventory() shows
         self._known: set[tuple[int, int]] = set()  # every attempt ever created, here or in the ledger
@@ -347,7 +423,7 @@ class SimCluster:
             record = self._attempts.get(key)
             if record is None or record.state in FINAL_STATES:
                 return  # absent, or final: its pods are already gone and its record stays
-            self._remove_pods(record)
+            self._remove_pods(record, now)
             del self._attempts[key]
             # Changes queued but not yet delivered are dropped: a deleted attempt gets no further status.
             kept = [status for status in self._outbox if (status.job_id, status.attempt) != key]
@@ -384,13 +460,13 @@ class SimCluster:
             allocatable = {name: amount * len(usable) for name, amount in self._node_alloc.items()}
             free = dict(allocatable)
             for index in usable:
-                free = subtract(free, self._node_used[index])
+                free = subtract(free, self._nodes[index].used)
             for pod in self._pending:
                 if pod.phase == _POD_PENDING:
                     free = subtract(free, pod.request)
             largest: dict[str, int] = {}
             for index in usable:
-                for name, amount in subtract(self._node_alloc, self._node_used[index]).items():
+                for name, amount in subtract(self._node_alloc, self._nodes[index].used).items():
                     largest[name] = max(largest.get(name, amount), amount)
             if not usable:
                 largest = {name: 0 for name in self._node_alloc}
@@ -424,17 +500,32 @@ class SimCluster:
         with self._cond:
             return dict(self._max_overcommit)
 
+    @property
+    def node_count(self) -> int:
+        """Nodes that exist now, usable or not; nodes still being provisioned are not counted."""
+        with self._cond:
+            self._advance()
+            return len(self._nodes)
+
+    @property
+    def provisioning(self) -> int:
+        """Nodes requested by the autoscaler that have not joined yet."""
+        with self._cond:
+            self._advance()
+            return len(self._provisioning)
+
     def set_node(self, name: str, *, schedulable: bool = True, ready: bool = True) -> None:
-        """Cordon or uncordon a node and set its Ready condition (KeyError for an unknown node).
+        """Cordon or uncordon a node and set its Ready condition (KeyError for an unknown node,
+        including one still being provisioned or already removed).
 
         A node that is unschedulable or not Ready takes no new pods and capacity() leaves it out;
         its pods keep running. When a node becomes usable, waiting pods bind to it at once.
         """
-        index = self._node_index(name)
         with self._cond:
             now = self._advance()
-            self._node_schedulable[index] = schedulable
-            self._node_ready[index] = ready
+            node = self._nodes[self._node_index(name)]
+            node.schedulable = schedulable
+            node.ready = ready
             self._bind_pending(now)
             self._cond.notify_all()
 
@@ -442,8 +533,8 @@ class SimCluster:
         """Nodes and pods at one instant, for the kube-state-metrics exporter."""
         with self._cond:
             self._advance()
-            nodes = tuple(SimNodeView(f"node-{index}", dict(self._node_alloc), self._node_schedulable[index],
-                                      self._node_ready[index]) for index in range(self._config.nodes))
+            nodes = tuple(SimNodeView(f"node-{index}", dict(self._node_alloc), node.schedulable, node.ready)
+                          for index, node in self._nodes.items())
             pods = tuple(
                 SimPodView(pod.name, pod.attempt.job_id, pod.attempt.attempt, pod.phase,
                            None if pod.ran_on is None else f"node-{pod.ran_on}", dict(pod.request))
@@ -490,9 +581,14 @@ class SimCluster:
         """Apply every event due by the clock's now, each at its own deadline; return now."""
         now = max(self._clock(), self._now)
         while self._events and self._events[0][0] <= now:
-            deadline, _, pod, kind = heapq.heappop(self._events)
+            deadline, _, kind, subject = heapq.heappop(self._events)
             self._now = max(deadline, self._now)
-            self._pod_ends(pod, kind, self._now)
+            if kind == _NODE_JOINS:
+                self._node_joins(subject, self._now)
+            elif kind == _NODE_IDLE:
+                self._node_idle(subject, self._now)
+            else:
+                self._pod_ends(subject, kind, self._now)
         self._now = now
         while self._retention and self._retention[0][0] <= now:
             _, record = self._retention.popleft()
@@ -530,14 +626,13 @@ class SimCluster:
         return record
 
     def _usable_nodes(self) -> list[int]:
-        """Indexes of the nodes that take new pods and count in capacity(): schedulable and Ready."""
-        return [index for index in range(self._config.nodes)
-                if self._node_schedulable[index] and self._node_ready[index]]
+        """Numbers of the nodes that take new pods and count in capacity(): schedulable and Ready."""
+        return [index for index, node in self._nodes.items() if node.schedulable and node.ready]
 
     def _node_index(self, name: str) -> int:
         number = name.removeprefix("node-")
         if not (number.isascii() and number.isdigit()) or f"node-{int(number)}" != name \
-                or int(number) >= self._config.nodes:
+                or int(number) not in self._nodes:
             raise KeyError(name)
         return int(number)
 
@@ -551,9 +646,9 @@ class SimCluster:
 
     def _bind_pending(self, now: float) -> None:
         """Bind Pending pods first fit over the usable nodes, in creation order; a pod that fits
-        nowhere keeps waiting."""
+        nowhere keeps waiting, and an elastic cluster asks for nodes for it."""
         usable = self._usable_nodes()
-        free = [subtract(self._node_alloc, self._node_used[index]) for index in usable]
+        free = [subtract(self._node_alloc, self._nodes[index].used) for index in usable]
         still_pending = []
         for pod in self._pending:
             if pod.phase != _POD_PENDING:
@@ -565,13 +660,57 @@ class SimCluster:
             free[slot] = subtract(free[slot], pod.request)
             self._bind(pod, usable[slot], now)
         self._pending = still_pending
+        self._scale_up(now)
+
+    def _scale_up(self, now: float) -> None:
+        """Ask for the nodes the waiting pods need (nodes_to_request); each joins after the delay."""
+        max_nodes = self._config.max_nodes
+        if max_nodes is None or not self._pending:
+            return
+        room = max_nodes - len(self._nodes) - len(self._provisioning)
+        wanted = nodes_to_request((pod.request for pod in self._pending), self._node_alloc,
+                                  len(self._provisioning), room)
+        joins_at = now + self._config.provisioning_delay * self._config.time_scale
+        for _ in range(wanted):
+            index = self._next_node
+            self._next_node += 1
+            self._provisioning.add(index)
+            heapq.heappush(self._events, (joins_at, next(self._seq), _NODE_JOINS, index))
+            logger.debug("sim: node requested", extra={"node": f"node-{index}"})
+
+    def _node_joins(self, index: int, now: float) -> None:
+        self._provisioning.discard(index)
+        self._nodes[index] = _Node()
+        logger.debug("sim: node joined", extra={"node": f"node-{index}"})
+        self._node_emptied(index, now)
+        self._bind_pending(now)
+
+    def _node_emptied(self, index: int, now: float) -> None:
+        """The node runs no pod from now on: an added node starts its cool-down."""
+        if self._config.max_nodes is None or index < self._config.nodes:
+            return  # the starting nodes are never removed
+        self._nodes[index].idle_since = now
+        removal = now + self._config.scale_down_after * self._config.time_scale
+        heapq.heappush(self._events, (removal, next(self._seq), _NODE_IDLE, index))
+
+    def _node_idle(self, index: int, now: float) -> None:
+        """Remove the node if it stayed idle through the whole cool-down (a pod since then cancels it)."""
+        node = self._nodes.get(index)
+        if node is None or node.idle_since is None \
+                or node.idle_since + self._config.scale_down_after * self._config.time_scale > now:
+            return
+        del self._nodes[index]
+        logger.debug("sim: idle node removed", extra={"node": f"node-{index}"})
 
     def _bind(self, pod: _Pod, index: int, now: float) -> None:
         pod.phase = _POD_RUNNING
         pod.node = index
         pod.ran_on = index
-        used = add(self._node_used[index], pod.request)
-        self._node_used[index] = used
+        node = self._nodes[index]
+        node.running += 1
+        node.idle_since = None
+        used = add(node.used, pod.request)
+        node.used = used
         for name, amount in used.items():
             excess = amount - self._node_alloc.get(name, 0)
             if excess > 0:
@@ -579,9 +718,9 @@ class SimCluster:
                 logger.error("sim: node overcommitted", extra={"node": f"node-{index}", "resource": name})
         record = pod.attempt
         if record.max_runtime is not None and pod.duration > record.max_runtime:
-            heapq.heappush(self._events, (now + record.max_runtime, next(self._seq), pod, _END_KILL))
+            heapq.heappush(self._events, (now + record.max_runtime, next(self._seq), _END_KILL, pod))
         else:
-            heapq.heappush(self._events, (now + pod.duration, next(self._seq), pod, _END_EXIT))
+            heapq.heappush(self._events, (now + pod.duration, next(self._seq), _END_EXIT, pod))
         record.running += 1
         # The gang is up only when every pod runs at once. A pod that ended before the last one
         # bound means it never was: RUNNING is then skipped and the attempt goes straight to final.
@@ -592,7 +731,7 @@ class SimCluster:
     def _pod_ends(self, pod: _Pod, kind: str, now: float) -> None:
         if pod.phase != _POD_RUNNING:
             return  # deleted since its event was scheduled
-        self._unbind(pod)
+        self._unbind(pod, now)
         record = pod.attempt
         record.running -= 1
         if kind == _END_KILL:
@@ -610,24 +749,28 @@ class SimCluster:
         self._bind_pending(now)
 
     def _finish(self, record: _Attempt, state: str, reason: str, exit_code: int, now: float) -> None:
-        self._remove_pods(record)
+        self._remove_pods(record, now)
         record.state, record.reason, record.exit_code, record.at = state, reason, exit_code, now
         self._emit(record)
         self._ledger_write([f"ended {record.job_id} {record.attempt} {state} {exit_code}\n"])
         self._retention.append((now + self._config.final_retention, record))
 
-    def _remove_pods(self, record: _Attempt) -> None:
+    def _remove_pods(self, record: _Attempt, now: float) -> None:
         """Delete every pod of the attempt that has not ended; free what it held."""
         for pod in record.pods:
             if pod.phase == _POD_RUNNING:
-                self._unbind(pod)
+                self._unbind(pod, now)
             if pod.phase in (_POD_PENDING, _POD_RUNNING):
                 pod.phase = _POD_DELETED
         record.pods = []
 
-    def _unbind(self, pod: _Pod) -> None:
+    def _unbind(self, pod: _Pod, now: float) -> None:
         if pod.node is not None:
-            self._node_used[pod.node] = subtract(self._node_used[pod.node], pod.request)
+            node = self._nodes[pod.node]
+            node.used = subtract(node.used, pod.request)
+            node.running -= 1
+            if node.running == 0:
+                self._node_emptied(pod.node, now)
             pod.node = None
 
     def _emit(self, record: _Attempt) -> None:

@@ -30,6 +30,12 @@ so they agree exactly with SimCluster.capacity():
 
 Every pod the sim holds is listed: Pending, Running, and the finished pods of attempts that are not
 final yet (an attempt's pods are removed when it ends). A scrape reads one consistent SimCluster.view().
+
+Elastic clusters: a node appears in the series only once it has joined (Ready); nodes still being
+provisioned have no series, and a node the autoscaler removed loses its series at once. No Running
+pod is ever bound to a removed node, so the agreement above holds. One difference remains: with no
+node at all the series carry no node shape, so a reader sees none of the shape's resources where
+capacity() lists them as 0 (non-zero amounts, such as the free taken by Pending pods, agree).
 """
 from __future__ import annotations
 
