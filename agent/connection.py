@@ -137,6 +137,7 @@ class Agent:
             for message in call:
                 kind = message.WhichOneof("kind")
                 if kind == "welcome":
+                    self._configure(message.welcome.cluster_spec_json)
                     self.connected.set()
                     self.metrics.connected.set(1)
                     log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster})
@@ -189,6 +190,13 @@ class Agent:
             self._queue_heartbeat(out)
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _configure(self, cluster_spec_json: str) -> None:
+        """Hand the Cluster object's document to a backend that reads its settings from it (the kubernetes
+        backend: namespaces, gang start timeout, pod policy), before any command of this connection."""
+        configure = getattr(self.backend, "configure", None)
+        if configure is not None and cluster_spec_json:
+            configure(json.loads(cluster_spec_json))
+
     def _inventory(self) -> list[AttemptStatus]:
         """What the cluster holds; for an attempt with unacked reports, the earliest of them instead.
 

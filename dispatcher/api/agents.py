@@ -51,7 +51,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
 
     def Connect(self, request_iterator, context):
         try:
-            cluster, acked = self._hello(request_iterator, context)
+            cluster, acked, document = self._hello(request_iterator, context)
         except DispatcherError as exc:
             context.abort(status_for(exc), str(exc))
         log.info("agent connected", extra={"cluster": cluster})
@@ -63,7 +63,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                                   name=f"agent-{cluster}", daemon=True)
         reader.start()
         yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
-            cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s))))
+            cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
+            cluster_spec_json=json.dumps(document)))
         out.put(_POLL)
         sent = 0
         try:
@@ -85,7 +86,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             unsubscribe()
             log.info("agent disconnected", extra={"cluster": cluster})
 
-    def _hello(self, request_iterator, context) -> tuple[str, int]:
+    def _hello(self, request_iterator, context) -> tuple[str, int, dict]:
+        """Check and reconcile the hello; (cluster, highest acked command id, the Cluster object's document)."""
         who = self._auth.require(context, "agent", "admin")
         try:
             first = next(request_iterator)
@@ -98,7 +100,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
         now = datetime.now(timezone.utc)
         with self._sessions.begin() as session:
-            cluster_store.get_cluster(session, hello.cluster)
+            document = dict(cluster_store.get_cluster(session, hello.cluster).spec or {})
             acked = outbox_store.acked_through(session, hello.cluster)
             # A new agent process reports from scratch: everything it acked before is in its report.
             cluster_store.record_capacity(session, hello.cluster, capacity_document(hello.capacity),
@@ -108,7 +110,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             job_store.notify(session, job_store.WAKE_CHANNEL)
-        return hello.cluster, acked
+        return hello.cluster, acked, document
 
     def _read(self, cluster: str, acked: int, request_iterator, out: queue.Queue) -> None:
         last_capacity: dict | None = None

@@ -113,12 +113,14 @@ class Command(_message.Message):
     def __init__(self, id: _Optional[int] = ..., dispatch: _Optional[_Union[DispatchAttempt, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("cluster", "heartbeat_seconds")
+    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     heartbeat_seconds: int
-    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ...) -> None: ...
+    cluster_spec_json: str
+    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ...) -> None: ...
 
 class StatusAck(_message.Message):
     __slots__ = ("seq",)
