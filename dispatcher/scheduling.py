@@ -23,12 +23,15 @@ from dispatcher.capacity import snapshot
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.notifying import Notifier, libpq_url
 from dispatcher import reports
+from dispatcher.policy import bursting
+from dispatcher.policy.bursting import Budget, BurstRule
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, plan_cycle
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
-from sluice.objects import object_from_document
+from sluice.objects import BurstPolicyObject, object_from_document
+from sluice.quantity import parse_duration
 
 log = logging.getLogger(__name__)
 LEADER_LOCK = 7302
@@ -42,6 +45,7 @@ class SchedulerSettings:
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
     unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
     prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
+    avoid_unschedulable_s: float = 600.0  # a cluster where a job's attempt could not start is left out this long
 
 
 @dataclass(frozen=True)
@@ -72,14 +76,44 @@ def class_policies(session) -> dict[str, ClassPolicy]:
     out = {}
     for row in cluster_store.service_classes(session).values():
         c = object_from_document(row.spec)
-        out[c.name] = ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s)
+        out[c.name] = ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s,
+                                  c.burst_allowed, c.burst_after_s, c.price_multiplier)
     return out
 
 
-def candidate(row, now: datetime) -> Candidate:
+def burst_rules(session) -> list[BurstRule]:
+    out = []
+    for row in cluster_store.burst_policies(session):
+        p: BurstPolicyObject = object_from_document(row.spec)
+        out.append(BurstRule(p.name, p.queues, p.service_classes, dict(p.cluster_selector), p.after_s,
+                             Budget(p.budget_per_hour, p.budget_per_day, dict(p.max_resources)),
+                             Budget(p.queue_budget_per_hour, p.queue_budget_per_day, dict(p.queue_max_resources))))
+    return out
+
+
+def burst_spend(session, now: datetime) -> dict:
+    """What every burst policy (and queue under it) has committed: budgets run per UTC day."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    runs = []
+    for row in job_store.burst_attempts(session, day):
+        b = row.burst
+        runs.append(bursting.BurstRun(
+            b["policy"], b["queue"], b["ratePerHour"], b["expectedCost"], b.get("requests", {}),
+            row.state in ("DISPATCHED", "RUNNING"), row.dispatched_at.timestamp(),
+            row.started_at.timestamp() if row.started_at else None,
+            row.finished_at.timestamp() if row.finished_at else None))
+    return bursting.committed(runs, day.timestamp(), now.timestamp())
+
+
+def _seconds(text: str | None) -> float | None:
+    return parse_duration(text) if text else None
+
+
+def candidate(row, now: datetime, avoid: tuple[str, ...] = ()) -> Candidate:
     placement = row.placement or {}
     job = QueuedJob(row.id, row.requests, row.largest_pod, dict(placement.get("clusterSelector", {})),
-                    tuple(placement.get("tiers", ())), tuple(placement.get("sites", ())))
+                    tuple(placement.get("tiers", ())), tuple(placement.get("sites", ())),
+                    _seconds(getattr(row, "max_runtime", None)), avoid)
     return Candidate(job, row.queue, row.service_class, row.class_priority, row.priority,
                      (now - row.created_at).total_seconds(), row.preempted_by)
 
@@ -100,15 +134,22 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         classes = class_policies(session)
         heads: dict[str, list[Candidate]] = {}
         current: dict[int, str] = {}
-        for row in job_store.queue_heads(session, settings.per_queue):
-            heads.setdefault(row.queue, []).append(candidate(row, now))
+        rows = job_store.queue_heads(session, settings.per_queue)
+        avoid = job_store.recently_unschedulable(session, [r.id for r in rows if r.attempt > 0],
+                                                 settings.avoid_unschedulable_s)
+        for row in rows:
+            heads.setdefault(row.queue, []).append(candidate(row, now, avoid.get(row.id, ())))
             current[row.id] = row.reason
         active = [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
-                         classes[r.service_class].preemptible if r.service_class in classes else False)
+                         classes[r.service_class].preemptible if r.service_class in classes else False,
+                         r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None)
                   for r in active_rows]
-        plan = plan_cycle(heads, active, clusters, queue_quotas(session), classes, holds or {}, now.timestamp())
+        rules = burst_rules(session)
+        plan = plan_cycle(heads, active, clusters, queue_quotas(session), classes, holds or {}, now.timestamp(),
+                          rules, burst_spend(session, now) if rules else {})
         preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
-        dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places])
+        dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
+                                        {job_id: d.record() for job_id, d in plan.bursts.items()})
         if write_reasons or plan.preemptions:
             job_store.set_reasons(session, {i: r for i, r in plan.waits.items() if current.get(i) != r})
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched

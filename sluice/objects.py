@@ -281,7 +281,7 @@ def _simulated(value: object, path: str) -> SimulatedSpec:
 class BurstPolicyObject:
     kind: ClassVar[str] = "BurstPolicy"
     spec_fields: ClassVar[tuple[str, ...]] = ("queues", "serviceClasses", "clusterSelector", "after", "budget",
-                                         "maxResources")
+                                         "maxResources", "perQueue")
 
     name: str
     queues: tuple[str, ...] = ()  # () means all
@@ -291,21 +291,25 @@ class BurstPolicyObject:
     budget_per_hour: float | None = None  # money; None: no limit
     budget_per_day: float | None = None
     max_resources: dict[str, int] = field(default_factory=dict)  # concurrent, milli-units
+    # The same limits for each queue on its own, within the policy's: perHour, perDay, maxResources.
+    queue_budget_per_hour: float | None = None
+    queue_budget_per_day: float | None = None
+    queue_max_resources: dict[str, int] = field(default_factory=dict)
 
     def to_document(self) -> dict:
-        budget = {}
-        if self.budget_per_hour is not None:
-            budget["perHour"] = self.budget_per_hour
-        if self.budget_per_day is not None:
-            budget["perDay"] = self.budget_per_day
+        per_queue = {"budget": _budget(self.queue_budget_per_hour, self.queue_budget_per_day),
+                     "maxResources": format_resources(self.queue_max_resources)}
         return _document(self.kind, self.name, {
             "queues": list(self.queues), "serviceClasses": list(self.service_classes),
             "clusterSelector": dict(self.cluster_selector), "after": format_duration_exact(self.after_s),
-            "budget": budget, "maxResources": format_resources(self.max_resources)})
+            "budget": _budget(self.budget_per_hour, self.budget_per_day),
+            "maxResources": format_resources(self.max_resources), "perQueue": per_queue})
 
     @classmethod
     def from_spec(cls, name: str, metadata: dict, spec: dict) -> BurstPolicyObject:
         budget = v.mapping(spec.get("budget"), "spec.budget", allowed=("perHour", "perDay"))
+        per_queue = v.mapping(spec.get("perQueue"), "spec.perQueue", allowed=("budget", "maxResources"))
+        queue_budget = v.mapping(per_queue.get("budget"), "spec.perQueue.budget", allowed=("perHour", "perDay"))
         return cls(
             name=name,
             queues=v.unique_names(spec.get("queues"), "spec.queues"),
@@ -315,7 +319,21 @@ class BurstPolicyObject:
             budget_per_hour=v.optional(v.number, budget.get("perHour"), "spec.budget.perHour", minimum=0),
             budget_per_day=v.optional(v.number, budget.get("perDay"), "spec.budget.perDay", minimum=0),
             max_resources=v.resources(spec.get("maxResources"), "spec.maxResources"),
+            queue_budget_per_hour=v.optional(v.number, queue_budget.get("perHour"), "spec.perQueue.budget.perHour",
+                                             minimum=0),
+            queue_budget_per_day=v.optional(v.number, queue_budget.get("perDay"), "spec.perQueue.budget.perDay",
+                                            minimum=0),
+            queue_max_resources=v.resources(per_queue.get("maxResources"), "spec.perQueue.maxResources"),
         )
+
+
+def _budget(per_hour: float | None, per_day: float | None) -> dict:
+    out = {}
+    if per_hour is not None:
+        out["perHour"] = per_hour
+    if per_day is not None:
+        out["perDay"] = per_day
+    return out
 
 
 AdminObject = QueueObject | ServiceClassObject | ClusterObject | BurstPolicyObject
@@ -358,7 +376,10 @@ def load_objects(text: str, *, source: str = "<input>") -> list[AdminObject]:
 
 
 def default_objects() -> list[AdminObject]:
-    """What `sluice up` runs without a config (examples/cluster-config.yaml spells out the same)."""
+    """What `sluice up` runs without a config (examples/cluster-config.yaml spells out the same).
+
+    Standard jobs spill to the priced cloud cluster after waiting 10 minutes (or at once when no
+    on-prem start is expected within that), within the cloud-burst policy's budgets; batch never."""
     return [
         ServiceClassObject("critical", priority=1000, can_preempt=True),
         ServiceClassObject("standard", priority=500, burst_allowed=True, burst_after_s=600.0),
@@ -371,4 +392,6 @@ def default_objects() -> list[AdminObject]:
                       simulated=SimulatedSpec(4, parse_resources({"cpu": "16", "memory": "64Gi"}))),
         ClusterObject("edge", tier="edge", site="edge-1", lease_duration_s=4 * 3600.0,
                       simulated=SimulatedSpec(2, parse_resources({"cpu": "8", "memory": "32Gi"}))),
+        BurstPolicyObject("cloud-burst", cluster_selector={"tier": "cloud"}, budget_per_hour=25.0,
+                          budget_per_day=200.0),
     ]

@@ -13,6 +13,10 @@ attempt is counted exactly once, never twice, never not at all:
   or below it is inside the report.
 
 The largest free node is reduced the same way, conservatively (an unseen pod may land on it).
+
+An elastic cluster also shows its headroom: per resource, maxNodes × its node shape less what it has
+now (allocatable). Pods waiting for new nodes are already inside `free` (it goes below zero), so
+free + headroom is what the cluster could still take at its maximum size.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from sqlalchemy.orm import Session
 from dispatcher.policy.placing import ClusterState
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
+from sluice.objects import object_from_document
 from sluice.quantity import subtract
 
 DEFAULT_STALENESS_S = 10.0  # a Prometheus reading older than this is not trusted
@@ -80,7 +85,14 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         elif not capacity:
             unavailable = "no capacity reported yet"
         allocatable = dict(capacity.get("allocatable", {}))
+        obj = object_from_document(c.spec)
+        headroom, node, delay = {}, {}, 0.0
+        if obj.elastic and obj.elastic.get("node"):
+            node, delay = dict(obj.elastic["node"]), obj.elastic["provisioningDelay"]
+            headroom = {r: max(0, amount * obj.elastic["maxNodes"] - allocatable.get(r, 0)) for r, amount in node.items()}
         out.append(ClusterCapacity(
-            ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable, allocatable),
+            ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable, allocatable,
+                         paid=c.tier == "cloud", price=dict(obj.price), headroom=headroom, node_shape=node,
+                         provisioning_delay_s=delay),
             status, source, age, allocatable))
     return out

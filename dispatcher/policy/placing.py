@@ -2,15 +2,19 @@
 
 Jobs arrive already in scheduling order (class priority, job priority, age). Each job is placed whole
 on one cluster or not at all: its total request must fit the cluster's free capacity and its largest
-pod must fit the largest free node. Tiers are preferred onprem, then cloud, then edge (edge capacity is
-kept for the work pinned to it); within a tier the tightest fit wins (bin-packing). A job that does not
-fit never blocks the jobs behind it.
+pod must fit the largest free node. An elastic cluster also offers its headroom (the nodes it may still
+add, up to its maximum): a job that fits only there starts after the cluster's provisioning delay, and
+its largest pod must fit one new node. Tiers are preferred onprem, then cloud, then edge (edge capacity
+is kept for the work pinned to it); within a tier, a cluster where the job starts now before one that
+must grow first, then the tightest fit (bin-packing). A job that does not fit never blocks the jobs
+behind it. Paid clusters are offered only through a burst policy (policy/bursting.py). A cluster where
+the job's last attempt could not start (`avoid`) is left out for a while.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sluice.quantity import format_quantity, shortfall, subtract
+from sluice.quantity import add, fits, format_quantity, shortfall, subtract
 
 TIER_ORDER = {"onprem": 0, "cloud": 1, "edge": 2}
 
@@ -25,6 +29,11 @@ class ClusterState:
     largest_free_node: dict[str, int]
     unavailable: str = ""  # why it takes no jobs now ("unreachable", "cordoned", ...); "" if it does
     allocatable: dict[str, int] = field(default_factory=dict)  # everything it has, busy or not
+    paid: bool = False  # public cloud: used only when a burst policy allows it
+    price: dict[str, float] = field(default_factory=dict)  # per unit-hour (memory per GiB-hour)
+    headroom: dict[str, int] = field(default_factory=dict)  # elastic: what its nodes to come would add
+    node_shape: dict[str, int] = field(default_factory=dict)  # elastic: one new node's allocatable
+    provisioning_delay_s: float = 0.0  # elastic: how long a new node takes
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class QueuedJob:
     cluster_selector: dict[str, str] = field(default_factory=dict)
     tiers: tuple[str, ...] = ()
     sites: tuple[str, ...] = ()
+    max_runtime_s: float | None = None  # its maxRuntime, when it has one
+    avoid: tuple[str, ...] = ()  # clusters where its last attempt could not start, left out for a while
 
 
 @dataclass(frozen=True)
@@ -71,13 +82,33 @@ def _short(request: dict[str, int], free: dict[str, int]) -> list[tuple[str, int
 def _why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
     if cluster.unavailable:
         return cluster.unavailable
+    if cluster.name in job.avoid:
+        return "its last attempt could not start there (left out for a while)"
     short = _short(job.requests, cluster.free)
-    if short:
+    if not short:
+        short = _short(job.largest_pod, cluster.largest_free_node)
+        if not short:
+            return None
+        if not _grows_for(job, cluster):
+            return _describe(short, " on one node").replace(" free", " free on its largest node")
+    elif not _grows_for(job, cluster):
+        if cluster.headroom:
+            return _describe(_short(job.requests, add(cluster.free, cluster.headroom)), "") + " at its maximum size"
         return _describe(short, "")
-    short = _short(job.largest_pod, cluster.largest_free_node)
-    if short:
-        return _describe(short, " on one node").replace(" free", " free on its largest node")
     return None
+
+
+def _grows_for(job: QueuedJob, cluster: ClusterState) -> bool:
+    """Whether the cluster, grown to its maximum, holds the job (its largest pod on one new node)."""
+    return bool(cluster.headroom) and fits(job.requests, add(cluster.free, cluster.headroom)) \
+        and fits(job.largest_pod, cluster.node_shape)
+
+
+def start_delay(job: QueuedJob, cluster: ClusterState) -> float:
+    """Seconds until the job could start on a cluster it fits (0, or the time new nodes take)."""
+    if fits(job.requests, cluster.free) and fits(job.largest_pod, cluster.largest_free_node):
+        return 0.0
+    return cluster.provisioning_delay_s
 
 
 def _tightness(job: QueuedJob, cluster: ClusterState) -> float:
@@ -96,7 +127,7 @@ def decide(job: QueuedJob, state: dict[str, ClusterState]) -> Place | Wait:
     if not fitting:
         reasons = "; ".join(f"{c.name}: {_why_not(job, c)}" for c in sorted(candidates, key=_rank))
         return Wait(job.id, f"no cluster fits: {reasons}")
-    best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), _tightness(job, c), c.name))
+    best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), start_delay(job, c), _tightness(job, c), c.name))
     state[best.name] = take(best, job.requests)
     return Place(job.id, best.name)
 

@@ -10,9 +10,13 @@ queue. A job that cannot start:
 - no room, and its class may preempt (or its queue is within its guarantee and others borrow): evicts
   the smallest set of eligible jobs on one cluster and holds that room for itself (on the cluster, and
   in its queue's quota, until it starts or the hold expires);
+- no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
+  cheapest paid cluster that fits, within the policy's budgets; the decision is kept;
 - no room, and it has waited past its class's reservation time: holds room on its best cluster, so
   smaller jobs may only use what the hold leaves (backfill);
-- otherwise waits with the reason placement gave.
+- otherwise waits with the reason placement gave (and why it does not burst, where it might).
+Preemption and reservations use only the unpaid clusters: free capacity is taken before money is spent,
+and evicting work is tried before paying for more.
 No preemption loops: a victim never evicts the job that evicted it, and reclaim only admits jobs that
 stay within their guarantee, so they are never reclaimed in turn.
 """
@@ -22,6 +26,8 @@ import heapq
 import itertools
 from dataclasses import dataclass, field, replace
 
+from dispatcher.policy import bursting
+from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
 from dispatcher.policy.placing import ClusterState, Place, QueuedJob, decide, matching, take
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 from sluice.quantity import add, fits
@@ -38,6 +44,9 @@ class ClassPolicy:
     can_preempt: bool = False
     weight: float = 1.0
     reservation_after_s: float | None = None
+    burst_allowed: bool = False
+    burst_after_s: float | None = None
+    price_multiplier: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ class Active:
     cluster: str
     requests: dict[str, int]
     preemptible: bool = False
+    ends_at: float | None = None  # epoch seconds it is expected to end by (its maxRuntime), when known
 
 
 @dataclass(frozen=True)
@@ -92,11 +102,23 @@ class CyclePlan:
     waits: dict[int, str] = field(default_factory=dict)
     preemptions: list[Preempt] = field(default_factory=list)
     holds: dict[int, Hold] = field(default_factory=dict)
+    bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
+
+
+@dataclass
+class _Burst:
+    """The burst policies, and what each (policy, None) and (policy, queue) has committed so far."""
+
+    rules: list[BurstRule]
+    spend: dict[tuple[str, str | None], Spend]
+    ends: dict[str, list[Running]]  # per cluster, what runs there and when it is expected to end
 
 
 def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters: list[ClusterState],
                queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold],
-               now: float) -> CyclePlan:
+               now: float, rules: list[BurstRule] = (),
+               spend: dict[tuple[str, str | None], Spend] | None = None) -> CyclePlan:
+    """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already."""
     capacity: dict[str, int] = {}
     for c in clusters:
         capacity = add(capacity, c.allocatable)
@@ -120,6 +142,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         weight = classes[candidate.service_class].weight if candidate.service_class in classes else 1.0
         return (-candidate.class_priority, tree.fair_key(queue, weight), -candidate.priority, candidate.job.id, queue)
 
+    burst = _Burst(list(rules), dict(spend or {}),
+                   {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()})
     turn = {q: 0 for q in heads}
     heap = [key(q, jobs[0]) for q, jobs in heads.items() if jobs]
     heapq.heapify(heap)
@@ -132,7 +156,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
             heapq.heappush(heap, fresh)
             continue
         turn[queue] += 1
-        _consider(candidate, tree, state, running, classes, out, now)
+        _consider(candidate, tree, state, running, classes, out, now, burst)
         if turn[queue] < len(heads[queue]):
             heapq.heappush(heap, key(queue, heads[queue][turn[queue]]))
     return out
@@ -152,18 +176,18 @@ def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job_id: int) -
 
 
 def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
-              classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> None:
+              classes: dict[str, ClassPolicy], out: CyclePlan, now: float, burst: _Burst) -> None:
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
         tree.charge(c.queue, own.requests, -1)  # its own held room does not count against it
-    _decide(c, tree, state, running, classes, out, now)
+    _decide(c, tree, state, running, classes, out, now, burst)
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
         tree.charge(c.queue, own.requests)
 
 
 def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
-            classes: dict[str, ClassPolicy], out: CyclePlan, now: float) -> None:
+            classes: dict[str, ClassPolicy], out: CyclePlan, now: float, burst: _Burst) -> None:
     job = c.job
     over = tree.over_max(c.queue, job.requests)
     if over:
@@ -175,38 +199,70 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         if held is not None or not _preempt(c, tree, state, running, classes, out, now, quota=True):
             out.waits[job.id] = over
         return
-    decision = decide(job, _view(state, out.holds, job.id))
+    view = _view(state, out.holds, job.id)
+    decision = decide(job, _unpaid(view))
     if isinstance(decision, Place):
-        state[decision.cluster] = take(state[decision.cluster], job.requests)
-        tree.charge(c.queue, job.requests)
-        out.places.append(decision)
-        out.holds.pop(job.id, None)
+        _place(c, decision.cluster, tree, state, out)
         return
     held = out.holds.get(job.id)
-    if held is not None:
-        if held.kind == "reservation":
-            out.waits[job.id] = f"reserved capacity on {held.cluster}: waiting for room"
-        else:
-            victims = ", ".join(map(str, held.victims))
-            out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for preempted jobs {victims} to stop"
+    if held is not None and held.kind == "preemption":
+        victims = ", ".join(map(str, held.victims))
+        out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for preempted jobs {victims} to stop"
         return
-    if _preempt(c, tree, state, running, classes, out, now):
+    if held is None and _preempt(c, tree, state, running, classes, out, now):
+        return
+    spilled = _burst(c, tree, view, running, classes, now, burst)
+    if isinstance(spilled, BurstDecision):
+        _place(c, spilled.cluster, tree, state, out)
+        out.bursts[job.id] = spilled
+        rate, cost = spilled.rate_per_hour, spilled.expected_cost
+        for key in ((spilled.policy, None), (spilled.policy, c.queue)):
+            burst.spend[key] = burst.spend.get(key, Spend()).plus(rate, cost, job.requests)
+        return
+    note = f"; {spilled}" if spilled else ""
+    if held is not None:
+        out.waits[job.id] = f"reserved capacity on {held.cluster}: waiting for room{note}"
         return
     cls = classes.get(c.service_class)
     if cls and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s:
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
-        target = _reservation_cluster(job, {n: s for n, s in state.items() if n not in taken})
+        target = _reservation_cluster(job, {n: s for n, s in _unpaid(state).items() if n not in taken})
         if target is not None:
             out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now)
-            out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s)"
+            out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s){note}"
             return
-    unheld = decide(job, dict(state))
+    unheld = decide(job, _unpaid(state))
     if isinstance(unheld, Place):  # it would fit, but for someone's hold on that cluster
         blocker = next((h for h in out.holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
         if blocker is not None:
-            out.waits[job.id] = f"reserved capacity for job {blocker.job_id} on {blocker.cluster}"
+            out.waits[job.id] = f"reserved capacity for job {blocker.job_id} on {blocker.cluster}{note}"
             return
-    out.waits[job.id] = decision.reason
+    out.waits[job.id] = decision.reason + note
+
+
+def _unpaid(state: dict[str, ClusterState]) -> dict[str, ClusterState]:
+    return {name: s for name, s in state.items() if not s.paid}
+
+
+def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan) -> None:
+    state[cluster] = take(state[cluster], c.job.requests)
+    tree.charge(c.queue, c.job.requests)
+    out.places.append(Place(c.job.id, cluster))
+    out.holds.pop(c.job.id, None)
+
+
+def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: dict[str, list[Active]],
+           classes: dict[str, ClassPolicy], now: float, burst: _Burst) -> BurstDecision | str | None:
+    cls = classes.get(c.service_class)
+    if not any(s.paid for s in view.values()):
+        return None
+    allowed = bool(cls and cls.burst_allowed)
+    eta = bursting.unpaid_start(c.job, list(view.values()), burst.ends, now) if allowed else None
+    return bursting.consider(
+        c.job, c.queue, tree.path(c.queue), c.service_class, allowed=allowed,
+        class_after_s=cls.burst_after_s if cls else None, multiplier=cls.price_multiplier if cls else 1.0,
+        waited_s=c.waited_s, unpaid_eta_s=eta, clusters=list(view.values()), rules=burst.rules,
+        spend=burst.spend)
 
 
 def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str | None:
@@ -240,7 +296,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
 
     best: tuple | None = None
     view = _view(state, out.holds, c.job.id)
-    for cluster in matching(c.job, view.values()):
+    for cluster in matching(c.job, _unpaid(view).values()):
         if cluster.unavailable or not fits(c.job.requests, cluster.allocatable):
             continue
         candidates = [a for a in running.get(cluster.name, []) if eligible(a)]

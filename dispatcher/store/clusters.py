@@ -122,3 +122,7 @@ def set_state(session: Session, name: str, state: str) -> str:
         raise NotFound(f"cluster {name!r} not found")
     session.execute(update(Cluster).where(Cluster.name == name).values(state=state))
     return previous
+
+
+def burst_policies(session: Session) -> list[BurstPolicy]:
+    return list(session.scalars(select(BurstPolicy).order_by(BurstPolicy.name)))

@@ -149,12 +149,15 @@ class Dispatched:
     dispatched_at: datetime | None = None  # this dispatch (the transaction's time)
 
 
-def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatched]:
+def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None
+             ) -> list[Dispatched]:
     """Move queued jobs to DISPATCHED on their chosen clusters, all in the caller's transaction.
 
     One UPDATE for the batch, compare-and-set on QUEUED (a job cancelled meanwhile is skipped), then
-    the attempts, events and outbox commands of exactly the jobs that moved.
+    the attempts, events and outbox commands of exactly the jobs that moved. bursts: per job sent to a
+    paid cluster, its burst decision (kept with the attempt; its summary is the event's reason).
     """
+    bursts = bursts or {}
     if not decisions:
         return []
     ids = [d[0] for d in decisions]
@@ -171,10 +174,12 @@ def dispatch(session: Session, decisions: list[tuple[int, str]]) -> list[Dispatc
     from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
     lock_clusters(session, [r.cluster for r in moved])
     session.execute(insert(Attempt), [dict(job_id=r.id, attempt=r.attempt, cluster=r.cluster,
-                                           state=states.DISPATCHED) for r in moved])
+                                           state=states.DISPATCHED, burst=bursts.get(r.id)) for r in moved])
     session.execute(insert(JobEvent), [dict(job_id=r.id, attempt=r.attempt, from_state=states.QUEUED,
-                                            to_state=states.DISPATCHED, reason=f"dispatched to {r.cluster}",
-                                            cluster=r.cluster) for r in moved])
+                                            to_state=states.DISPATCHED, cluster=r.cluster,
+                                            reason=f"dispatched to {r.cluster}"
+                                            + (f": {bursts[r.id]['summary']}" if r.id in bursts else ""))
+                                       for r in moved])
     command_ids = session.scalars(
         insert(OutboxCommand).returning(OutboxCommand.id, sort_by_parameter_order=True),
         [dict(cluster=r.cluster, kind="dispatch", job_id=r.id, attempt=r.attempt, payload={"spec": r.spec})
@@ -201,7 +206,7 @@ def queue_heads(session: Session, per_queue: int) -> list[Row]:
     return session.execute(text(
         """SELECT h.* FROM queues q CROSS JOIN LATERAL (
                SELECT id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
-                      reason, created_at, preempted_by
+                      reason, created_at, preempted_by, attempt, spec->'spec'->>'maxRuntime' AS max_runtime
                FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
                ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h"""), {"n": per_queue}).all()
 
@@ -211,7 +216,29 @@ def active_attempts(session: Session) -> list[Row]:
     preemption candidates, and the attempts a capacity reading may not show yet)."""
     return session.execute(
         select(Job.id, Job.attempt, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster,
-               Job.requests).where(Job.state.in_(states.ACTIVE))).all()
+               Job.requests, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
+               Job.spec["spec"]["maxRuntime"].astext.label("max_runtime")).where(Job.state.in_(states.ACTIVE))).all()
+
+
+def recently_unschedulable(session: Session, job_ids: list[int], within_s: float) -> dict[int, tuple[str, ...]]:
+    """Per job, the clusters where one of its attempts could not start (UNSCHEDULABLE) in the last `within_s`."""
+    if not job_ids:
+        return {}
+    rows = session.execute(text(
+        """SELECT job_id, array_agg(DISTINCT cluster) FROM attempts
+           WHERE job_id = ANY(:ids) AND state = 'UNSCHEDULABLE'
+             AND finished_at > now() - make_interval(secs => :s)
+           GROUP BY job_id"""), {"ids": job_ids, "s": within_s}).all()
+    return {r[0]: tuple(sorted(r[1])) for r in rows}
+
+
+def burst_attempts(session: Session, since: datetime) -> list[Row]:
+    """Attempts sent to paid clusters by a burst decision: every active one, and the others dispatched
+    since `since` (the start of the budget day)."""
+    return session.execute(
+        select(Attempt.burst, Attempt.state, Attempt.dispatched_at, Attempt.started_at, Attempt.finished_at)
+        .where(Attempt.burst.is_not(None),
+               (Attempt.dispatched_at >= since) | Attempt.state.in_(states.ACTIVE))).all()
 
 
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:

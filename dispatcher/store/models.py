@@ -124,6 +124,10 @@ class Attempt(Base):
     dispatched_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    # The burst decision that sent it to a paid cluster (policy, trigger, alternatives, cost); None otherwise.
+    burst: Mapped[dict | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
+
+    __table_args__ = (Index("ix_attempts_burst_dispatched", "dispatched_at", postgresql_where=text("burst IS NOT NULL")),)
 
 
 class OutboxCommand(Base):

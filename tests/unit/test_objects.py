@@ -144,7 +144,7 @@ def test_elastic_provisioning_delay_defaults_to_zero():
 def test_default_objects():
     objects = default_objects()
     by_name = {(o.kind, o.name): o for o in objects}
-    assert len(by_name) == len(objects) == 7
+    assert len(by_name) == len(objects) == 8
     critical, standard, batch = (by_name["ServiceClass", n] for n in ("critical", "standard", "batch"))
     assert (critical.priority, critical.can_preempt, critical.preemptible) == (1000, True, False)
     assert (standard.priority, standard.burst_allowed, standard.burst_after_s) == (500, True, 600.0)
@@ -160,6 +160,9 @@ def test_default_objects():
     assert cloud.simulated == SimulatedSpec(4, {"cpu": 16000, "memory": 64 * GI})
     assert (edge.tier, edge.site, edge.lease_duration_s) == ("edge", "edge-1", 4 * 3600.0)
     assert edge.simulated == SimulatedSpec(2, {"cpu": 8000, "memory": 32 * GI})
+    burst = by_name["BurstPolicy", "cloud-burst"]
+    assert (burst.cluster_selector, burst.after_s, burst.budget_per_hour, burst.budget_per_day) == \
+        ({"tier": "cloud"}, 0.0, 25.0, 200.0)
 
 
 def test_example_cluster_config_is_the_defaults():
