@@ -103,9 +103,13 @@ class Embedded:
         for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
             if obj.simulated is not None:
                 token = _secret(data / "tokens" / f"agent-{obj.name}", new_token("agent", f"agent-{obj.name}", obj.name))
+                elastic = obj.elastic or {}
                 sim = SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
                                            ledger_path=data / "sim" / f"{obj.name}.ledger",
-                                           time_scale=self.settings.sim_time_scale))
+                                           time_scale=self.settings.sim_time_scale,
+                                           max_nodes=elastic.get("maxNodes"),
+                                           provisioning_delay=elastic.get("provisioningDelay", 0.0),
+                                           scale_down_after=elastic.get("scaleDownAfter", 600.0)))
                 (data / "sim").mkdir(exist_ok=True)
                 self.sims[obj.name] = sim
                 self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()

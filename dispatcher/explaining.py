@@ -1,5 +1,7 @@
 """`sluice explain JOB`: why a job is where it is, cluster by cluster, from the same policy code the
-scheduler runs (quota verdict from the queue tree, fit verdict per cluster from placement)."""
+scheduler runs (quota verdict from the queue tree, fit verdict per cluster from placement), and the
+burst decisions recorded for its attempts that went to paid clusters. Why a waiting job does not
+burst is part of its reason, written by the scheduler."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ class Explanation:
     queue_position: int
     quota: str
     clusters: list[tuple[str, str]]
+    bursts: list[tuple[int, dict]]  # (attempt, the burst decision kept with it)
 
 
 def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s: float) -> Explanation:
@@ -36,4 +39,4 @@ def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s
     if job.state in states.ACTIVE or job.state in states.FINAL:
         found = [(name, f"runs here ({job.state})" if name == job.cluster and job.state in states.ACTIVE else verdict)
                  for name, verdict in found]
-    return Explanation(job, job_store.queue_position(session, job), quota, found)
+    return Explanation(job, job_store.queue_position(session, job), quota, found, job_store.job_bursts(session, job.id))

@@ -22,15 +22,13 @@ from sqlalchemy.orm import sessionmaker
 from dispatcher.capacity import snapshot
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.notifying import Notifier, libpq_url
-from dispatcher import reports
-from dispatcher.policy import bursting
-from dispatcher.policy.bursting import Budget, BurstRule
+from dispatcher import budgets, reports
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, plan_cycle
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
-from sluice.objects import BurstPolicyObject, object_from_document
+from sluice.objects import object_from_document
 from sluice.quantity import parse_duration
 
 log = logging.getLogger(__name__)
@@ -81,30 +79,6 @@ def class_policies(session) -> dict[str, ClassPolicy]:
     return out
 
 
-def burst_rules(session) -> list[BurstRule]:
-    out = []
-    for row in cluster_store.burst_policies(session):
-        p: BurstPolicyObject = object_from_document(row.spec)
-        out.append(BurstRule(p.name, p.queues, p.service_classes, dict(p.cluster_selector), p.after_s,
-                             Budget(p.budget_per_hour, p.budget_per_day, dict(p.max_resources)),
-                             Budget(p.queue_budget_per_hour, p.queue_budget_per_day, dict(p.queue_max_resources))))
-    return out
-
-
-def burst_spend(session, now: datetime) -> dict:
-    """What every burst policy (and queue under it) has committed: budgets run per UTC day."""
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    runs = []
-    for row in job_store.burst_attempts(session, day):
-        b = row.burst
-        runs.append(bursting.BurstRun(
-            b["policy"], b["queue"], b["ratePerHour"], b["expectedCost"], b.get("requests", {}),
-            row.state in ("DISPATCHED", "RUNNING"), row.dispatched_at.timestamp(),
-            row.started_at.timestamp() if row.started_at else None,
-            row.finished_at.timestamp() if row.finished_at else None))
-    return bursting.committed(runs, day.timestamp(), now.timestamp())
-
-
 def _seconds(text: str | None) -> float | None:
     return parse_duration(text) if text else None
 
@@ -144,9 +118,9 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
                          classes[r.service_class].preemptible if r.service_class in classes else False,
                          r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None)
                   for r in active_rows]
-        rules = burst_rules(session)
+        rules = budgets.rules(session)
         plan = plan_cycle(heads, active, clusters, queue_quotas(session), classes, holds or {}, now.timestamp(),
-                          rules, burst_spend(session, now) if rules else {})
+                          rules, budgets.spend(session, now) if rules else {})
         preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
         dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
                                         {job_id: d.record() for job_id, d in plan.bursts.items()})

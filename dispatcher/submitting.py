@@ -8,6 +8,7 @@ import json
 
 from sqlalchemy.orm import Session
 
+from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
 from dispatcher.store import clusters as cluster_store
@@ -100,6 +101,7 @@ def _known_capacity(session: Session) -> list[ClusterState] | None:
     for c in cluster_store.list_clusters(session):
         if not c.capacity:
             return None
-        out.append(ClusterState(c.name, c.tier, c.site, dict(c.labels), dict(c.capacity.get("allocatable", {})),
-                                dict(c.capacity.get("allocatable", {}))))
+        allocatable = dict(c.capacity.get("allocatable", {}))
+        out.append(ClusterState(c.name, c.tier, c.site, dict(c.labels), allocatable, dict(allocatable),
+                                **snapshot.terms(c.spec, allocatable)))
     return out or None

@@ -179,6 +179,11 @@ def explain(ctx: typer.Context, job: str = typer.Argument(...), output: Format =
     print(f"reason: {info['reason']}")
     print(f"quota:  {info['quota']}")
     print(_indent(table(info["clusters"], [("CLUSTER", "cluster"), ("VERDICT", "verdict")])))
+    for b in info["bursts"]:
+        print(f"attempt {b['attempt']} burst to {b['cluster']} under policy {b['policy']}: {b['trigger']}")
+        starts = f", started after {b['startsInSeconds']:g}s of provisioning" if b["startsInSeconds"] else ""
+        print(f"  expected cost {b['expectedCost']:.2f} ({b['ratePerHour']:.2f}/h for {b['expectedHours']:g}h){starts}")
+        print(_indent(table(b["alternatives"], [("PAID CLUSTER", "cluster"), ("VERDICT", "verdict")])))
 
 
 def _indent(text: str) -> str:
@@ -299,6 +304,18 @@ def usage(ctx: typer.Context,
     print(table(cells, [(info["by"].upper(), "group"), ("ATTEMPTS", "attempts"),
                         *[(f"{res.upper()} ({HOUR_UNITS.get(res, 'unit-h')})", res) for res in resources],
                         (f"COST ({info['currency']})", "cost")]))
+    if info["burst"]:
+        print(f"\nburst spend against budgets ({info['currency']}; the budget day is the UTC day)")
+        limit = lambda value, fmt: "-" if value is None else fmt.format(value)
+        cells = [{"policy": b["policy"], "queue": b["queue"] or "(all)", "attempts": b["attempts"],
+                  "window": f"{b['spentInWindow']:.2f}",
+                  "today": f"{b['spentToday']:.2f} / {limit(b['budgetPerDay'], '{:.2f}')}",
+                  "rate": f"{b['ratePerHour']:.2f} / {limit(b['budgetPerHour'], '{:.2f}')}",
+                  "resources": ", ".join(f"{r} {b['resourcesInUse'].get(r, '0')} / {cap}"
+                                         for r, cap in b["maxResources"].items()) or "-"} for b in info["burst"]]
+        print(table(cells, [("POLICY", "policy"), ("QUEUE", "queue"), ("ATTEMPTS", "attempts"),
+                            ("SPENT IN WINDOW", "window"), ("TODAY / PER DAY", "today"),
+                            ("RATE / PER HOUR", "rate"), ("IN USE / MAX", "resources")]))
 
 
 # -- server commands --------------------------------------------------------------------------------

@@ -98,7 +98,12 @@ class Client:
     def explain(self, job_id: int) -> dict:
         reply = self._call(self._jobs.Explain, jobs_pb2.GetJobRequest(id=job_id))
         return {**job_dict(reply.job), "queuePosition": reply.queue_position or None, "quota": reply.quota,
-                "clusters": [{"cluster": c.cluster, "verdict": c.verdict} for c in reply.clusters]}
+                "clusters": [{"cluster": c.cluster, "verdict": c.verdict} for c in reply.clusters],
+                "bursts": [{"attempt": b.attempt, "policy": b.policy, "queue": b.queue, "cluster": b.cluster,
+                            "trigger": b.trigger, "ratePerHour": b.rate_per_hour, "expectedHours": b.expected_hours,
+                            "expectedCost": b.expected_cost, "startsInSeconds": b.starts_in_seconds,
+                            "alternatives": [{"cluster": a.cluster, "verdict": a.verdict} for a in b.alternatives]}
+                           for b in reply.bursts]}
 
     def list(self, *, queue: str = "", state: str = "", limit: int = 0) -> list[dict]:
         """Jobs in id order; limit 0 lists every job (paging through the server's pages)."""
@@ -158,7 +163,14 @@ class Client:
         return {"by": reply.by or by, "since": _time(reply.window_start), "until": _time(reply.window_end),
                 "currency": reply.currency, "groups": groups,
                 "total": {"resourceHours": _ordered_resources(total_hours), "cost": sum(g["cost"] for g in groups),
-                          "attempts": sum(g["attempts"] for g in groups)}}
+                          "attempts": sum(g["attempts"] for g in groups)},
+                "burst": [{"policy": b.policy, "queue": b.queue or None, "spentInWindow": b.spent_in_window,
+                           "attempts": b.attempts, "spentToday": b.spent_today,
+                           "budgetPerDay": None if b.budget_per_day < 0 else b.budget_per_day,
+                           "ratePerHour": b.rate_per_hour,
+                           "budgetPerHour": None if b.budget_per_hour < 0 else b.budget_per_hour,
+                           "resourcesInUse": dict(b.resources_in_use), "maxResources": dict(b.max_resources)}
+                          for b in reply.burst]}
 
 
 def _ordered_resources(amounts: dict) -> dict:

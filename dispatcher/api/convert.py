@@ -7,6 +7,7 @@ from datetime import datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent
+from sluice.quantity import format_resources
 from sluice.v1 import admin_pb2, jobs_pb2
 
 
@@ -48,3 +49,23 @@ def token(row: ApiToken) -> admin_pb2.Token:
 def audit_record(row: AuditRecord) -> admin_pb2.AuditRecord:
     return admin_pb2.AuditRecord(id=row.id, at=timestamp(row.at), actor=row.actor, action=row.action, kind=row.kind,
                                  name=row.name, details_json=json.dumps(row.details))
+
+
+def burst_decision(attempt: int, record: dict) -> jobs_pb2.BurstDecision:
+    return jobs_pb2.BurstDecision(
+        attempt=attempt, policy=record["policy"], queue=record["queue"], cluster=record["cluster"],
+        trigger=record["trigger"], rate_per_hour=record["ratePerHour"], expected_hours=record["expectedHours"],
+        expected_cost=record["expectedCost"], starts_in_seconds=record["startsInSeconds"],
+        alternatives=[jobs_pb2.ClusterVerdict(cluster=a["cluster"], verdict=a["verdict"])
+                      for a in record["alternatives"]])
+
+
+def burst_budget(row) -> jobs_pb2.BurstBudget:
+    """A budgets.BudgetRow; an absent limit is sent as -1."""
+    def limit(value: float | None) -> float:
+        return -1.0 if value is None else value
+    return jobs_pb2.BurstBudget(
+        policy=row.policy, queue=row.queue, spent_in_window=row.spent_in_window, attempts=row.attempts,
+        spent_today=row.committed.today, budget_per_day=limit(row.budget.per_day), rate_per_hour=row.committed.rate,
+        budget_per_hour=limit(row.budget.per_hour), resources_in_use=format_resources(row.committed.resources),
+        max_resources=format_resources(row.budget.max_resources))

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import accounting, reports, submitting
+from dispatcher import accounting, budgets, reports, submitting
 from dispatcher.api import convert
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
@@ -64,7 +64,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                             unreachable_after_s=self._unreachable_after_s)
             return jobs_pb2.ExplainResponse(
                 job=convert.job(found.job, with_spec=False), queue_position=found.queue_position, quota=found.quota,
-                clusters=[jobs_pb2.ClusterVerdict(cluster=name, verdict=v) for name, v in found.clusters])
+                clusters=[jobs_pb2.ClusterVerdict(cluster=name, verdict=v) for name, v in found.clusters],
+                bursts=[convert.burst_decision(attempt, b) for attempt, b in found.bursts])
 
     @translated
     def List(self, request, context):
@@ -169,12 +170,13 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             prices = {c.name: object_from_document(c.spec).price for c in cluster_store.list_clusters(session)}
             multipliers = {name: object_from_document(c.spec).price_multiplier
                            for name, c in cluster_store.service_classes(session).items()}
+            burst = budgets.report(session, win.end, win)
         rows = accounting.usage(runs, by=by, win=win, prices=prices, multipliers=multipliers)
         return jobs_pb2.UsageResponse(
             rows=[jobs_pb2.UsageRow(group=u.group, resource_hours=u.resource_hours, cost=u.cost, attempts=u.attempts)
                   for u in rows],
             currency=accounting.CURRENCY, window_start=convert.timestamp(win.start),
-            window_end=convert.timestamp(win.end), by=by)
+            window_end=convert.timestamp(win.end), by=by, burst=[convert.burst_budget(b) for b in burst])
 
 
 def _job_with_reason(session, job) -> tuple[jobs_pb2.Job, int]:

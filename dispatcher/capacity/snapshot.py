@@ -85,14 +85,21 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         elif not capacity:
             unavailable = "no capacity reported yet"
         allocatable = dict(capacity.get("allocatable", {}))
-        obj = object_from_document(c.spec)
-        headroom, node, delay = {}, {}, 0.0
-        if obj.elastic and obj.elastic.get("node"):
-            node, delay = dict(obj.elastic["node"]), obj.elastic["provisioningDelay"]
-            headroom = {r: max(0, amount * obj.elastic["maxNodes"] - allocatable.get(r, 0)) for r, amount in node.items()}
         out.append(ClusterCapacity(
             ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable, allocatable,
-                         paid=c.tier == "cloud", price=dict(obj.price), headroom=headroom, node_shape=node,
-                         provisioning_delay_s=delay),
+                         **terms(c.spec, allocatable)),
             status, source, age, allocatable))
+    return out
+
+
+def terms(document: dict, allocatable: dict[str, int]) -> dict:
+    """What a cluster's object adds to its ClusterState: paid (tier cloud), prices and, when elastic with a
+    known node shape, its headroom (maxNodes x node shape less what it has now), node shape and delay."""
+    obj = object_from_document(document)
+    out = {"paid": obj.tier == "cloud", "price": dict(obj.price)}
+    if obj.elastic and obj.elastic.get("node"):
+        node = dict(obj.elastic["node"])
+        out.update(headroom={r: max(0, amount * obj.elastic["maxNodes"] - allocatable.get(r, 0))
+                             for r, amount in node.items()},
+                   node_shape=node, provisioning_delay_s=obj.elastic["provisioningDelay"])
     return out

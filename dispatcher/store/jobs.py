@@ -232,13 +232,21 @@ def recently_unschedulable(session: Session, job_ids: list[int], within_s: float
     return {r[0]: tuple(sorted(r[1])) for r in rows}
 
 
-def burst_attempts(session: Session, since: datetime) -> list[Row]:
-    """Attempts sent to paid clusters by a burst decision: every active one, and the others dispatched
-    since `since` (the start of the budget day)."""
-    return session.execute(
-        select(Attempt.burst, Attempt.state, Attempt.dispatched_at, Attempt.started_at, Attempt.finished_at)
-        .where(Attempt.burst.is_not(None),
-               (Attempt.dispatched_at >= since) | Attempt.state.in_(states.ACTIVE))).all()
+def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
+    """(attempt, burst decision) of the job's attempts that burst, oldest first."""
+    return [(r.attempt, r.burst) for r in session.execute(
+        select(Attempt.attempt, Attempt.burst).where(Attempt.job_id == job_id, Attempt.burst.is_not(None))
+        .order_by(Attempt.attempt))]
+
+
+def burst_attempts(session: Session, since: datetime | None) -> list[Row]:
+    """Attempts sent to paid clusters by a burst decision that are still running or finished since `since`
+    (None: every one)."""
+    stmt = select(Attempt.burst, Attempt.state, Attempt.dispatched_at, Attempt.started_at, Attempt.finished_at
+                  ).where(Attempt.burst.is_not(None))
+    if since is not None:
+        stmt = stmt.where(Attempt.finished_at.is_(None) | (Attempt.finished_at >= since))
+    return session.execute(stmt).all()
 
 
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:

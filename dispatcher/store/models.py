@@ -127,7 +127,7 @@ class Attempt(Base):
     # The burst decision that sent it to a paid cluster (policy, trigger, alternatives, cost); None otherwise.
     burst: Mapped[dict | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
 
-    __table_args__ = (Index("ix_attempts_burst_dispatched", "dispatched_at", postgresql_where=text("burst IS NOT NULL")),)
+    __table_args__ = (Index("ix_attempts_burst_finished", "finished_at", postgresql_where=text("burst IS NOT NULL")),)
 
 
 class OutboxCommand(Base):

@@ -16,11 +16,11 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column('attempts', sa.Column('burst', postgresql.JSONB(astext_type=sa.Text()), nullable=True))
-    # Budgets read the burst attempts of the current day and the active ones every cycle.
-    op.create_index('ix_attempts_burst_dispatched', 'attempts', ['dispatched_at'],
+    # Budgets read the burst attempts still running or finished since the budget day began, every cycle.
+    op.create_index('ix_attempts_burst_finished', 'attempts', ['finished_at'],
                     postgresql_where=sa.text('burst IS NOT NULL'))
 
 
 def downgrade() -> None:
-    op.drop_index('ix_attempts_burst_dispatched', table_name='attempts')
+    op.drop_index('ix_attempts_burst_finished', table_name='attempts')
     op.drop_column('attempts', 'burst')

@@ -110,17 +110,43 @@ class ClusterVerdict(_message.Message):
     verdict: str
     def __init__(self, cluster: _Optional[str] = ..., verdict: _Optional[str] = ...) -> None: ...
 
+class BurstDecision(_message.Message):
+    __slots__ = ("attempt", "policy", "queue", "cluster", "trigger", "rate_per_hour", "expected_hours", "expected_cost", "starts_in_seconds", "alternatives")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_HOURS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_COST_FIELD_NUMBER: _ClassVar[int]
+    STARTS_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    policy: str
+    queue: str
+    cluster: str
+    trigger: str
+    rate_per_hour: float
+    expected_hours: float
+    expected_cost: float
+    starts_in_seconds: float
+    alternatives: _containers.RepeatedCompositeFieldContainer[ClusterVerdict]
+    def __init__(self, attempt: _Optional[int] = ..., policy: _Optional[str] = ..., queue: _Optional[str] = ..., cluster: _Optional[str] = ..., trigger: _Optional[str] = ..., rate_per_hour: _Optional[float] = ..., expected_hours: _Optional[float] = ..., expected_cost: _Optional[float] = ..., starts_in_seconds: _Optional[float] = ..., alternatives: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ...) -> None: ...
+
 class ExplainResponse(_message.Message):
-    __slots__ = ("job", "queue_position", "quota", "clusters")
+    __slots__ = ("job", "queue_position", "quota", "clusters", "bursts")
     JOB_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELD_NUMBER: _ClassVar[int]
     CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    BURSTS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     queue_position: int
     quota: str
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterVerdict]
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., queue_position: _Optional[int] = ..., quota: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ...) -> None: ...
+    bursts: _containers.RepeatedCompositeFieldContainer[BurstDecision]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., queue_position: _Optional[int] = ..., quota: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ..., bursts: _Optional[_Iterable[_Union[BurstDecision, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ("queue", "state", "limit", "page_token")
@@ -275,16 +301,56 @@ class UsageRow(_message.Message):
     attempts: int
     def __init__(self, group: _Optional[str] = ..., resource_hours: _Optional[_Mapping[str, float]] = ..., cost: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
 
+class BurstBudget(_message.Message):
+    __slots__ = ("policy", "queue", "spent_in_window", "attempts", "spent_today", "budget_per_day", "rate_per_hour", "budget_per_hour", "resources_in_use", "max_resources")
+    class ResourcesInUseEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class MaxResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SPENT_IN_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    SPENT_TODAY_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    queue: str
+    spent_in_window: float
+    attempts: int
+    spent_today: float
+    budget_per_day: float
+    rate_per_hour: float
+    budget_per_hour: float
+    resources_in_use: _containers.ScalarMap[str, str]
+    max_resources: _containers.ScalarMap[str, str]
+    def __init__(self, policy: _Optional[str] = ..., queue: _Optional[str] = ..., spent_in_window: _Optional[float] = ..., attempts: _Optional[int] = ..., spent_today: _Optional[float] = ..., budget_per_day: _Optional[float] = ..., rate_per_hour: _Optional[float] = ..., budget_per_hour: _Optional[float] = ..., resources_in_use: _Optional[_Mapping[str, str]] = ..., max_resources: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class UsageResponse(_message.Message):
-    __slots__ = ("rows", "currency", "window_start", "window_end", "by")
+    __slots__ = ("rows", "currency", "window_start", "window_end", "by", "burst")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     CURRENCY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
     BY_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
     currency: str
     window_start: _timestamp_pb2.Timestamp
     window_end: _timestamp_pb2.Timestamp
     by: str
-    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., currency: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...
+    burst: _containers.RepeatedCompositeFieldContainer[BurstBudget]
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., currency: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ..., burst: _Optional[_Iterable[_Union[BurstBudget, _Mapping]]] = ...) -> None: ...

@@ -7,103 +7,15 @@ Pod durations are scaled by TIME_SCALE (a "30s" pod runs 3 s); policy times (res
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import threading
 import time
-from datetime import datetime
 from typing import Self
 
-import pytest
 
 from sluice.quantity import parse_quantity
-
-TIME_SCALE = 0.1
-ACTIVE = ("DISPATCHED", "RUNNING")
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-CLASSES = """
-apiVersion: sluice.io/v1
-kind: ServiceClass
-metadata: {name: standard}
-spec: {priority: 500}
----
-apiVersion: sluice.io/v1
-kind: ServiceClass
-metadata: {name: batch}
-spec: {priority: 100, preemptible: true}
----
-apiVersion: sluice.io/v1
-kind: ServiceClass
-metadata: {name: critical}
-spec: {priority: 1000, canPreempt: true}
-"""
-
-
-def cluster(name: str, cpu: int, nodes: int = 1) -> str:
-    return f"""
----
-apiVersion: sluice.io/v1
-kind: Cluster
-metadata: {{name: {name}}}
-spec:
-  tier: onprem
-  site: dc-1
-  simulated: {{nodes: {nodes}, node: {{cpu: "{cpu}", memory: 64Gi}}}}
-"""
-
-
-def queue(name: str, **spec) -> str:
-    return f"""
----
-apiVersion: sluice.io/v1
-kind: Queue
-metadata: {{name: {name}}}
-spec: {json.dumps(spec)}
-"""
-
-
-def job(queue_name: str, cpu: str, duration: str, *, name: str = "j", service_class: str | None = None) -> dict:
-    spec: dict = {"queue": queue_name}
-    if service_class:
-        spec["serviceClass"] = service_class
-    return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {**spec, "podSets": [{"name": "w", "count": 1, "template": {
-                "metadata": {"annotations": {"sluice.io/sim-duration": duration}},
-                "spec": {"containers": [{"name": "m", "image": "x",
-                                         "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}]}}
-
-
-def ts(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
-
-
-def wait_for(check, timeout: float, what: str, interval: float = 0.02):
-    """Poll `check` until it returns something truthy; fail naming `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
-
-
-def by_id(client, queue_name: str) -> dict[int, dict]:
-    return {j["id"]: j for j in client.list(queue=queue_name)}
-
-
-def wait_final(client, ids, timeout: float) -> list[dict]:
-    def check():
-        jobs = [client.get(i) for i in ids]
-        return jobs if all(j["state"] in FINAL for j in jobs) else None
-    try:
-        return wait_for(check, timeout, "jobs final", 0.05)
-    except AssertionError:
-        raise AssertionError(f"not final in {timeout}s: "
-                             f"{[(j['id'], j['state'], j['reason']) for j in (client.get(i) for i in ids)]}") from None
-
+from tests.integration.scenarios import (ACTIVE, CLASSES, FINAL, by_id, cluster, job, queue, ts, wait_final,
+                                         wait_for)
 
 UNSEEN = re.compile(r"waiting behind \d+ jobs in queue \S+")
 
@@ -144,33 +56,6 @@ class Sampler:
                 self.errors.append(exc)
                 return
             self._stop.wait(self._interval)
-
-
-@pytest.fixture
-def sluice(db_url, tmp_path):
-    """start(objects_yaml) -> a running Embedded with a `client`, on this test's database."""
-    from dispatcher.embedded import Embedded, UpSettings
-    from sluice.client import Client
-    from sluice.config import ClientConfig
-    from sluice.objects import load_objects
-
-    started = []
-
-    def start(objects_yaml: str):
-        objects = load_objects(objects_yaml, source="test_policy_scenarios")
-        embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
-                                       database_url=db_url, sim_time_scale=TIME_SCALE), objects).start()
-        started.append(embedded)
-        embedded.wait_connected()
-        embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=30))
-        wait_for(lambda: all(c["state"] == "active" and c["allocatable"] for c in embedded.client.clusters()),
-                 10, "every cluster active with capacity")
-        return embedded
-
-    yield start
-    for embedded in started:
-        embedded.client.close()
-        embedded.stop()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""What the scenario tests share: objects as YAML, job documents, polling, and (in conftest.py) the
+`sluice` fixture that starts an Embedded dispatcher with sim agents on given objects.
+
+Pod durations are scaled by TIME_SCALE (a "30s" pod runs 3 s); policy times (reservationAfter, burst
+after) are not.
+"""
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+TIME_SCALE = 0.1
+ACTIVE = ("DISPATCHED", "RUNNING")
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+CLASSES = """
+apiVersion: sluice.io/v1
+kind: ServiceClass
+metadata: {name: standard}
+spec: {priority: 500}
+---
+apiVersion: sluice.io/v1
+kind: ServiceClass
+metadata: {name: batch}
+spec: {priority: 100, preemptible: true}
+---
+apiVersion: sluice.io/v1
+kind: ServiceClass
+metadata: {name: critical}
+spec: {priority: 1000, canPreempt: true}
+"""
+
+
+def cluster(name: str, cpu: int, nodes: int = 1, *, tier: str = "onprem", site: str = "dc-1", **spec) -> str:
+    """A simulated cluster of `nodes` nodes of `cpu` cores and 64Gi; more spec fields (price, elastic) as given."""
+    extra = "".join(f"\n  {k}: {json.dumps(v)}" for k, v in spec.items())
+    return f"""
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {{name: {name}}}
+spec:
+  tier: {tier}
+  site: {site}
+  simulated: {{nodes: {nodes}, node: {{cpu: "{cpu}", memory: 64Gi}}}}{extra}
+"""
+
+
+def queue(name: str, **spec) -> str:
+    return f"""
+---
+apiVersion: sluice.io/v1
+kind: Queue
+metadata: {{name: {name}}}
+spec: {json.dumps(spec)}
+"""
+
+
+def job(queue_name: str, cpu: str, duration: str, *, name: str = "j", service_class: str | None = None,
+        **more) -> dict:
+    spec: dict = {"queue": queue_name, **more}
+    if service_class:
+        spec["serviceClass"] = service_class
+    return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {**spec, "podSets": [{"name": "w", "count": 1, "template": {
+                "metadata": {"annotations": {"sluice.io/sim-duration": duration}},
+                "spec": {"containers": [{"name": "m", "image": "x",
+                                         "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}]}}
+
+
+def ts(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 0.02):
+    """Poll `check` until it returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
+
+
+def by_id(client, queue_name: str) -> dict[int, dict]:
+    return {j["id"]: j for j in client.list(queue=queue_name)}
+
+
+def wait_final(client, ids, timeout: float) -> list[dict]:
+    def check():
+        jobs = [client.get(i) for i in ids]
+        return jobs if all(j["state"] in FINAL for j in jobs) else None
+    try:
+        return wait_for(check, timeout, "jobs final", 0.05)
+    except AssertionError:
+        raise AssertionError(f"not final in {timeout}s: "
+                             f"{[(j['id'], j['state'], j['reason']) for j in (client.get(i) for i in ids)]}") from None
+
+
