@@ -117,13 +117,15 @@ def selects(rule: BurstRule, cluster: ClusterState) -> bool:
 def unpaid_start(job: QueuedJob, clusters: list[ClusterState], running: dict[str, list[Running]],
                  now: float) -> float | None:
     """Seconds until the job is expected to fit an unpaid cluster: 0 if it fits one now, math.inf if none
-    could ever hold it, None when that depends on jobs whose end is unknown."""
-    best: float | None = math.inf
+    could ever hold it, None when it cannot be known: a cluster that could hold it depends on jobs whose
+    end is unknown, or takes no jobs for now (unreachable, cordoned, avoided after a failed start)."""
+    best = math.inf
     unknown = False
     for c in clusters:
-        if c.paid or c.unavailable or not _matches(job, c) or c.name in job.avoid:
+        if c.paid or not _matches(job, c) or not fits(job.requests, add(c.allocatable, c.headroom)):
             continue
-        if not fits(job.requests, add(c.allocatable, c.headroom)):
+        if c.unavailable or c.name in job.avoid:
+            unknown = True
             continue
         if _why_not(job, c) is None:
             return 0.0
@@ -138,11 +140,9 @@ def unpaid_start(job: QueuedJob, clusters: list[ClusterState], running: dict[str
                 break
         if eta is None:
             unknown = True
-        elif best is None or eta < best:
-            best = eta
-    if unknown and best == math.inf:
-        return None
-    return best
+        else:
+            best = min(best, eta)
+    return None if unknown else best
 
 
 def _seconds(value: float) -> str:

@@ -92,9 +92,12 @@ def _why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
         if not _grows_for(job, cluster):
             return _describe(short, " on one node").replace(" free", " free on its largest node")
     elif not _grows_for(job, cluster):
-        if cluster.headroom:
-            return _describe(_short(job.requests, add(cluster.free, cluster.headroom)), "") + " at its maximum size"
-        return _describe(short, "")
+        if not cluster.headroom:
+            return _describe(short, "")
+        grown = _short(job.requests, add(cluster.free, cluster.headroom))
+        if grown:
+            return _describe(grown, "") + " at its maximum size"
+        return _describe(_short(job.largest_pod, cluster.node_shape), " on one node").replace(" free", " on a new node")
     return None
 
 
