@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 from dispatcher.accounting import cost, resource_hours
-from dispatcher.policy.placing import ClusterState, QueuedJob, _matches, _why_not, start_delay
+from dispatcher.policy.placing import ClusterState, QueuedJob, allowed_on, why_not, start_delay
 from sluice.quantity import add, fits, format_duration, format_quantity
 
 DEFAULT_EXPECTED_HOURS = 1.0  # a job without maxRuntime is expected to cost this many hours
@@ -122,12 +122,12 @@ def unpaid_start(job: QueuedJob, clusters: list[ClusterState], running: dict[str
     best = math.inf
     unknown = False
     for c in clusters:
-        if c.paid or not _matches(job, c) or not fits(job.requests, add(c.allocatable, c.headroom)):
+        if c.paid or not allowed_on(job, c) or not fits(job.requests, add(c.allocatable, c.headroom)):
             continue
         if c.unavailable or c.name in job.avoid:
             unknown = True
             continue
-        if _why_not(job, c) is None:
+        if why_not(job, c) is None:
             return 0.0
         free = dict(c.free)
         eta = None
@@ -172,7 +172,7 @@ def consider(job: QueuedJob, queue: str, queue_path: list[str], service_class: s
              ) -> BurstDecision | str | None:
     """The burst decision for a job that fits no unpaid cluster; or why it does not burst (a reason to
     add to its wait); or None when no paid cluster matches its placement at all (nothing to say)."""
-    paid = [c for c in clusters if c.paid and _matches(job, c)]
+    paid = [c for c in clusters if c.paid and allowed_on(job, c)]
     if not paid:
         return None
     if not allowed:
@@ -204,7 +204,7 @@ def consider(job: QueuedJob, queue: str, queue_path: list[str], service_class: s
             rate = hourly_rate(job.requests, c.price, multiplier)
             expected = rate * hours
             delay = start_delay(job, c)
-            why = _why_not(job, c)
+            why = why_not(job, c)
             if why is None and unpaid_eta_s is not None and delay > 0 and delay >= unpaid_eta_s:
                 why = (f"would start in {_seconds(delay)} (provisioning), no sooner than on-prem "
                        f"(expected in {_seconds(unpaid_eta_s)})")

@@ -60,7 +60,7 @@ class Wait:
     reason: str
 
 
-def _matches(job: QueuedJob, cluster: ClusterState) -> bool:
+def allowed_on(job: QueuedJob, cluster: ClusterState) -> bool:
     if job.tiers and cluster.tier not in job.tiers:
         return False
     if job.sites and cluster.site not in job.sites:
@@ -79,7 +79,7 @@ def _short(request: dict[str, int], free: dict[str, int]) -> list[tuple[str, int
     return [s for s in shortfall(request, free) if s[1] > 0]
 
 
-def _why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
+def why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
     if cluster.unavailable:
         return cluster.unavailable
     if cluster.name in job.avoid:
@@ -123,12 +123,12 @@ def _tightness(job: QueuedJob, cluster: ClusterState) -> float:
 
 def decide(job: QueuedJob, state: dict[str, ClusterState]) -> Place | Wait:
     """Place one job on the best cluster in `state` and take its capacity there, or say why it waits."""
-    candidates = [c for c in state.values() if _matches(job, c)]
+    candidates = [c for c in state.values() if allowed_on(job, c)]
     if not candidates:
         return Wait(job.id, "no cluster matches its placement" + _placement_text(job))
-    fitting = [c for c in candidates if _why_not(job, c) is None]
+    fitting = [c for c in candidates if why_not(job, c) is None]
     if not fitting:
-        reasons = "; ".join(f"{c.name}: {_why_not(job, c)}" for c in sorted(candidates, key=_rank))
+        reasons = "; ".join(f"{c.name}: {why_not(job, c)}" for c in sorted(candidates, key=_rank))
         return Wait(job.id, f"no cluster fits: {reasons}")
     best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), start_delay(job, c), _tightness(job, c), c.name))
     state[best.name] = take(best, job.requests)
@@ -146,15 +146,15 @@ def verdicts(job: QueuedJob, clusters: list[ClusterState]) -> list[tuple[str, st
     """Per cluster, in preference order: "fits", or why the job cannot start there now."""
     out = []
     for c in sorted(clusters, key=_rank):
-        if not _matches(job, c):
+        if not allowed_on(job, c):
             out.append((c.name, f"not allowed by its placement{_placement_text(job)}: tier {c.tier}, site {c.site or '-'}"))
         else:
-            out.append((c.name, _why_not(job, c) or "fits"))
+            out.append((c.name, why_not(job, c) or "fits"))
     return out
 
 
 def matching(job: QueuedJob, clusters) -> list[ClusterState]:
-    return [c for c in clusters if _matches(job, c)]
+    return [c for c in clusters if allowed_on(job, c)]
 
 
 def plan(jobs: list[QueuedJob], clusters: list[ClusterState]) -> list[Place | Wait]:

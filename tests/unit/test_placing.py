@@ -354,7 +354,7 @@ def jobs_strategy(draw) -> list[QueuedJob]:
     return out
 
 
-def _matches(j: QueuedJob, c: ClusterState) -> bool:
+def allowed_on(j: QueuedJob, c: ClusterState) -> bool:
     return ((not j.tiers or c.tier in j.tiers) and (not j.sites or c.site in j.sites)
             and all(c.labels.get(k) == v for k, v in j.cluster_selector.items()))
 
@@ -403,7 +403,7 @@ def check_each_placed_job_goes_whole_to_one_available_cluster_it_allows_and_fits
             continue
         c = by_name[d.cluster]
         assert not c.unavailable
-        assert _matches(j, c)
+        assert allowed_on(j, c)
         assert _fits(j.requests, free[c.name])  # the whole gang, at that moment
         assert _fits(j.largest_pod, largest[c.name])  # its largest pod, on the largest free node then
 
@@ -411,11 +411,11 @@ def check_each_placed_job_goes_whole_to_one_available_cluster_it_allows_and_fits
 def check_a_job_waits_only_when_nothing_it_allows_fits_and_never_skips_a_better_tier(jobs, clusters, decisions):
     rank = {"onprem": 0, "cloud": 1, "edge": 2}
     for j, d, free, largest in _replay(jobs, clusters, decisions):
-        fitting = [c for c in clusters if not c.unavailable and _matches(j, c)
+        fitting = [c for c in clusters if not c.unavailable and allowed_on(j, c)
                    and _fits(j.requests, free[c.name]) and _fits(j.largest_pod, largest[c.name])]
         if isinstance(d, Wait):
             assert not fitting, d.reason
-            eligible = [c.name for c in clusters if _matches(j, c)]
+            eligible = [c.name for c in clusters if allowed_on(j, c)]
             if eligible:
                 assert d.reason.startswith("no cluster fits: ")
                 assert all(f"{name}: " in d.reason for name in eligible)

@@ -649,7 +649,7 @@ def _usage_after(queues, active, candidates, plan) -> QuotaTree:
     return tree
 
 
-def _matches(job: QueuedJob, c: ClusterState) -> bool:
+def allowed_on(job: QueuedJob, c: ClusterState) -> bool:
     return ((not job.tiers or c.tier in job.tiers) and (not job.sites or c.site in job.sites)
             and all(c.labels.get(k) == v for k, v in job.cluster_selector.items()))
 
@@ -699,7 +699,7 @@ def check_placed_jobs_go_to_one_cluster_they_allow(clusters, candidates, plan):
     for p in plan.places:
         assert isinstance(p, Place)
         c = by_name[p.cluster]
-        assert not c.unavailable and _matches(by_id[p.job_id].job, c)
+        assert not c.unavailable and allowed_on(by_id[p.job_id].job, c)
 
 
 def check_preemptions_are_sound(classes, active, candidates, plan):
