@@ -33,17 +33,22 @@ from tests.integration.test_agent_link import ScriptedAgent
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # alpha: cpu 0.5 per core-hour, memory 0.01 per GiB-hour. beta: cpu 0.2, GPUs 3.0, memory unpriced.
-# premium doubles every price.
+# premium doubles every price. Jobs pinned to beta (a cloud) burst there at once: nothing else could run them.
 OBJECTS = """
 apiVersion: sluice.io/v1
 kind: ServiceClass
 metadata: {name: standard}
-spec: {priority: 500}
+spec: {priority: 500, burst: {allowed: true}}
 ---
 apiVersion: sluice.io/v1
 kind: ServiceClass
 metadata: {name: premium}
-spec: {priority: 600, priceMultiplier: 2}
+spec: {priority: 600, priceMultiplier: 2, burst: {allowed: true}}
+---
+apiVersion: sluice.io/v1
+kind: BurstPolicy
+metadata: {name: beta}
+spec: {clusterSelector: {tier: cloud}}
 ---
 apiVersion: sluice.io/v1
 kind: Queue
@@ -284,8 +289,14 @@ def test_cli_json_and_csv(recorded):
     done = sluice("usage", "--since", "all", "--by", "cluster", "-o", "json", token=token, address=recorded.address)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert set(report) == {"by", "since", "until", "currency", "groups", "total"}
+    assert set(report) == {"by", "since", "until", "currency", "groups", "total", "burst"}
     assert report["by"] == "cluster" and report["currency"] == "USD" and report["since"] is None
+    # Every beta attempt burst under policy beta: its spend is beta's cost (no budgets set, none running).
+    burst = {b["queue"]: b for b in report["burst"]}
+    assert set(burst) == {None, "vision", "nlp"} and {b["policy"] for b in burst.values()} == {"beta"}
+    assert burst[None]["spentInWindow"] == pytest.approx(19.2) and burst[None]["attempts"] == 2
+    assert burst["vision"]["spentInWindow"] == pytest.approx(19.0) and burst["nlp"]["spentInWindow"] == pytest.approx(0.2)
+    assert (burst[None]["budgetPerDay"], burst[None]["budgetPerHour"], burst[None]["ratePerHour"]) == (None, None, 0)
     clusters = {g["group"]: g for g in report["groups"]}
     # alpha: j1 8.32 + j3 0.26 + j6 12 + j4 running about an hour × 2.02; beta: j2 19 + j3 0.2.
     assert clusters["beta"]["cost"] == pytest.approx(19.2) and clusters["beta"]["attempts"] == 2
@@ -311,7 +322,14 @@ def test_cli_json_and_csv(recorded):
     assert lines[1].split() == ["QUEUE", "ATTEMPTS", "CPU", "(core-h)", "MEMORY", "(GiB-h)", "NVIDIA.COM/GPU",
                                 "(GPU-h)", "COST", "(USD)"]
     assert lines[2].split()[:2] == ["vision", "3"] and lines[2].split()[-1] == "39.32"
-    assert lines[-1].split()[0] == "TOTAL"
+    blank = lines.index("")
+    assert lines[blank - 1].split()[0] == "TOTAL"
+    assert lines[blank + 1] == "burst spend against budgets (USD; the budget day is the UTC day)"
+    assert lines[blank + 2].split()[:5] == ["POLICY", "QUEUE", "ATTEMPTS", "SPENT", "IN"]
+    # Today's spend counts by dispatch time, and the test dispatched them all today (then moved their run times).
+    assert [line.split()[:7] for line in lines[blank + 3:]] == [
+        ["beta", "(all)", "2", "19.20", "19.20", "/", "-"], ["beta", "nlp", "1", "0.20", "0.20", "/", "-"],
+        ["beta", "vision", "1", "19.00", "19.00", "/", "-"]]
 
 
 @pytest.mark.parametrize("args, why", [
