@@ -42,8 +42,8 @@ import socket
 import string
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -119,7 +119,7 @@ def _status(code: int, reason: str, message: str, details: dict | None = None) -
 
 
 def _now_text() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _suffix() -> str:
@@ -252,7 +252,7 @@ def _pod_spec_errors(spec: dict, path: str, *, in_job: bool) -> list[tuple[str, 
         errors.append((f"{path}.containers", "Required value"))
     policy = spec.get("restartPolicy")
     if in_job and policy not in ("Never", "OnFailure"):
-        errors.append((f"{path}.restartPolicy", f"Required value: valid values: \"OnFailure\", \"Never\""
+        errors.append((f"{path}.restartPolicy", "Required value: valid values: \"OnFailure\", \"Never\""
                        if policy is None else f"Unsupported value: {policy!r}: supported values: "
                                                "\"OnFailure\", \"Never\""))
     elif policy not in (None, "Always", "OnFailure", "Never"):
@@ -335,7 +335,7 @@ class FakeKube:
         self._open_sockets: set[socket.socket] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> "FakeKube":
+    def start(self) -> FakeKube:
         fake = self
 
         class Handler(_Handler):
@@ -343,7 +343,7 @@ class FakeKube:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        serve = lambda: self._server.serve_forever(poll_interval=0.05)  # noqa: E731 (a quick stop())
+        serve = lambda: self._server.serve_forever(poll_interval=0.05)
         for target, name in ((serve, "fakekube-http"), (self._controller, "fakekube-ctl")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -361,7 +361,7 @@ class FakeKube:
         for thread in self._threads:
             thread.join(5)
 
-    def __enter__(self) -> "FakeKube":
+    def __enter__(self) -> FakeKube:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -432,6 +432,15 @@ class FakeKube:
         plural = next(r.plural for r in RESOURCES.values() if r.kind == obj["kind"])
         with self._cond:
             return copy.deepcopy(self._create(RESOURCES[plural], obj["metadata"].get("namespace", ""), copy.deepcopy(obj)))
+
+    def delete(self, plural: str, namespace: str, name: str, propagation: str = "Background") -> None:
+        """Delete an object as someone else would (kubectl delete)."""
+        with self._cond:
+            self._delete(RESOURCES[plural], namespace, name, propagation, None)
+
+    def clear_faults(self) -> None:
+        with self._cond:
+            self._faults.clear()
 
     def add_namespace(self, name: str) -> None:
         self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
@@ -727,7 +736,7 @@ class FakeKube:
         self._set_condition(pod, "Ready", "False", reason="PodCompleted")
         if pod_reason:
             pod["status"]["reason"] = pod_reason
-            pod["status"]["message"] = message or f"Pod was active on the node longer than the specified deadline"
+            pod["status"]["message"] = message or "Pod was active on the node longer than the specified deadline"
         terminated = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"),
                       "finishedAt": _now_text()}
         if message and not pod_reason:
@@ -857,7 +866,11 @@ class FakeKube:
                  and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]
         if not nodes:
             return
-        from sluice.quantity import fits, parse_resources, subtract  # a test helper may use Sluice's arithmetic
+        from sluice.quantity import (  # a test helper may use Sluice's arithmetic
+            fits,
+            parse_resources,
+            subtract,
+        )
 
         free = {n["metadata"]["name"]: parse_resources(n["status"]["allocatable"]) for n in nodes}
         pods = sorted(self._objects["pods"].values(), key=lambda p: int(p["metadata"]["resourceVersion"]))
@@ -962,6 +975,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
         data = json.dumps(payload).encode()
+        self._record.status = code  # before the client can see the answer
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -969,7 +983,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
-        self._record.status = code
 
     def _handle(self, method: str) -> None:
         fake = self.server_fake

@@ -1,0 +1,226 @@
+"""The one adapter to the official `kubernetes` client: connection config, calls, errors, watch streams.
+
+Only this module imports `kubernetes`. Objects go in and come out as the API's JSON dicts (every call
+uses `_preload_content=False` and parses the body itself), so nothing above it depends on the client's
+model classes. Errors become `KubeError` with the HTTP status, the API's reason and message, and
+Retry-After when sent; `KubeError.transient` says whether trying again later makes sense (no answer,
+429, 5xx). The client's own retries on status codes are off: the backend's backoff decides.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+# plural -> (api group attribute, list across namespaces or cluster-scoped, create, delete)
+_CALLS = {
+    "pods": ("core", "list_pod_for_all_namespaces", "create_namespaced_pod", "delete_namespaced_pod"),
+    "jobs": ("batch", "list_job_for_all_namespaces", "create_namespaced_job", "delete_namespaced_job"),
+    "nodes": ("core", "list_node", None, None),
+    "events": ("core", "list_event_for_all_namespaces", "create_namespaced_event", None),
+    "namespaces": ("core", "list_namespace", "create_namespace", None),
+}
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status  # HTTP status; 0 when the API server did not answer
+        self.reason = reason  # the Status object's reason: AlreadyExists, NotFound, Invalid, Expired, ...
+        self.message = message
+        self.retry_after = retry_after  # seconds, from Retry-After
+
+    @property
+    def transient(self) -> bool:
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+class ConfigError(Exception):
+    """No usable cluster connection config (kubeconfig, context, in-cluster service account)."""
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    kubeconfig: str | None = None  # path; None: in-cluster when running in a pod, else the default kubeconfig
+    context: str | None = None  # kubeconfig context; None: its current-context
+    request_timeout_s: float = 30.0  # per call (connect and read)
+    connect_retries: int = 2  # urllib3 retries of a refused or dropped connection, before any answer
+
+
+def _from_api_exception(exc: ApiException) -> KubeError:
+    reason, message = str(exc.reason or ""), ""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+        if isinstance(body, dict):
+            reason = body.get("reason") or reason
+            message = body.get("message") or ""
+    except (ValueError, TypeError):
+        message = str(exc.body or "")[:500]
+    retry_after = None
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is not None:
+        try:
+            retry_after = float(value)
+        except ValueError:
+            retry_after = None
+    return KubeError(int(exc.status or 0), reason, message or reason, retry_after)
+
+
+def _translate(exc: BaseException) -> KubeError:
+    if isinstance(exc, ApiException):
+        return _from_api_exception(exc)
+    if isinstance(exc, ValueError):  # the typed client refused the body before sending it (pydantic)
+        return KubeError(422, "Invalid", f"the kubernetes client refused the object: {exc}".splitlines()[0]
+                         + "".join(f"; {line.strip()}" for line in str(exc).splitlines()[1:3]))
+    return KubeError(0, "Unreachable", f"{type(exc).__name__}: {exc}")
+
+
+_CLIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+
+
+class KubeApi:
+    """Calls against one cluster. Thread-safe (the client's connection pool is)."""
+
+    def __init__(self, settings: ApiSettings):
+        self.settings = settings
+        configuration = client.Configuration()
+        try:
+            if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(config_file=settings.kubeconfig, context=settings.context,
+                                        client_configuration=configuration)
+        except (ConfigException, OSError, TypeError, ValueError) as exc:
+            where = settings.kubeconfig or "the default kubeconfig (or in-cluster config)"
+            raise ConfigError(f"cannot load {where}: {exc}") from exc
+        configuration.retries = urllib3.Retry(total=settings.connect_retries, connect=settings.connect_retries,
+                                              read=0, redirect=0, status=0, other=0,
+                                              respect_retry_after_header=False)
+        self.host = configuration.host
+        self._client = client.ApiClient(configuration)
+        self._groups = {"core": client.CoreV1Api(self._client), "batch": client.BatchV1Api(self._client)}
+        self._open: set = set()
+        self._open_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.interrupt()
+        self._client.close()
+
+    def _call(self, plural: str, which: int):
+        group, *names = _CALLS[plural]
+        name = names[which]
+        if name is None:
+            raise ValueError(f"{plural}: operation not supported")
+        return getattr(self._groups[group], name)
+
+    def _timeout(self) -> tuple[float, float]:
+        return (self.settings.request_timeout_s, self.settings.request_timeout_s)
+
+    # -- calls -----------------------------------------------------------------------------------
+    def list(self, plural: str, *, label_selector: str | None = None) -> tuple[list[dict], str]:
+        """Every object of the kind (across namespaces), and the list's resourceVersion."""
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        try:
+            response = self._call(plural, 0)(_preload_content=False, _request_timeout=self._timeout(), **kwargs)
+            body = json.loads(response.data)
+        except _CLIENT_ERRORS as exc:
+            raise _translate(exc) from exc
+        return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def create(self, plural: str, namespace: str | None, body: dict) -> dict:
+        try:
+            call = self._call(plural, 1)
+            if namespace is None:
+                response = call(body, _preload_content=False, _request_timeout=self._timeout())
+            else:
+                response = call(namespace, body, _preload_content=False, _request_timeout=self._timeout())
+            return json.loads(response.data)
+        except _CLIENT_ERRORS as exc:
+            raise _translate(exc) from exc
+
+    def delete(self, plural: str, namespace: str, name: str, *, propagation: str = "Foreground") -> bool:
+        """Delete one object; False when it was already gone."""
+        try:
+            self._call(plural, 2)(name, namespace, body={"propagationPolicy": propagation},
+                                  _preload_content=False, _request_timeout=self._timeout())
+            return True
+        except _CLIENT_ERRORS as exc:
+            error = _translate(exc)
+            if error.status == 404:
+                return False
+            raise error from exc
+
+    def read_namespace(self, name: str) -> dict | None:
+        try:
+            response = self._groups["core"].read_namespace(name, _preload_content=False,
+                                                           _request_timeout=self._timeout())
+            return json.loads(response.data)
+        except _CLIENT_ERRORS as exc:
+            error = _translate(exc)
+            if error.status == 404:
+                return None
+            raise error from exc
+
+    def watch(self, plural: str, resource_version: str, *, label_selector: str | None = None,
+              timeout_s: int = 300) -> Iterator[tuple[str, dict]]:
+        """(type, object) events after resource_version: ADDED, MODIFIED, DELETED, BOOKMARK (object holds
+        only the new resourceVersion). Ends when the server closes the stream (its timeout); an ERROR
+        event raises KubeError (410 Expired: the resourceVersion is too old, list again)."""
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        try:
+            response = self._call(plural, 0)(
+                watch=True, resource_version=resource_version, allow_watch_bookmarks=True, timeout_seconds=timeout_s,
+                _preload_content=False, _request_timeout=(self.settings.request_timeout_s, timeout_s + 15), **kwargs)
+        except _CLIENT_ERRORS as exc:
+            raise _translate(exc) from exc
+        with self._open_lock:
+            self._open.add(response)
+        try:
+            buffer = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise KubeError(int(obj.get("code") or 500), obj.get("reason") or "Error",
+                                        obj.get("message") or "watch error")
+                    yield kind, obj
+        except KubeError:
+            raise
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
+            raise _translate(exc) from exc
+        finally:
+            with self._open_lock:
+                self._open.discard(response)
+            response.close()  # a watch connection is not worth reusing
+
+    def interrupt(self) -> None:
+        """End every open watch stream now (stopping)."""
+        with self._open_lock:
+            responses = list(self._open)
+        for response in responses:
+            try:
+                response.shutdown()
+            except Exception:  # older urllib3 has no shutdown(); closing the socket ends the read too
+                try:
+                    sock = getattr(getattr(response, "connection", None), "sock", None)
+                    if sock is not None:
+                        import socket
+                        sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

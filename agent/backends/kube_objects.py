@@ -1,0 +1,239 @@
+"""The Kubernetes objects of an attempt: names, labels, and the manifests built from a job document.
+
+Pure: no I/O, no clock (the creation time is passed in). `plan_attempt` turns the canonical Sluice job
+document (sluice/spec.py: `spec.queue`, `spec.podSets[].{name, count, template}`, `spec.maxRuntime`) and
+the cluster's settings (its Cluster object) into the manifests to create, or raises `Refused` with a
+reason fit for the job's status when the attempt must not be created at all.
+
+Names are deterministic, so creating an attempt twice is harmless (the API server answers 409):
+- workload `pods`: one Pod per pod of each pod set, `<job>-<attempt>-<podset>-<index>`;
+- workload `jobs`: one batch/v1 Job per pod set, `<job>-<attempt>-<podset>` (Indexed, `count` pods);
+  its pods are named by the Job controller.
+
+Every object, and every pod a Job makes, carries the labels `sluice.io/job-id`, `sluice.io/attempt`,
+`sluice.io/pod-set` and `app.kubernetes.io/managed-by: sluice`, and the annotations
+`sluice.io/gang-size` (pods in the whole attempt) and `sluice.io/created-at` (when the agent created
+the attempt, RFC 3339 with microseconds, which starts the gang clock even across agent restarts).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+
+from agent.backends import kube_policy
+from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S, object_from_document
+from sluice.quantity import QuantityError, parse_duration
+
+LABEL_JOB_ID = "sluice.io/job-id"
+LABEL_ATTEMPT = "sluice.io/attempt"
+LABEL_POD_SET = "sluice.io/pod-set"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "sluice"
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+ANNOTATION_GANG_SIZE = "sluice.io/gang-size"
+ANNOTATION_CREATED_AT = "sluice.io/created-at"
+ANNOTATION_MAX_RUNTIME = "sluice.io/max-runtime"
+ANNOTATION_POD_INDEX = "sluice.io/pod-index"
+
+WORKLOAD_PODS = "pods"
+WORKLOAD_JOBS = "jobs"
+RESTART_LIMIT = 6  # in-place restarts (restartPolicy OnFailure) before a pod counts as failed: the Job default
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_MAX_JOB_NAME = 52  # a Job's pods are named <job>-<index>-<5 chars>: keep them within 63
+
+
+class Refused(Exception):
+    """The attempt must not be created; the message is the attempt's FAILED reason."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What the kubernetes agent reads from its Cluster object (spec.kubernetes and spec.podPolicy)."""
+
+    namespaces: dict[str, str] = field(default_factory=dict)  # queue -> namespace; others: the queue's name
+    create_namespaces: bool = False
+    gang_start_timeout_s: float = DEFAULT_GANG_START_TIMEOUT_S  # seconds
+    workload: str = WORKLOAD_PODS  # pods | jobs
+    allow_privileged: bool = False
+    allow_host_path: bool = False
+    allow_host_network: bool = False
+    allow_host_pid: bool = False
+    service_accounts: tuple[str, ...] = ()  # besides `default`
+
+    @classmethod
+    def from_document(cls, document: dict) -> ClusterSettings:
+        """From the Cluster object document (validated again here; SpecError when invalid)."""
+        obj = object_from_document(document)
+        if getattr(obj, "kind", None) != "Cluster":
+            raise ValueError(f"expected a Cluster document, got {document.get('kind')!r}")
+        k8s, policy = obj.kubernetes, obj.pod_policy  # type: ignore[union-attr]
+        return cls(namespaces=dict(k8s["namespaces"]), create_namespaces=bool(k8s["createNamespaces"]),
+                   gang_start_timeout_s=float(k8s["gangStartTimeout"]), workload=k8s["workload"],
+                   allow_privileged=bool(policy["allowPrivileged"]), allow_host_path=bool(policy["allowHostPath"]),
+                   allow_host_network=bool(policy["allowHostNetwork"]), allow_host_pid=bool(policy["allowHostPID"]),
+                   service_accounts=tuple(policy["serviceAccounts"]))
+
+    def namespace_for(self, queue: str) -> str:
+        return self.namespaces.get(queue, queue)
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    job_id: int
+    attempt: int
+    namespace: str
+    workload: str
+    gang_size: int  # pods in the whole attempt
+    manifests: tuple[dict, ...]  # in creation order; Pods (workload pods) or Jobs (workload jobs)
+
+
+def pod_name(job_id: int, attempt: int, pod_set: str, index: int) -> str:
+    return f"{job_id}-{attempt}-{pod_set}-{index}"
+
+
+def job_name(job_id: int, attempt: int, pod_set: str) -> str:
+    name = f"{job_id}-{attempt}-{pod_set}"
+    if len(name) <= _MAX_JOB_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    head = name[: _MAX_JOB_NAME - 7].rstrip("-")
+    return f"{head}-{digest}"
+
+
+def attempt_labels(job_id: int, attempt: int, pod_set: str) -> dict[str, str]:
+    return {LABEL_JOB_ID: str(job_id), LABEL_ATTEMPT: str(attempt), LABEL_POD_SET: pod_set,
+            LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def attempt_selector(job_id: int, attempt: int) -> str:
+    return f"{MANAGED_SELECTOR},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
+
+
+def attempt_key(obj: dict) -> tuple[int, int] | None:
+    """(job id, attempt) from an object's labels; None for an object Sluice does not manage."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return None
+    try:
+        return int(labels[LABEL_JOB_ID]), int(labels[LABEL_ATTEMPT])
+    except (KeyError, ValueError):
+        return None
+
+
+def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSettings, created_at: str) -> AttemptPlan:
+    """The manifests of one attempt, or Refused (pod policy, namespace, restart policy, malformed document)."""
+    spec = document.get("spec") if isinstance(document, dict) else None
+    if not isinstance(spec, dict):
+        raise Refused("the job document has no spec")
+    queue = spec.get("queue")
+    if not isinstance(queue, str) or not queue:
+        raise Refused("the job document names no queue, so it maps to no namespace")
+    namespace = cluster.namespace_for(queue)
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+        raise Refused(f"queue {queue!r} maps to namespace {namespace!r}, which is not a Kubernetes namespace name; "
+                      "map it in the Cluster's spec.kubernetes.namespaces")
+    deadline = None
+    if spec.get("maxRuntime") is not None:
+        try:
+            deadline = max(1, math.ceil(parse_duration(spec["maxRuntime"])))
+        except QuantityError as exc:
+            raise Refused(f"spec.maxRuntime: {exc}") from None
+    pod_sets = spec.get("podSets")
+    if not isinstance(pod_sets, list) or not pod_sets:
+        raise Refused("the job document has no pod sets")
+    problems: list[str] = []
+    prepared = []
+    for i, pod_set in enumerate(pod_sets):
+        if not isinstance(pod_set, dict) or not isinstance(pod_set.get("template"), dict):
+            raise Refused(f"spec.podSets[{i}] has no pod template")
+        name = pod_set.get("name")
+        count = pod_set.get("count")
+        if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or not isinstance(count, int) or count < 1:
+            raise Refused(f"spec.podSets[{i}] needs a DNS-label name and a positive count")
+        template = pod_set["template"]
+        for problem in kube_policy.violations(template, namespace, cluster):
+            problems.append(f"pod set {name}: {problem}")
+        restart = (template.get("spec") or {}).get("restartPolicy")
+        if restart not in (None, "Never", "OnFailure"):
+            problems.append(f"pod set {name}: restartPolicy {restart!r} never lets a pod finish (use Never or OnFailure)")
+        prepared.append((name, count, template))
+    if problems:
+        raise Refused("refused by the cluster's pod policy: " + "; ".join(problems))
+    gang_size = sum(count for _, count, _ in prepared)
+    manifests = []
+    for name, count, template in prepared:
+        labels = attempt_labels(job_id, attempt, name)
+        annotations = {ANNOTATION_GANG_SIZE: str(gang_size), ANNOTATION_CREATED_AT: created_at}
+        if deadline is not None:
+            annotations[ANNOTATION_MAX_RUNTIME] = str(spec["maxRuntime"]).strip()
+        metadata, pod_spec = _pod_parts(template, labels, annotations, deadline)
+        if cluster.workload == WORKLOAD_JOBS:
+            restart = pod_spec["restartPolicy"]
+            manifests.append({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job_name(job_id, attempt, name), "namespace": namespace,
+                             "labels": dict(labels), "annotations": dict(annotations)},
+                "spec": {"parallelism": count, "completions": count, "completionMode": "Indexed",
+                         # Sluice owns retries (a new attempt, anywhere): the Job never replaces a failed pod.
+                         "backoffLimit": 0 if restart == "Never" else RESTART_LIMIT,
+                         "template": {"metadata": metadata, "spec": pod_spec}}})
+        else:
+            for index in range(count):
+                pod_metadata = copy.deepcopy(metadata)
+                pod_metadata["name"] = pod_name(job_id, attempt, name, index)
+                pod_metadata["namespace"] = namespace
+                pod_metadata["annotations"][ANNOTATION_POD_INDEX] = str(index)
+                manifests.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata,
+                                  "spec": copy.deepcopy(pod_spec)})
+    return AttemptPlan(job_id, attempt, namespace, cluster.workload, gang_size, tuple(manifests))
+
+
+def _pod_parts(template: dict, labels: dict, annotations: dict, deadline: int | None) -> tuple[dict, dict]:
+    """Metadata and spec of one pod of a pod set: the template's, with Sluice's labels and annotations on
+    top, restartPolicy Never unless it says OnFailure, maxRuntime as activeDeadlineSeconds, and every
+    quantity written as a string (the API accepts numbers, the typed client does not)."""
+    source = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    metadata = {"labels": {**(source.get("labels") or {}), **labels},
+                "annotations": {**(source.get("annotations") or {}), **annotations}}
+    spec = copy.deepcopy(template.get("spec") or {})
+    spec["restartPolicy"] = spec.get("restartPolicy") or "Never"
+    if deadline is not None:
+        current = spec.get("activeDeadlineSeconds")
+        spec["activeDeadlineSeconds"] = min(current, deadline) if isinstance(current, int) and current > 0 else deadline
+    _quantities_as_strings(spec)
+    return metadata, spec
+
+
+def _text(value: object) -> object:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else format(value, "g")
+    return value
+
+
+def _quantities_as_strings(spec: dict) -> None:
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(group) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if isinstance(resources, dict):
+                for key in ("requests", "limits"):
+                    if isinstance(resources.get(key), dict):
+                        resources[key] = {k: _text(v) for k, v in resources[key].items()}
+    if isinstance(spec.get("overhead"), dict):
+        spec["overhead"] = {k: _text(v) for k, v in spec["overhead"].items()}
+    if isinstance(spec.get("resources"), dict):
+        for key in ("requests", "limits"):
+            if isinstance(spec["resources"].get(key), dict):
+                spec["resources"][key] = {k: _text(v) for k, v in spec["resources"][key].items()}
+    for volume in spec.get("volumes") or []:
+        empty_dir = volume.get("emptyDir") if isinstance(volume, dict) else None
+        if isinstance(empty_dir, dict) and "sizeLimit" in empty_dir:
+            empty_dir["sizeLimit"] = _text(empty_dir["sizeLimit"])

@@ -1,0 +1,196 @@
+"""The kubernetes backend's pure parts: manifests (kube_objects), pod policy (kube_policy), what objects
+mean and what the cluster can take (kube_status). No I/O."""
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+from agent.backends import kube_status as ks
+from agent.backends.kube_objects import (
+    ClusterSettings,
+    Refused,
+    attempt_key,
+    job_name,
+    plan_attempt,
+)
+
+CREATED = "2026-01-01T00:00:00.000000Z"
+T0 = ks.parse_time(CREATED)
+
+
+def job(*pod_sets, queue="vision", **spec):
+    return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"queue": queue, "podSets": list(pod_sets), **spec}}
+
+
+def pod_set(name="worker", count=2, cpu=8, **pod_spec):
+    return {"name": name, "count": count, "template": {
+        "metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}},
+        "spec": {"containers": [{"name": "main", "image": "train:1", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
+                 **pod_spec}}}
+
+
+def test_pods_workload_manifests_are_valid_named_and_labelled():
+    plan = plan_attempt(12, 3, job(pod_set(), pod_set("ps", 1, cpu=0.5), maxRuntime="2h"),
+                        ClusterSettings(namespaces={"vision": "ml-vision"}), CREATED)
+    assert plan.namespace == "ml-vision" and plan.gang_size == 3 and plan.workload == "pods"
+    assert [m["metadata"]["name"] for m in plan.manifests] == ["12-3-worker-0", "12-3-worker-1", "12-3-ps-0"]
+    first = plan.manifests[0]
+    assert first["metadata"]["labels"] == {"team": "a", "sluice.io/job-id": "12", "sluice.io/attempt": "3",
+                                           "sluice.io/pod-set": "worker", "app.kubernetes.io/managed-by": "sluice"}
+    assert first["metadata"]["annotations"] == {"note": "x", "sluice.io/gang-size": "3", "sluice.io/created-at": CREATED,
+                                                "sluice.io/max-runtime": "2h", "sluice.io/pod-index": "0"}
+    assert first["spec"]["restartPolicy"] == "Never" and first["spec"]["activeDeadlineSeconds"] == 7200
+    assert first["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "8", "memory": "1Gi"}
+    assert plan.manifests[2]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "0.5"
+    for manifest in plan.manifests:
+        kubernetes_validate.validate(manifest, "1.33", strict=True)
+        assert attempt_key(manifest) == (12, 3)
+
+
+def test_jobs_workload_is_one_indexed_job_per_pod_set_that_never_replaces_a_pod():
+    plan = plan_attempt(12, 3, job(pod_set(), pod_set("ps", 1, restartPolicy="OnFailure")),
+                        ClusterSettings(workload="jobs"), CREATED)
+    assert plan.namespace == "vision"
+    worker, ps = plan.manifests
+    assert worker["kind"] == "Job" and worker["metadata"]["name"] == "12-3-worker"
+    assert worker["spec"]["completionMode"] == "Indexed"
+    assert (worker["spec"]["parallelism"], worker["spec"]["completions"], worker["spec"]["backoffLimit"]) == (2, 2, 0)
+    assert ps["spec"]["backoffLimit"] == 6  # OnFailure restarts in place count against it, as in a plain Job
+    assert worker["spec"]["template"]["metadata"]["labels"]["sluice.io/pod-set"] == "worker"
+    assert worker["spec"]["template"]["metadata"]["annotations"]["sluice.io/gang-size"] == "3"
+    for manifest in plan.manifests:
+        kubernetes_validate.validate(manifest, "1.33", strict=True)
+    long = job_name(123456, 2, "a" * 63)
+    assert len(long) <= 52 and long == job_name(123456, 2, "a" * 63) and long != job_name(123456, 2, "a" * 62 + "b")
+
+
+@pytest.mark.parametrize("template_spec, cluster, words", [
+    ({"containers": [{"name": "m", "image": "x", "securityContext": {"privileged": True}}]}, {}, "privileged container 'm'"),
+    ({"initContainers": [{"name": "i", "image": "x", "securityContext": {"privileged": True}}]}, {}, "privileged container 'i'"),
+    ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, {}, "hostPath volume 'root'"),
+    ({"hostNetwork": True}, {}, "hostNetwork"),
+    ({"hostPID": True}, {}, "hostPID"),
+    ({"hostIPC": True}, {}, "hostIPC"),
+    ({"serviceAccountName": "admin"}, {"service_accounts": ("trainer",)}, "service account 'admin'"),
+    ({"restartPolicy": "Always"}, {}, "restartPolicy 'Always'"),
+])
+def test_forbidden_templates_are_refused(template_spec, cluster, words):
+    spec = {"containers": [{"name": "m", "image": "x"}], **template_spec}
+    with pytest.raises(Refused) as refused:
+        plan_attempt(1, 1, job({"name": "w", "count": 1, "template": {"spec": spec}}), ClusterSettings(**cluster), CREATED)
+    assert str(refused.value).startswith("refused by the cluster's pod policy: pod set w: ") and words in str(refused.value)
+
+
+def test_what_the_policy_allows():
+    allowed = ClusterSettings(allow_privileged=True, allow_host_path=True, allow_host_network=True, allow_host_pid=True,
+                              service_accounts=("trainer",))
+    spec = {"containers": [{"name": "m", "image": "x", "securityContext": {"privileged": True}}], "hostNetwork": True,
+            "hostPID": True, "volumes": [{"name": "d", "hostPath": {"path": "/data"}}], "serviceAccountName": "trainer"}
+    plan_attempt(1, 1, job({"name": "w", "count": 1, "template": {"spec": spec}}), allowed, CREATED)
+    plan_attempt(1, 1, job({"name": "w", "count": 1, "template": {"metadata": {"namespace": "vision"}, "spec": {
+        "containers": [{"name": "m", "image": "x"}], "serviceAccountName": "default"}}}), ClusterSettings(), CREATED)
+
+
+def test_namespace_other_than_the_mapped_one_and_unmappable_queues_are_refused():
+    other = {"name": "w", "count": 1, "template": {"metadata": {"namespace": "kube-system"},
+                                                   "spec": {"containers": [{"name": "m", "image": "x"}]}}}
+    with pytest.raises(Refused, match="namespace 'kube-system' .this job's queue runs in namespace 'vision'"):
+        plan_attempt(1, 1, job(other), ClusterSettings(), CREATED)
+    with pytest.raises(Refused, match="not a Kubernetes namespace name"):
+        plan_attempt(1, 1, job(pod_set(), queue="team_a"), ClusterSettings(), CREATED)
+    plan_attempt(1, 1, job(pod_set(), queue="team_a"), ClusterSettings(namespaces={"team_a": "team-a"}), CREATED)
+
+
+def test_cluster_settings_come_from_the_cluster_document():
+    document = {"apiVersion": "sluice.io/v1", "kind": "Cluster", "metadata": {"name": "k"}, "spec": {
+        "kubernetes": {"namespaces": {"vision": "ml"}, "createNamespaces": True, "gangStartTimeout": "90s", "workload": "jobs"},
+        "podPolicy": {"allowHostPath": True, "serviceAccounts": ["trainer"]}}}
+    settings = ClusterSettings.from_document(document)
+    assert settings == ClusterSettings(namespaces={"vision": "ml"}, create_namespaces=True, gang_start_timeout_s=90.0,
+                                       workload="jobs", allow_host_path=True, service_accounts=("trainer",))
+    assert ClusterSettings.from_document({**document, "spec": {}}) == ClusterSettings()
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+def pod(name, phase="Pending", *, container=None, deleting=False, scheduled=None, gang=2, reason=None):
+    obj = {"metadata": {"name": name, "namespace": "vision",
+                        "annotations": {"sluice.io/gang-size": str(gang), "sluice.io/created-at": CREATED,
+                                        "sluice.io/max-runtime": "2h"}},
+           "spec": {}, "status": {"phase": phase}}
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = CREATED
+    if container is not None:
+        obj["status"]["containerStatuses"] = [{"name": "main", **container}]
+    if scheduled is not None:
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": scheduled}]
+    if reason is not None:
+        obj["status"]["reason"] = reason
+    return obj
+
+
+def evaluate(*pods, now=T0 + 1, **kwargs):
+    return ks.evaluate(list(pods), [], now=now, gang_timeout_s=300, pull_grace_s=30, **kwargs)
+
+
+def test_gang_states():
+    assert evaluate(pod("a"), pod("b")).state == "PENDING"
+    assert evaluate(pod("a", "Running"), pod("b")).state == "PENDING"
+    assert evaluate(pod("a", "Running")).state == "PENDING"  # one of two pods exists
+    assert evaluate(pod("a", "Running"), pod("b", "Running")).state == "RUNNING"
+    assert evaluate(pod("a", "Succeeded"), pod("b", "Running")).state == "RUNNING"
+    assert evaluate(pod("a", "Succeeded"), pod("b", "Succeeded")) == ks.Verdict("SUCCEEDED")
+
+
+def test_failures_carry_the_container_reason_and_exit_code():
+    failed = evaluate(pod("a", "Failed", container={"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}),
+                      pod("b", "Running"))
+    assert failed == ks.Verdict("FAILED", "pod a failed: container main exited with code 137 (OOMKilled)", 137,
+                                ks.CLEANUP_UNFINISHED)
+    deadline = evaluate(pod("a", "Failed", reason="DeadlineExceeded"), pod("b", "Running"))
+    assert (deadline.state, deadline.reason) == ("FAILED", "exceeded maxRuntime 2h")
+    crash = evaluate(pod("a", "Running", container={"restartCount": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                                    "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}}}),
+                     pod("b", "Running"))
+    assert (crash.state, crash.exit_code) == ("FAILED", 2) and "restarted 7 times, last exit code 2" in crash.reason
+
+
+def test_image_errors_fail_after_the_grace_invalid_names_at_once():
+    pulling = pod("a", container={"state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}})
+    key = ks.waiting_key(pulling, "main", "ImagePullBackOff")
+    assert evaluate(pulling, pod("b"), waiting_since={key: T0}, now=T0 + 29).state == "PENDING"
+    late = evaluate(pulling, pod("b"), waiting_since={key: T0}, now=T0 + 30)
+    assert late.state == "FAILED" and late.reason == \
+        "pod a failed: container main cannot start: ImagePullBackOff: pull access denied"
+    invalid = pod("a", container={"state": {"waiting": {"reason": "InvalidImageName", "message": "bad"}}})
+    assert evaluate(invalid, pod("b")).state == "FAILED"
+
+
+def test_gang_timeout_and_pods_deleted_outside_sluice():
+    late = evaluate(pod("a", "Running"), pod("b", scheduled="0/3 nodes are available: 3 Insufficient cpu."), now=T0 + 300)
+    assert late == ks.Verdict("UNSCHEDULABLE", "the gang did not start within 5m: 1 of 2 pods running; pod b: "
+                                               "0/3 nodes are available: 3 Insufficient cpu.", 0, ks.CLEANUP_ALL)
+    assert evaluate(pod("a", "Running"), pod("b"), now=T0 + 299).state == "PENDING"
+    lost = evaluate(pod("a", "Running"), pod("b", "Running", deleting=True))
+    assert (lost.state, lost.cleanup) == ("LOST", ks.CLEANUP_ALL) and "b deleted outside Sluice" in lost.reason
+    assert evaluate(pod("a", "Running"), was_complete=True).state == "LOST"
+
+
+def test_capacity_counts_usable_nodes_and_active_pods():
+    def node(name, cpu, ready=True, unschedulable=False):
+        return {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                           "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    nodes = [node("a", "8"), node("b", "4"), node("cordoned", "64", unschedulable=True), node("down", "64", ready=False)]
+    pods = [ks.PodUsage("a", {"cpu": 6000}, True), ks.PodUsage("b", {"cpu": 1000}, True),
+            ks.PodUsage(None, {"cpu": 500}, True), ks.PodUsage("a", {"cpu": 2000}, False),
+            ks.PodUsage("cordoned", {"cpu": 9000}, True)]
+    report = ks.capacity(nodes, pods)
+    gi8 = 8 * 2**30 * 1000
+    assert report.allocatable == {"cpu": 12000, "memory": 2 * gi8}
+    assert report.free == {"cpu": 12000 - 6000 - 1000 - 500, "memory": 2 * gi8}
+    assert report.largest_free_node == {"cpu": 3000, "memory": gi8}
+    assert ks.usage_of({"spec": {"nodeName": "a", "containers": [
+        {"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}]},
+        "status": {"phase": "Running"}}) == ks.PodUsage("a", {"cpu": 1000, "memory": 2**30 * 1000}, True)
