@@ -1,0 +1,84 @@
+"""python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--profile FILE]
+
+Runs the named benchmarks (all without names), prints each figure with its configuration, and appends
+them to docs/performance.md. Every run starts its own PostgreSQL (pgserver, Unix socket only) in a
+temp dir and deletes it at the end; dispatchers and agents bind 127.0.0.1 only.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+import time
+
+from bench import dispatching, figures, systems
+from bench.postgres import Postgres
+
+BENCHMARKS = {
+    "submit": "jobs/s accepted through gRPC Jobs.Submit: 1,000-job calls and single-job calls, 8 clients",
+    "dispatch": "jobs/s decided and committed by run_cycle from a deep backlog (with the floor, same run)",
+    "cycle": "cycle time at 1k, 100k and 1M queued, nothing able to start",
+    "floor": "plain-SQL claim-and-record rate of Postgres over the same backlog, batches of 1,000",
+    "memory": "RSS of the process running the cycles, 1M queued",
+    "latency": "submit->dispatched and submit->running p50/p99, a job every 10 ms (sluice up, sim agents)",
+    "e2e": "jobs/s completing through gRPC agents with sim backends (sluice up)",
+}
+BACKLOG = {"dispatch", "cycle", "floor", "memory"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="Sluice benchmarks (issue 7).",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(f"  {k:<9} {v}" for k, v in BENCHMARKS.items()))
+    parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
+    parser.add_argument("--quick", action="store_true", help="everything scaled down: a smoke run of a minute or two")
+    parser.add_argument("--jobs", type=int, help="backlog size for dispatch/cycle/floor/memory (default 1,000,000)")
+    parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument("--profile", metavar="FILE", help="pyinstrument profile of the dispatch drain's cycles to FILE")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    wanted = set(args.names or BENCHMARKS)
+    logging.basicConfig(level=logging.WARNING)
+    command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    run = figures.Run(command.strip())
+    began = time.monotonic()
+    def section(names: set[str], title: str) -> None:
+        load = os.getloadavg()[0]
+        print(f"== {title} == (load average {load:.1f} on {os.cpu_count()} cpus)", flush=True)
+        run.load[title] = f"{load:.1f}"
+
+    with Postgres() as pg:
+        postgres = pg.settings()
+        print(f"postgres: {postgres}", flush=True)
+        if "submit" in wanted:
+            section({"submit"}, "submit")
+            systems.submit(pg, systems.SubmitConfig.quick() if args.quick else systems.SubmitConfig(), run)
+        if wanted & BACKLOG:
+            section(wanted & BACKLOG, ", ".join(sorted(wanted & BACKLOG)))
+            config = dispatching.BacklogConfig.quick() if args.quick else dispatching.BacklogConfig()
+            if args.jobs:
+                from dataclasses import replace
+                config = replace(config, jobs=args.jobs)
+            dispatching.run(pg, config, run, wanted, profile_path=args.profile)
+        if "latency" in wanted:
+            section({"latency"}, "latency")
+            systems.latency(pg, systems.LatencyConfig.quick() if args.quick else systems.LatencyConfig(), run)
+        if "e2e" in wanted:
+            section({"e2e"}, "e2e")
+            systems.end_to_end(pg, systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig(), run)
+    run.load["end"] = f"{os.getloadavg()[0]:.1f}"
+    print(f"done in {time.monotonic() - began:.0f}s", flush=True)
+    for name, config in run.configs.items():
+        print(f"config {name}: {config}")
+    if not args.no_record:
+        figures.record(run, postgres=postgres)
+        print(f"recorded in {figures.DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

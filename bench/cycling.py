@@ -1,0 +1,112 @@
+"""Scheduling cycles over a loaded backlog, in a process of their own (so its RSS is the cycle's alone).
+
+The loop is the leader's (dispatcher/scheduling.py Scheduler._lead) without the lock and the waits:
+`run_cycle` with `now` read once per cycle, holds carried from cycle to cycle, pending reasons written
+at most once a second. Between cycles the `Agents` stand-in sends every cluster's heartbeat (outside
+the timed cycle: in a real deployment that is other processes' work).
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from datetime import datetime, timezone
+
+from sqlalchemy.orm import sessionmaker
+
+from bench import backlog
+from dispatcher.scheduling import SchedulerSettings, run_cycle
+from dispatcher.store import database
+
+
+def rss() -> dict[str, int]:
+    """This process's resident set now and at its peak, in bytes (/proc/self/status VmRSS, VmHWM)."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out["now" if key == "VmRSS" else "peak"] = int(value.split()[0]) * 1024
+    return out
+
+
+def cycles(url: str, clusters: list[str], nodes: int, *, mode: str, max_cycles: int, time_limit_s: float,
+           profile_path: str | None = None) -> dict:
+    """mode "wait": every cluster full, nothing can start (each cycle reads the heads, plans, and waits);
+    mode "drain": every cluster empty with room for the whole backlog, cycles until nothing is left to
+    dispatch (or the limits). Returns per-cycle figures and the process's RSS."""
+    logging.basicConfig(level=logging.WARNING)
+    started_rss = rss()
+    db = database.connect(database.DatabaseSettings(url=url, pool_size=2, pool_overflow=0))
+    sessions = sessionmaker(db.engine, expire_on_commit=False)
+    settings = SchedulerSettings()
+    agents = backlog.Agents(clusters, nodes)
+    profiler = None
+    if profile_path:
+        from pyinstrument import Profiler
+        profiler = Profiler(interval=0.005)
+    out: dict = {"cycles": [], "heartbeat_s": 0.0, "rss_start": started_rss["now"], "pid": os.getpid()}
+    holds: dict = {}
+    reasons_at = 0.0
+    deadline = time.monotonic() + time_limit_s
+    try:
+        for n in range(max_cycles):
+            began = time.perf_counter()
+            with sessions.begin() as session:
+                agents.report(session, datetime.now(timezone.utc), full=mode == "wait")
+            out["heartbeat_s"] += time.perf_counter() - began
+            write_reasons = time.monotonic() - reasons_at >= settings.reason_interval_s
+            if write_reasons:
+                reasons_at = time.monotonic()
+            if profiler:
+                profiler.start()
+            cpu = time.process_time()
+            result = run_cycle(sessions, settings, datetime.now(timezone.utc), holds=holds, write_reasons=write_reasons)
+            cpu = time.process_time() - cpu
+            if profiler:
+                profiler.stop()
+            holds = result.holds
+            mem = rss()
+            out["cycles"].append({"seconds": result.seconds, "cpu": cpu, "dispatched": result.dispatched, "waiting": result.waiting,
+                                  "reasons": write_reasons, "rss": mem["now"]})
+            if mode == "drain" and result.dispatched == 0:
+                break
+            if time.monotonic() > deadline:
+                out["stopped_by_time_limit"] = True
+                break
+    finally:
+        db.close()
+        if profiler:
+            with open(profile_path, "w") as f:
+                f.write(profiler.output_text(unicode=False, color=False, show_all=False, timeline=False))
+    out["rss_peak"] = rss()["peak"]
+    return out
+
+
+def _child(pipe, args, kwargs) -> None:
+    try:
+        pipe.send(("ok", cycles(*args, **kwargs)))
+    except BaseException as exc:  # the parent reports it; nothing may be left half-sent
+        pipe.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def in_child(*args, timeout_s: float, **kwargs) -> dict:
+    """Run `cycles` in a fresh interpreter (spawn) and return its result; the child is ended if it overruns."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_child, args=(child, args, kwargs), name="bench-cycles")
+    process.start()
+    child.close()
+    try:
+        if not parent.poll(timeout_s):
+            raise TimeoutError(f"the cycle process did not finish within {timeout_s:.0f}s")
+        status, value = parent.recv()
+    finally:
+        process.join(10)
+        if process.is_alive():
+            process.terminate()
+            process.join(10)
+    if status != "ok":
+        raise RuntimeError(f"the cycle process failed: {value}")
+    return value

@@ -1,0 +1,110 @@
+"""Figures, the issue's targets, and docs/performance.md: each run appends its rows and its configuration.
+
+The "Latest figures" table gets one dated row per figure (newest last); "Benchmark runs" gets one
+entry per run with the machine, the Postgres settings and every benchmark's exact configuration.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+TABLE_HEADING = "## Latest figures"
+TABLE_HEAD = ("| date | benchmark | figure | value | target | verdict (measured / target) | command |\n"
+              "| --- | --- | --- | --- | --- | --- | --- |\n")
+RUNS_HEADING = "## Benchmark runs"
+
+
+@dataclass(frozen=True)
+class Target:
+    op: str  # ">=" (at least) or "<=" (at most)
+    value: float
+
+    def verdict(self, measured: float) -> str:
+        ratio = measured / self.value if self.value else float("inf")
+        met = measured >= self.value if self.op == ">=" else measured <= self.value
+        return f"{'met' if met else 'missed'} ({ratio:.2f}x)"
+
+
+@dataclass
+class Figure:
+    benchmark: str
+    name: str
+    value: float
+    unit: str
+    target: Target | None = None
+    note: str = ""  # shown after the value: what it is measured over
+
+    def shown_value(self) -> str:
+        v = self.value
+        text = f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}" if abs(v) < 10 else f"{v:,.1f}"
+        return f"{text} {self.unit}".strip() + (f" ({self.note})" if self.note else "")
+
+    def shown_target(self) -> str:
+        if self.target is None:
+            return "-"
+        v = self.target.value
+        return f"{self.target.op} {v:,.0f} {self.unit}".replace(">=", "≥").replace("<=", "≤").strip() \
+            if abs(v) >= 10 else f"{self.target.op} {v:g} {self.unit}".replace(">=", "≥").replace("<=", "≤")
+
+    def verdict(self) -> str:
+        return self.target.verdict(self.value) if self.target else "-"
+
+
+@dataclass
+class Run:
+    command: str
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    figures: list[Figure] = field(default_factory=list)
+    configs: dict[str, dict] = field(default_factory=dict)  # per benchmark, its exact configuration
+    notes: list[str] = field(default_factory=list)  # what did not run, and why
+    load: dict[str, str] = field(default_factory=dict)  # 1-minute load average as each benchmark started
+
+    def add(self, figure: Figure) -> Figure:
+        self.figures.append(figure)
+        print(f"  {figure.name}: {figure.shown_value()}"
+              + (f"   target {figure.shown_target()}: {figure.verdict()}" if figure.target else ""), flush=True)
+        return figure
+
+
+def machine() -> dict:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=DOC.parent.parent).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "dispatcher", "agent", "sluice"],
+                           capture_output=True, text=True, cwd=DOC.parent.parent).stdout.strip()
+    import os
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "commit": commit + (" (with uncommitted changes under dispatcher/, agent/ or sluice/)" if dirty else "")}
+
+
+def record(run: Run, *, postgres: dict, doc: pathlib.Path = DOC) -> None:
+    """Append the run's rows to the Latest figures table and its configuration to Benchmark runs."""
+    date = run.started.strftime("%Y-%m-%d %H:%M UTC")
+    text = doc.read_text()
+    rows = "".join(f"| {date} | {f.benchmark} | {f.name} | {f.shown_value()} | {f.shown_target()} | {f.verdict()} "
+                   f"| `{run.command}` |\n" for f in run.figures)
+    if TABLE_HEADING not in text:
+        intro_end = text.index("\n## ") + 1 if "\n## " in text else len(text)
+        section = (f"{TABLE_HEADING}\n\nWritten by `python -m bench` (bench/): one dated row per figure, newest last; "
+                   "each run's exact configuration is under \"Benchmark runs\" below. Targets are the scale issue's "
+                   "(issue 7); the verdict's ratio is measured / target.\n\n" + TABLE_HEAD + "\n")
+        text = text[:intro_end] + section + text[intro_end:]
+    start = text.index(TABLE_HEADING)
+    head = text.index(TABLE_HEAD, start) + len(TABLE_HEAD)
+    end = head
+    while text.startswith("|", end):
+        end = text.index("\n", end) + 1
+    text = text[:end] + rows + text[end:]
+    entry = [f"### {date}: `{run.command}`", "",
+             f"- machine: {json.dumps(machine())}", f"- postgres: {json.dumps(postgres)}",
+             f"- load average (1 min) as each part started: {json.dumps(run.load)}"]
+    entry += [f"- {name}: {json.dumps(config)}" for name, config in run.configs.items()]
+    entry += [f"- not run / limits: {note}" for note in run.notes]
+    if RUNS_HEADING not in text:
+        text = text.rstrip("\n") + f"\n\n{RUNS_HEADING}\n\nThe configuration of every recorded run, newest last.\n"
+    text = text.rstrip("\n") + "\n\n" + "\n".join(entry) + "\n"
+    doc.write_text(text)

@@ -1,0 +1,334 @@
+"""submit, latency and e2e: the whole system as `sluice up` runs it, measured from outside.
+
+The dispatcher and its in-process sim agents (dispatcher.embedded.Embedded, the code of `sluice up`)
+run in a child process of their own, on a database of the run's PostgreSQL, listening on 127.0.0.1
+with a free port; clients run in other processes and talk to it over real gRPC (sluice.client).
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pathlib
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+import psycopg
+
+from bench import workload
+from bench.figures import Figure, Run, Target
+from bench.postgres import Postgres
+from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
+from sluice.quantity import parse_resources
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def objects(clusters: int, nodes: int) -> list:
+    """The classes of `sluice up`, one queue, and on-premises sim clusters of nodes x 64 cpu / 256 GiB."""
+    node = parse_resources({"cpu": "64", "memory": "256Gi"})
+    return [*workload.CLASSES, QueueObject("default"),
+            *[ClusterObject(f"sim-{i}", tier="onprem", site="dc-1", simulated=SimulatedSpec(nodes, node))
+              for i in range(clusters)]]
+
+
+def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool) -> None:
+    from dispatcher import administering
+    from dispatcher.embedded import Embedded, UpSettings
+
+    logging.basicConfig(level=logging.WARNING)
+    embedded = Embedded(UpSettings(data_dir=pathlib.Path(data_dir), listen="127.0.0.1:0", make_default=False,
+                                   database_url=database_url), objs).start()
+    try:
+        embedded.wait_connected()
+        if cordon:  # jobs stay queued: only the submit path (and the cycles it wakes) is measured
+            with embedded.dispatcher.sessions.begin() as session:
+                for name in embedded.agents:
+                    administering.set_cluster_state(session, "bench", name, "cordoned")
+        pipe.send({"address": embedded.dispatcher.address, "token": embedded.admin_token})
+        pipe.recv()  # anything: stop
+    finally:
+        embedded.stop()
+    pipe.send("stopped")
+
+
+class System:
+    """`sluice up` (Embedded) in a child process; stopped, and its ledgers left in data_dir, on exit."""
+
+    def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False):
+        self.db = pg.create(name)
+        self.libpq = pg.libpq(self.db)
+        self.data_dir = pg.root / f"up-{self.db}"
+        self._pipe, child = SPAWN.Pipe()
+        self._process = SPAWN.Process(target=_serve, args=(child, str(self.data_dir), pg.url(self.db), objs, cordon),
+                                      name="bench-sluice-up")
+        self._process.start()
+        deadline = time.monotonic() + 120
+        while not self._pipe.poll(0.2):
+            if not self._process.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"sluice up did not start (exit code {self._process.exitcode})")
+        info = self._pipe.recv()
+        self.address, self.token = info["address"], info["token"]
+
+    def client(self, timeout_s: float = 60.0):
+        from sluice.client import Client
+        from sluice.config import ClientConfig
+        return Client(ClientConfig(self.address, self.token, timeout_s=timeout_s))
+
+    def count(self, where: str) -> int:
+        with psycopg.connect(self.libpq) as conn:
+            return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            try:
+                self._pipe.send("stop")
+                if self._pipe.poll(60):
+                    self._pipe.recv()
+            except (OSError, EOFError):
+                pass
+            self._process.join(30)
+            if self._process.is_alive():
+                self._process.terminate()
+                self._process.join(10)
+
+    def __enter__(self) -> "System":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- submit ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SubmitConfig:
+    clients: int = 8
+    batch: int = 1000
+    seconds: float = 20.0  # each client submits for this long
+    sim_clusters: int = 3
+    nodes: int = 4
+
+    @classmethod
+    def quick(cls) -> "SubmitConfig":
+        return cls(seconds=3.0)
+
+
+def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start) -> None:
+    from sluice.client import Client
+    from sluice.config import ClientConfig
+
+    docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10) for i in range(batch)]
+    client = Client(ClientConfig(address, token, timeout_s=120))
+    client.submit(docs[:1])  # the channel is up before the clock starts
+    pipe.send("ready")
+    start.wait()
+    began = time.monotonic()
+    submitted, calls = 0, 0
+    while time.monotonic() - began < seconds:
+        submitted += len(client.submit(docs))
+        calls += 1
+    ended = time.monotonic()
+    client.close()
+    pipe.send({"jobs": submitted, "calls": calls, "began": began, "ended": ended})
+
+
+def _submit_once(pg: Postgres, config: SubmitConfig, clients: int, batch: int) -> dict:
+    with System(pg, "submit", objects(config.sim_clusters, config.nodes), cordon=True) as system:
+        start = SPAWN.Event()
+        pipes, processes = [], []
+        for _ in range(clients):
+            parent, child = SPAWN.Pipe(duplex=False)
+            p = SPAWN.Process(target=_submitter, args=(child, system.address, system.token, batch, config.seconds,
+                                                       start), name="bench-submitter")
+            p.start()
+            pipes.append(parent)
+            processes.append(p)
+        for parent in pipes:  # every client connected and warmed up
+            if not parent.poll(120) or parent.recv() != "ready":
+                raise TimeoutError("a submitting client did not start")
+        before = system.count("true")
+        start.set()
+        results = []
+        for parent in pipes:
+            if not parent.poll(config.seconds + 300):
+                raise TimeoutError("a submitting client did not finish")
+            results.append(parent.recv())
+        for p in processes:
+            p.join(10)
+        committed = system.count("true") - before
+    jobs = sum(r["jobs"] for r in results)
+    elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
+    if committed != jobs:
+        raise RuntimeError(f"submit: {jobs} ids returned but {committed} jobs committed")
+    return {"jobs": jobs, "calls": sum(r["calls"] for r in results), "seconds": elapsed, "rate": jobs / elapsed}
+
+
+def submit(pg: Postgres, config: SubmitConfig, run: Run) -> None:
+    run.configs["submit"] = {**asdict(config), "job": "1 pod, 1 cpu, 2Gi, class standard, queue default",
+                             "server": "sluice up (Embedded) in its own process, sim clusters cordoned",
+                             "clients": f"{config.clients} processes, sluice.client.Client"}
+    for clients, batch, target in ((config.clients, config.batch, 20_000), (1, config.batch, None),
+                                   (config.clients, 1, 2_000)):
+        r = _submit_once(pg, config, clients, batch)
+        what = f"{batch:,}-job calls" if batch > 1 else "single-job calls"
+        run.add(Figure("submit", f"submit, {what}, {clients} client{'s' if clients > 1 else ''}", r["rate"], "jobs/s",
+                       Target(">=", target) if target else None,
+                       note=f"{r['jobs']:,} jobs in {r['calls']:,} calls over {r['seconds']:.1f}s"))
+
+
+# -- latency ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LatencyConfig:
+    interval_s: float = 0.010  # one job every 10 ms
+    seconds: float = 30.0
+    sim_clusters: int = 4
+    nodes: int = 4
+    duration: str = "0.5s"  # each job's simulated run time
+    submitters: int = 8  # threads that send the paced calls (a slow call does not delay the next)
+
+    @classmethod
+    def quick(cls) -> "LatencyConfig":
+        return cls(seconds=5.0)
+
+
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return at(0.5), at(0.99)
+
+
+def latency(pg: Postgres, config: LatencyConfig, run: Run) -> None:
+    run.configs["latency"] = {**asdict(config), "job": f"1 pod, 1 cpu, 2Gi, {config.duration}, class standard",
+                              "server": "sluice up (Embedded) in its own process",
+                              "measured": "client clock: submit call start -> the job's event arriving on a Watch stream"}
+    with System(pg, "latency", objects(config.sim_clusters, config.nodes)) as system:
+        client, watcher = system.client(), system.client()
+        seen: dict[tuple[int, str], float] = {}
+        done = threading.Event()
+
+        def watch() -> None:
+            try:
+                for event in watcher.watch():
+                    seen.setdefault((event["jobId"], event["to"]), time.monotonic())
+                    if done.is_set():
+                        return
+            except Exception:
+                pass
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        time.sleep(1.0)
+        doc = workload.job_document("default", workload.SHAPES[0], "standard", 0, duration=config.duration)
+        submitted: dict[int, float] = {}
+        calls: list[float] = []
+
+        def submit_one(due: float) -> None:
+            t = time.monotonic()
+            submitted[client.submit([doc])[0]] = t
+            calls.append(time.monotonic() - t)
+
+        # The pace is kept whatever one call takes: calls go out from a pool, each at its own time.
+        began = time.monotonic() + 0.1
+        count = int(config.seconds / config.interval_s)
+        with ThreadPoolExecutor(max_workers=config.submitters, thread_name_prefix="submit") as pool:
+            futures = []
+            for n in range(count):
+                pause = began + n * config.interval_s - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                futures.append(pool.submit(submit_one, began + n * config.interval_s))
+            for f in futures:
+                f.result()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any((i, "RUNNING") not in seen and (i, "SUCCEEDED") not in seen
+                                                  for i in submitted):
+            time.sleep(0.2)
+        done.set()
+        with psycopg.connect(system.libpq) as conn:
+            unseen = [i for i in submitted if (i, "DISPATCHED") not in seen]
+            in_db = conn.execute("SELECT count(*) FROM job_events WHERE to_state = 'DISPATCHED' AND job_id = ANY(%s)",
+                                 (unseen,)).fetchone()[0] if unseen else 0
+            db_rows = conn.execute(
+                """SELECT extract(epoch FROM a.dispatched_at - j.created_at), extract(epoch FROM a.started_at - j.created_at)
+                   FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.attempt = 1""").fetchall()
+        client.close()
+        watcher.close()
+    dispatched = [seen[(i, "DISPATCHED")] - t for i, t in submitted.items() if (i, "DISPATCHED") in seen]
+    running = [seen[(i, "RUNNING")] - t for i, t in submitted.items() if (i, "RUNNING") in seen]
+    missing = len(submitted) - len(dispatched)
+    call = sorted(calls)[len(calls) // 2] if calls else 0.0
+    note = f"{len(submitted):,} jobs over {config.seconds:g}s, Submit call p50 {call * 1000:.0f} ms" + (
+        f"; {missing} DISPATCHED events never reached the Watch stream ({in_db} of them are in job_events)"
+        if missing else "")
+    if missing:
+        run.notes.append(f"latency: the Watch stream missed {missing} DISPATCHED events that job_events holds "
+                         f"({in_db} of {missing})")
+    d50, d99 = _percentiles(dispatched)
+    r50, r99 = _percentiles(running)
+    run.add(Figure("latency", "submit->dispatched p50", d50 * 1000, "ms", note=note))
+    run.add(Figure("latency", "submit->dispatched p99", d99 * 1000, "ms", Target("<=", 50), note=note))
+    run.add(Figure("latency", "submit->running p50", r50 * 1000, "ms", note=f"{len(running):,} jobs seen RUNNING"))
+    run.add(Figure("latency", "submit->running p99", r99 * 1000, "ms", note=f"{len(running):,} jobs seen RUNNING"))
+    db_d = [float(r[0]) for r in db_rows if r[0] is not None]
+    db_r = [float(r[1]) for r in db_rows if r[1] is not None]
+    if db_d and db_r:
+        print(f"  database clocks (transaction start times): submit->dispatched p50/p99 "
+              f"{_percentiles(db_d)[0] * 1000:.1f}/{_percentiles(db_d)[1] * 1000:.1f} ms, submit->running "
+              f"{_percentiles(db_r)[0] * 1000:.1f}/{_percentiles(db_r)[1] * 1000:.1f} ms", flush=True)
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EndToEndConfig:
+    jobs: int = 10_000
+    sim_clusters: int = 4
+    nodes: int = 8  # x 64 cpu: 2,048 one-cpu jobs may run at once
+    duration: str = "1s"
+    timeout_s: float = 900.0
+
+    @classmethod
+    def quick(cls) -> "EndToEndConfig":
+        return cls(jobs=1_000, timeout_s=180.0)
+
+
+def end_to_end(pg: Postgres, config: EndToEndConfig, run: Run) -> None:
+    from agent.backends.sim import ledger_duplicates
+
+    run.configs["e2e"] = {**asdict(config), "job": f"1 pod, 1 cpu, 2Gi, {config.duration}, class standard",
+                          "server": "sluice up (Embedded) in its own process, one in-process sim agent per cluster",
+                          "measured": "first submit call -> last job SUCCEEDED (database polled every 0.25s)"}
+    with System(pg, "e2e", objects(config.sim_clusters, config.nodes)) as system:
+        client = system.client()
+        docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10, duration=config.duration)
+                for i in range(config.jobs)]
+        began = time.monotonic()
+        client.submit(docs)
+        submitted = time.monotonic() - began
+        marks: list[tuple[float, int]] = []
+        deadline = began + config.timeout_s
+        while time.monotonic() < deadline:
+            done = system.count("state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
+            marks.append((time.monotonic() - began, done))
+            if done >= config.jobs:
+                break
+            time.sleep(0.25)
+        elapsed = marks[-1][0]
+        succeeded = system.count("state = 'SUCCEEDED'")
+        client.close()
+    duplicated = sum(ledger_duplicates(p) for p in (system.data_dir / "sim").glob("*.ledger"))
+    ended = marks[-1][1]
+    lo = next(t for t, n in marks if n >= 0.1 * ended) if ended else 0
+    hi = next(t for t, n in marks if n >= 0.9 * ended) if ended else 0
+    steady = 0.8 * ended / (hi - lo) if hi > lo else float("nan")
+    note = (f"{ended:,} of {config.jobs:,} jobs ended ({succeeded:,} succeeded) in {elapsed:.1f}s, submit took "
+            f"{submitted:.1f}s; {duplicated} pods created twice")
+    run.add(Figure("e2e", "jobs completed through gRPC agents + sim", ended / elapsed, "jobs/s", note=note))
+    run.add(Figure("e2e", "completion rate between 10% and 90% done", steady, "jobs/s"))
+    if ended < config.jobs:
+        run.notes.append(f"e2e: only {ended} of {config.jobs} jobs ended within {config.timeout_s:.0f}s")
