@@ -464,7 +464,12 @@ def dispatcher_token(
 def agent_run(cluster: str = typer.Option(..., "--cluster"),
               dispatcher: str = typer.Option(..., "--dispatcher", help="HOST:PORT"),
               token_file: pathlib.Path = typer.Option(..., "--token-file"),
-              backend: str = typer.Option("sim", "--backend", help="sim (kubernetes: not yet)"),
+              backend: str = typer.Option("sim", "--backend", help="sim (in-process simulated cluster) or kubernetes"),
+              kubeconfig: Optional[pathlib.Path] = typer.Option(
+                  None, "--kubeconfig",
+                  help="kubernetes: kubeconfig file (default: the in-cluster service account inside a pod, "
+                       "else ~/.kube/config)"),
+              context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context"),
               sim_nodes: int = typer.Option(4, "--sim-nodes", min=1),
               sim_node: str = typer.Option("cpu=32,memory=128Gi", "--sim-node", help="Per-node capacity"),
               metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen", envvar="SLUICE_AGENT_METRICS_LISTEN",
@@ -472,19 +477,32 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
               verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Connect this cluster's agent to a dispatcher and run its jobs, until Ctrl-C."""
     _logging(verbose)
-    if backend != "sim":
-        raise typer.BadParameter(f"backend {backend!r} is not available; use sim")
-    from agent.backends.sim import SimCluster, SimConfig
+    if backend not in ("sim", "kubernetes"):
+        raise typer.BadParameter(f"backend {backend!r} is not available; use sim or kubernetes")
+    if backend == "sim" and (context is not None or kubeconfig is not None):
+        raise typer.BadParameter("--kubeconfig and --context are for --backend kubernetes")
     from agent.connection import Agent, AgentSettings
     from sluice.quantity import QuantityError, parse_resources
     try:
-        node = parse_resources(dict(item.split("=", 1) for item in sim_node.split(",") if item))
         token = token_file.read_text().strip()
-    except (ValueError, QuantityError) as exc:
-        raise Failed("agent run --sim-node", str(exc)) from None
     except OSError as exc:
         raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
-    agent = Agent(AgentSettings(cluster, dispatcher, token), SimCluster(SimConfig(nodes=sim_nodes, node=node)))
+    if backend == "kubernetes":
+        from agent.backends.kube_api import ConfigError
+        from agent.backends.kubernetes import KubernetesBackend, KubernetesSettings
+        try:
+            cluster_backend = KubernetesBackend(KubernetesSettings(
+                kubeconfig=str(kubeconfig) if kubeconfig is not None else None, context=context))
+        except ConfigError as exc:
+            raise Failed("agent run --backend kubernetes", str(exc)) from None
+    else:
+        from agent.backends.sim import SimCluster, SimConfig
+        try:
+            node = parse_resources(dict(item.split("=", 1) for item in sim_node.split(",") if item))
+        except (ValueError, QuantityError) as exc:
+            raise Failed("agent run --sim-node", str(exc)) from None
+        cluster_backend = SimCluster(SimConfig(nodes=sim_nodes, node=node))
+    agent = Agent(AgentSettings(cluster, dispatcher, token), cluster_backend)
     server = None
     if metrics_listen:
         from agent.metrics import serve
