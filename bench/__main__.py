@@ -1,4 +1,4 @@
-"""python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--profile FILE]
+"""python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--profile FILE] [--doc FILE]
 
 Runs the named benchmarks (all without names), prints each figure with its configuration, and appends
 them to docs/performance.md. Every run starts its own PostgreSQL (pgserver, Unix socket only) in a
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pathlib
 import shlex
 import sys
 import time
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, help="backlog size for dispatch/cycle/floor/memory (default 1,000,000)")
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
     parser.add_argument("--profile", metavar="FILE", help="pyinstrument profile of the dispatch drain's cycles to FILE")
+    parser.add_argument("--doc", metavar="FILE", default=str(figures.DOC),
+                        help="where to record (default: this checkout's docs/performance.md)")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -75,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, config in run.configs.items():
         print(f"config {name}: {config}")
     if not args.no_record:
-        figures.record(run, postgres=postgres)
-        print(f"recorded in {figures.DOC}")
+        figures.record(run, postgres=postgres, doc=pathlib.Path(args.doc))
+        print(f"recorded in {args.doc}")
     return 0
 
 

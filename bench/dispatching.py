@@ -31,7 +31,7 @@ class BacklogConfig:
     sizes: tuple[int, ...] = (1_000, 100_000, 1_000_000)  # backlog sizes for the cycle-time figure
     wait_cycles: int = 3  # per size: the first (writes every pending reason) and 2 more
     wait_time_limit_s: float = 900.0  # per size: no cycle starts after this
-    drain_time_limit_s: float = 1800.0
+    drain_time_limit_s: float = 1200.0  # no drain cycle starts after this (the rate is of what it dispatched)
     floor_time_limit_s: float = 900.0
 
     @classmethod

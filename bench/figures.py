@@ -6,6 +6,7 @@ entry per run with the machine, the Postgres settings and every benchmark's exac
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import platform
 import subprocess
@@ -72,11 +73,13 @@ class Run:
 
 
 def machine() -> dict:
+    """The machine, and the commit of the code that was measured (this checkout's, with a flag when its
+    dispatcher/, agent/ or sluice/ differ from it)."""
+    code = pathlib.Path(__file__).resolve().parent.parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=DOC.parent.parent).stdout.strip()
+                            cwd=code).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "dispatcher", "agent", "sluice"],
-                           capture_output=True, text=True, cwd=DOC.parent.parent).stdout.strip()
-    import os
+                           capture_output=True, text=True, cwd=code).stdout.strip()
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
             "commit": commit + (" (with uncommitted changes under dispatcher/, agent/ or sluice/)" if dirty else "")}
 
