@@ -96,6 +96,7 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
     if "floor" in wanted or "dispatch" in wanted:
         floor_db = pg.create("floor", template=db)
     dispatch_rate = None
+    dispatched = config.jobs  # the floor claims as many jobs as the drain dispatched (all, unless time ran out)
     if "dispatch" in wanted or "memory" in wanted:
         began = time.perf_counter()
         result = cycling.in_child(pg.url(db), names, nodes, mode="drain", max_cycles=10_000,
@@ -132,7 +133,7 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
     if floor_db is not None:
         print("  floor plan:\n" + "\n".join("    " + line for line in floor.plan(pg.libpq(floor_db), config.clusters)
                                             .splitlines()[:8]), flush=True)
-        result = floor.drain(pg.libpq(floor_db), config.clusters, limit=config.jobs,
+        result = floor.drain(pg.libpq(floor_db), config.clusters, limit=dispatched,
                              time_limit_s=config.floor_time_limit_s)
         print(f"  floor: {result['jobs']:,} claimed in {result['batches']:,} batches, {result['seconds']:.1f}s", flush=True)
         if "floor" in wanted or "dispatch" in wanted:
