@@ -117,6 +117,9 @@ class _Backoff:
         self.current = self.initial
 
 
+_EVENT_REASONS = {UNSCHEDULABLE: "SluiceGangStartTimeout", FAILED: "SluiceAttemptFailed", LOST: "SluiceAttemptLost"}
+
+
 def _owned_by_job(pod: dict) -> bool:
     return any(ref.get("kind") == "Job" for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
@@ -332,6 +335,7 @@ class KubernetesBackend:
 
     def _reconcile(self, key: tuple[int, int]) -> None:
         now = self._clock()
+        announce = None
         with self._lock:
             pods, jobs = self._objects_of(key)
             track = self._tracks.get(key)
@@ -361,6 +365,8 @@ class KubernetesBackend:
                     verdict = ks.Verdict(PENDING)
                 if verdict.state != PENDING and (track.status is None or track.status.state != verdict.state):
                     status = self._emit(key, verdict.state, verdict.reason, verdict.exit_code, verdict.cleanup)
+                    if status.state in _EVENT_REASONS:
+                        announce = (sorted(jobs + pods, key=ks.name_of)[0], status)
                     if verdict.cleanup == ks.CLEANUP_ALL:
                         track.deleting = True
                         self._verdicts[key] = (status, time.monotonic())
@@ -377,8 +383,28 @@ class KubernetesBackend:
                            and not _owned_by_job(p)]
             else:
                 doomed = []
+        if announce is not None:
+            self._record_event(*announce)
         for plural, obj in doomed:
             self._delete_object(plural, obj)
+
+    def _record_event(self, obj: dict, status: AttemptStatus) -> None:
+        """A Kubernetes Event on one of the attempt's objects, so `kubectl describe` and `kubectl get events`
+        say why Sluice gave the attempt up. Best effort: the report to the dispatcher is what counts."""
+        metadata = obj.get("metadata") or {}
+        at = _rfc3339(status.at).split(".")[0] + "Z"
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"generateName": f"{metadata.get('name', 'sluice')}.", "namespace": metadata.get("namespace")},
+                 "involvedObject": {"apiVersion": "batch/v1" if "completions" in (obj.get("spec") or {}) else "v1",
+                                    "kind": "Job" if "completions" in (obj.get("spec") or {}) else "Pod",
+                                    "name": metadata.get("name"), "namespace": metadata.get("namespace"),
+                                    "uid": metadata.get("uid")},
+                 "reason": _EVENT_REASONS[status.state], "message": status.reason[:1024], "type": "Warning",
+                 "source": {"component": "sluice-agent"}, "firstTimestamp": at, "lastTimestamp": at, "count": 1}
+        try:
+            self._api.create("events", metadata.get("namespace"), event)
+        except KubeError as exc:
+            log.debug("kubernetes: event not recorded", extra={"error": str(exc)})
 
     def _confirmed(self, key: tuple[int, int], verdict: ks.Verdict, now: float) -> bool:
         """Before giving up a gang, look at the cluster itself: the watch may lag (or be down) while the

@@ -221,6 +221,10 @@ def test_gang_that_does_not_start_in_time_is_deleted_and_unschedulable(start, fa
                               "0/2 nodes are available: 2 Insufficient cpu.")
     wait_until(lambda: names(fake, 8) == [], what="the gang deleted")
     assert {d[3] for d in fake.deletions} == {"Foreground"}
+    [event] = fake.list("events", NS)  # kubectl get events says why
+    assert (event["reason"], event["type"], event["involvedObject"]["name"]) == \
+        ("SluiceGangStartTimeout", "Warning", "8-1-worker-0")
+    assert event["message"] == verdict.reason
     assert statuses.states(8) == ["UNSCHEDULABLE"]
     assert [(s.job_id, s.state) for s in backend.inventory()] == [(8, "UNSCHEDULABLE")]
 
