@@ -106,8 +106,8 @@ class _Backoff:
         self.initial, self.maximum, self.current = initial, maximum, initial
 
     def next(self, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            delay = min(max(retry_after, 0.0), self.maximum)
+        if retry_after is not None:  # the API server said how long: take it (within reason)
+            delay = min(max(retry_after, 0.0), _RETRY_AFTER_MAX_S)
         else:
             delay = self.current * random.uniform(0.8, 1.2)  # jitter: agents of many clusters do not align
         self.current = min(self.current * 2, self.maximum)
@@ -117,6 +117,7 @@ class _Backoff:
         self.current = self.initial
 
 
+_RETRY_AFTER_MAX_S = 120.0
 _EVENT_REASONS = {UNSCHEDULABLE: "SluiceGangStartTimeout", FAILED: "SluiceAttemptFailed", LOST: "SluiceAttemptLost"}
 
 

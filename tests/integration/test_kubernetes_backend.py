@@ -248,7 +248,7 @@ def test_watch_interruption_and_relist_after_410_lose_no_change(start, fake):
 
 
 def test_429_and_5xx_are_retried_with_backoff(start, fake):
-    backend, statuses = start()
+    backend, _ = start()
     fake.fail(429, method="POST", path="/pods$", times=2, retry_after=0)
     fake.fail(500, method="POST", path="/pods$", times=1)
     assert backend.create_attempt(10, 1, job_doc(pod_set("worker", 1))) is True
@@ -263,6 +263,16 @@ def test_429_and_5xx_are_retried_with_backoff(start, fake):
     fake.clear_faults()
     assert backend.create_attempt(11, 1, job_doc(pod_set("worker", 1))) is True  # the re-sent command
     assert names(fake, 11) == ["11-1-worker-0"]
+    # A watch answered 429 waits as long as Retry-After says, then resumes where it was.
+    fake.reset_requests()
+    fake.fail(429, method="GET", path="/api/v1/nodes$", watch=True, times=1, retry_after=1)
+    fake.break_watches()
+    fake.add_node("node-c", {"cpu": "2", "memory": "8Gi"})
+    wait_until(lambda: backend.capacity().allocatable.get("cpu") == 14000, what="the node watch back")
+    throttled, resumed = [r for r in fake.requests_matching("GET", "/api/v1/nodes$") if r.watch][:2]
+    assert throttled.status == 429 and resumed.status == 200
+    assert resumed.at - throttled.at >= 0.95
+    assert resumed.query["resourceVersion"] == throttled.query["resourceVersion"]
 
 
 def test_cancel_deletes_foreground_and_reports_nothing_more(start, fake):
