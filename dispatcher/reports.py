@@ -92,8 +92,13 @@ def reconcile(session: Session, cluster: str, inventory: list[Report],
             apply(session, cluster, Report(job.id, job.attempt, "LOST", "the cluster no longer holds it"))
     live = {(j.id, j.attempt) for j in job_store.active_on_cluster(session, cluster)}
     final = {"SUCCEEDED", "FAILED", "LOST", "UNSCHEDULABLE"}
-    return [(r.job_id, r.attempt) for r in inventory
-            if (r.job_id, r.attempt) not in live and r.state not in final]
+    orphans = [(r.job_id, r.attempt) for r in inventory if (r.job_id, r.attempt) not in live and r.state not in final]
+    known = job_store.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
+    for job_id, attempt in orphans:
+        if job_id not in known:  # another installation's, or from before the database was wiped: left alone
+            log.warning("the cluster holds objects of a job this dispatcher never had; left in place",
+                        extra={"cluster": cluster, "job_id": job_id, "attempt": attempt})
+    return [(job_id, attempt) for job_id, attempt in orphans if job_id in known]
 
 
 def may_change(session: Session, who: Principal, job: Job) -> bool:

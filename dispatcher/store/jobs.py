@@ -232,6 +232,13 @@ def recently_unschedulable(session: Session, job_ids: list[int], within_s: float
     return {r[0]: tuple(sorted(r[1])) for r in rows}
 
 
+def existing_ids(session: Session, job_ids: list[int]) -> set[int]:
+    """Which of these job ids exist."""
+    if not job_ids:
+        return set()
+    return set(session.scalars(select(Job.id).where(Job.id.in_(job_ids))))
+
+
 def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
     """(attempt, burst decision) of the job's attempts that burst, oldest first."""
     return [(r.attempt, r.burst) for r in session.execute(

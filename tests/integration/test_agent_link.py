@@ -189,6 +189,21 @@ def test_orphans_are_cancelled(dispatcher):
     agent.close()
 
 
+def test_objects_of_a_job_the_dispatcher_never_had_are_left_alone_and_the_agent_connects(dispatcher):
+    # Another installation's objects, or ones from before the database was wiped: no cancel (the outbox
+    # can only name jobs it has), and the hello still succeeds.
+    [job_id] = dispatcher.client.submit([job_doc(cpu="100")])
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity={"cpu": 0},
+                          inventory=[agents_pb2.AttemptStatus(job_id=job_id + 10_000, attempt=1, state="RUNNING"),
+                                     agents_pb2.AttemptStatus(job_id=job_id, attempt=3, state="RUNNING")])
+    assert agent.next("welcome").cluster == "alpha"
+    command = agent.next("command")
+    assert command.WhichOneof("kind") == "cancel" and (command.cancel.job_id, command.cancel.attempt) == (job_id, 3)
+    with pytest.raises(queue.Empty):
+        agent.next("command", timeout=1.0)
+    agent.close()
+
+
 def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
     agent.next("welcome")
