@@ -12,6 +12,7 @@ the job's last attempt could not start (`avoid`) is left out for a while.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 
 from sluice.quantity import add, fits, format_quantity, shortfall, subtract
@@ -123,16 +124,82 @@ def _tightness(job: QueuedJob, cluster: ClusterState) -> float:
 
 def decide(job: QueuedJob, state: dict[str, ClusterState]) -> Place | Wait:
     """Place one job on the best cluster in `state` and take its capacity there, or say why it waits."""
-    candidates = [c for c in state.values() if allowed_on(job, c)]
-    if not candidates:
-        return Wait(job.id, "no cluster matches its placement" + _placement_text(job))
-    fitting = [c for c in candidates if why_not(job, c) is None]
+    fitting = [c for c in state.values() if allowed_on(job, c) and why_not(job, c) is None]
     if not fitting:
-        reasons = "; ".join(f"{c.name}: {why_not(job, c)}" for c in sorted(candidates, key=_rank))
-        return Wait(job.id, f"no cluster fits: {reasons}")
-    best = min(fitting, key=lambda c: (TIER_ORDER.get(c.tier, 9), start_delay(job, c), _tightness(job, c), c.name))
+        return Wait(job.id, _wait_reason(job, list(state.values())))
+    best = min(fitting, key=lambda c: _preference(job, c))
     state[best.name] = take(best, job.requests)
     return Place(job.id, best.name)
+
+
+class Clusters(dict):
+    """One cycle's clusters by name, with decide()'s choice made fast for many jobs in a row.
+
+    Jobs of one shape (requests, largest pod, placement) rank the clusters alike, so each shape keeps
+    its ranking of the clusters that fit (or its reason when none does), and after a change only the
+    clusters replaced since are ranked again: every `clusters[name] = ...` is logged. best() answers
+    as decide() would over the clusters `include` admits, without taking anything.
+    """
+
+    def __init__(self, clusters: list[ClusterState], include=lambda c: True):
+        super().__init__((c.name, c) for c in clusters)
+        self._include = include
+        self._changes: list[str] = []
+        self._shapes: dict[tuple, _Ranking] = {}
+
+    def __setitem__(self, name: str, cluster: ClusterState) -> None:
+        super().__setitem__(name, cluster)
+        self._changes.append(name)
+
+    def best(self, job: QueuedJob) -> Place | Wait:
+        key = (tuple(sorted(job.requests.items())), tuple(sorted(job.largest_pod.items())),
+               tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid)
+        ranking = self._shapes.get(key)
+        if ranking is None:
+            ranking = self._shapes[key] = _Ranking(job, [c for c in self.values() if self._include(c)])
+        else:
+            for name in set(self._changes[ranking.seen:]):
+                if self._include(self[name]):
+                    ranking.update(job, self[name])
+        ranking.seen = len(self._changes)
+        if ranking.order:
+            return Place(job.id, ranking.order[0][-1])
+        if ranking.reason is None:
+            ranking.reason = _wait_reason(job, [c for c in self.values() if self._include(c)])
+        return Wait(job.id, ranking.reason)
+
+
+class _Ranking:
+    """The clusters one job shape fits, best first, by decide()'s order; its reason while none fits."""
+
+    def __init__(self, job: QueuedJob, clusters: list[ClusterState]):
+        self.keys: dict[str, tuple] = {}
+        self.order: list[tuple] = []
+        self.reason: str | None = None
+        self.seen = 0
+        for c in clusters:
+            self.update(job, c)
+
+    def update(self, job: QueuedJob, cluster: ClusterState) -> None:
+        old = self.keys.pop(cluster.name, None)
+        if old is not None:
+            del self.order[bisect.bisect_left(self.order, old)]
+        self.reason = None
+        if allowed_on(job, cluster) and why_not(job, cluster) is None:
+            new = _preference(job, cluster)
+            self.keys[cluster.name] = new
+            bisect.insort(self.order, new)
+
+
+def _preference(job: QueuedJob, c: ClusterState) -> tuple:
+    return TIER_ORDER.get(c.tier, 9), start_delay(job, c), _tightness(job, c), c.name
+
+
+def _wait_reason(job: QueuedJob, clusters: list[ClusterState]) -> str:
+    candidates = [c for c in clusters if allowed_on(job, c)]
+    if not candidates:
+        return "no cluster matches its placement" + _placement_text(job)
+    return "no cluster fits: " + "; ".join(f"{c.name}: {why_not(job, c)}" for c in sorted(candidates, key=_rank))
 
 
 def take(cluster: ClusterState, requests: dict[str, int]) -> ClusterState:

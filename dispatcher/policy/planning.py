@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from dispatcher.policy import bursting
 from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
-from dispatcher.policy.placing import ClusterState, Place, QueuedJob, decide, matching, take
+from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, matching, take
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 from sluice.quantity import add, fits
 
@@ -124,10 +124,11 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         capacity = add(capacity, c.allocatable)
     tree = QuotaTree(queues, capacity)
     running: dict[str, list[Active]] = {}
+    active_queue = {a.job_id: a.queue for a in active}
     for a in active:
         tree.charge(a.queue, a.requests)
         running.setdefault(a.cluster, []).append(a)
-    state = {c.name: c for c in clusters}
+    state = Clusters(clusters, include=lambda c: not c.paid)
     queued = {c.job.id for jobs in heads.values() for c in jobs}
     out = CyclePlan(holds={i: h for i, h in holds.items() if i in queued and h.cluster in state
                            and (h.kind != "preemption" or now - h.since < PREEMPTION_HOLD_S)})
@@ -138,28 +139,98 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         if hold.kind == "preemption":
             tree.charge(queue_of[job_id], hold.requests)
 
-    def key(queue: str, candidate: Candidate) -> tuple:
-        weight = classes[candidate.service_class].weight if candidate.service_class in classes else 1.0
-        return (-candidate.class_priority, tree.fair_key(queue, weight), -candidate.priority, candidate.job.id, queue)
-
     burst = _Burst(list(rules), dict(spend or {}),
                    {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()})
-    turn = {q: 0 for q in heads}
-    heap = [key(q, jobs[0]) for q, jobs in heads.items() if jobs]
-    heapq.heapify(heap)
-    while heap:
-        entry = heapq.heappop(heap)
-        queue = entry[-1]
-        candidate = heads[queue][turn[queue]]
-        fresh = key(queue, candidate)
-        if fresh > entry:  # a sibling under the same parent took capacity since: wait for its real turn
-            heapq.heappush(heap, fresh)
-            continue
-        turn[queue] += 1
-        _consider(candidate, tree, state, running, classes, out, now, burst)
-        if turn[queue] < len(heads[queue]):
-            heapq.heappush(heap, key(queue, heads[queue][turn[queue]]))
+    order = _FairOrder(tree, heads, classes)
+    while (queue := order.next()) is not None:
+        evicted = len(out.preemptions)
+        _consider(order.take(queue), tree, state, running, classes, out, now, burst)
+        order.changed(queue)
+        for p in out.preemptions[evicted:]:  # their queues' shares went down
+            order.changed(active_queue[p.victim])
     return out
+
+
+class _FairOrder:
+    """Whose head goes next, in the cycle's order: higher class first, then the queue tree's weighted
+    dominant-resource shares from the root down, then priority and age.
+
+    Every parent keeps a heap of its children, each keyed by the best head below it with the shares
+    counted from the child's own level down (what siblings share above them never decides between
+    them). A placement changes the shares and the head on one path only, so only that path is keyed
+    again: a cycle costs O(placements x depth x log(children)), not O(placements x siblings).
+    """
+
+    def __init__(self, tree: QuotaTree, heads: dict[str, list[Candidate]], classes: dict[str, ClassPolicy]):
+        self._tree, self._heads, self._classes = tree, heads, classes
+        self._turn = {q: 0 for q in heads}
+        self._parent: dict[str, str | None] = {}
+        self._heaps: dict[str | None, list] = {None: []}
+        self._version: dict[str, int] = {}
+        self._best: dict[str, tuple | None] = {}
+        for queue in heads:
+            path = tree.path(queue)
+            for child, parent in zip(path, path[1:] + [None]):
+                self._parent.setdefault(child, parent)
+                self._heaps.setdefault(parent, [])
+        # Leaves first, then their parents: every node's key is made once its children's are.
+        for name in sorted(self._parent, key=lambda n: -len(tree.path(n))):
+            self._rekey(name)
+
+    def next(self) -> str | None:
+        """The queue whose head goes next, or None when every head has been considered."""
+        node = self._top(None)
+        while node is not None and not self._own_first(node):
+            node = self._top(node)
+        return node
+
+    def take(self, queue: str) -> Candidate:
+        candidate = self._heads[queue][self._turn[queue]]
+        self._turn[queue] += 1
+        return candidate
+
+    def changed(self, queue: str) -> None:
+        """The queue's head or usage changed: key its path again, leaf to root."""
+        for name in self._tree.path(queue):
+            if name in self._parent:
+                self._rekey(name)
+
+    def _head_key(self, queue: str) -> tuple | None:
+        if queue not in self._heads or self._turn[queue] >= len(self._heads[queue]):
+            return None
+        c = self._heads[queue][self._turn[queue]]
+        weight = self._classes[c.service_class].weight if c.service_class in self._classes else 1.0
+        share = self._tree.share(queue) / (weight if weight > 0 else 1.0)
+        return -c.class_priority, (share,), -c.priority, c.job.id, queue
+
+    def _lifted(self, name: str) -> tuple | None:
+        """The best head below `name` (in its children), keyed from name's level."""
+        below = self._top_key(name)
+        if below is None:
+            return None
+        cp, shares, *rest = below
+        return (cp, (self._tree.share(name),) + shares, *rest)
+
+    def _own_first(self, node: str) -> bool:
+        """Whether the node's own head goes before the best head below it."""
+        own, below = self._head_key(node), self._lifted(node)
+        return own is not None and (below is None or own < below)
+
+    def _top_key(self, node: str | None) -> tuple | None:
+        heap = self._heaps.get(node)
+        while heap and heap[0][1] != self._version.get(heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _top(self, node: str | None) -> str | None:
+        return None if self._top_key(node) is None else self._heaps[node][0][2]
+
+    def _rekey(self, name: str) -> None:
+        """Put the best head at or below `name`, keyed from name's level, into its parent's heap."""
+        keys = [k for k in (self._head_key(name), self._lifted(name)) if k is not None]
+        version = self._version[name] = self._version.get(name, 0) + 1
+        if keys:
+            heapq.heappush(self._heaps[self._parent[name]], (min(keys), version, name))
 
 
 def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job_id: int) -> dict[str, ClusterState]:
@@ -199,8 +270,11 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         if held is not None or not _preempt(c, tree, state, running, classes, out, now, quota=True):
             out.waits[job.id] = over
         return
-    view = _view(state, out.holds, job.id)
-    decision = decide(job, _unpaid(view))
+    if out.holds:
+        view = _view(state, out.holds, job.id)
+        decision = decide(job, _unpaid(view))
+    else:  # every job sees the same clusters: the fast, shape-ranked choice
+        view, decision = state, state.best(job)
     if isinstance(decision, Place):
         _place(c, decision.cluster, tree, state, out)
         return
@@ -231,7 +305,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
             out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now)
             out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s){note}"
             return
-    unheld = decide(job, _unpaid(state))
+    unheld = decide(job, _unpaid(state)) if out.holds else decision
     if isinstance(unheld, Place):  # it would fit, but for someone's hold on that cluster
         blocker = next((h for h in out.holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
         if blocker is not None:

@@ -27,14 +27,21 @@ class QuotaTree:
         self.queues = {q.name: q for q in queues}
         self.capacity = capacity
         self.usage: dict[str, dict[str, int]] = {}
+        self._paths: dict[str, list[str]] = {}
+        self._shares: dict[str, float] = {}  # share() of queues whose usage has not changed since
 
     def path(self, name: str) -> list[str]:
         """The queue and its ancestors, leaf first (a broken or cyclic tree just stops)."""
+        found = self._paths.get(name)
+        if found is not None:
+            return found
         out: list[str] = []
+        start = name
         while name and name not in out:
             out.append(name)
             queue = self.queues.get(name)
             name = queue.parent if queue else None
+        self._paths[start] = out
         return out
 
     def used(self, name: str) -> dict[str, int]:
@@ -44,6 +51,7 @@ class QuotaTree:
         """Count a job against its queue and every ancestor (times=-1 releases it)."""
         for name in self.path(queue):
             self.usage[name] = add(self.used(name), requests, times)
+            self._shares.pop(name, None)
 
     def over_max(self, queue: str, requests: dict[str, int]) -> str | None:
         """Why admitting `requests` to `queue` would break a maximum on its path; None if it would not."""
@@ -93,10 +101,14 @@ class QuotaTree:
 
     def share(self, name: str) -> float:
         """Dominant-resource share of the queue, divided by its weight."""
+        found = self._shares.get(name)
+        if found is not None:
+            return found
         used = self.used(name)
         dominant = max((amount / self.capacity[r] for r, amount in used.items() if self.capacity.get(r)), default=0.0)
         quota = self.queues.get(name)
-        return dominant / (quota.weight if quota and quota.weight > 0 else 1.0)
+        share = self._shares[name] = dominant / (quota.weight if quota and quota.weight > 0 else 1.0)
+        return share
 
     def fair_key(self, queue: str, class_weight: float = 1.0) -> tuple[float, ...]:
         """Root first: siblings are compared by their own share before their children are."""

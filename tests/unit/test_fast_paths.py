@@ -1,0 +1,85 @@
+"""The cycle's fast paths give the answers of their plain definitions, over random inputs:
+
+- `Clusters.best` (per-shape rankings, re-ranked where capacity changed) chooses as `decide` does,
+  placement after placement;
+- `plan_cycle`'s order (a heap per parent of the queue tree) is the order of the definition: at every
+  step, of all queue heads, the one with the least (class first, weighted shares from the root down,
+  priority, age) key, recomputed from scratch.
+"""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, take
+from dispatcher.policy.planning import Candidate, ClassPolicy, plan_cycle
+from dispatcher.policy.quotas import QueueQuota, QuotaTree
+
+CPU = 1000
+CLASSES = {"high": ClassPolicy("high", priority=100), "low": ClassPolicy("low", priority=10),
+           "light": ClassPolicy("light", priority=10, weight=3.0)}
+
+shapes = st.tuples(st.integers(1, 6), st.integers(1, 3), st.sampled_from([(), ("onprem",), ("cloud",)]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 16), st.integers(1, 4), st.sampled_from(["onprem", "cloud", "edge"])),
+                min_size=1, max_size=6),
+       st.lists(shapes, min_size=1, max_size=40))
+def test_best_chooses_as_decide_does(cluster_specs, jobs):
+    clusters = [ClusterState(f"c{i}", tier, "dc", {}, {"cpu": cpu * CPU, "memory": cpu * CPU},
+                             {"cpu": cpu * CPU // nodes, "memory": cpu * CPU // nodes}, "",
+                             {"cpu": cpu * CPU, "memory": cpu * CPU})
+                for i, (cpu, nodes, tier) in enumerate(cluster_specs)]
+    fast = Clusters(clusters)
+    plain = {c.name: c for c in clusters}
+    for n, (cpu, pods, tiers) in enumerate(jobs):
+        job = QueuedJob(n, {"cpu": cpu * pods * CPU // 2}, {"cpu": cpu * CPU // 2}, tiers=tiers)
+        expected = decide(job, plain)
+        got = fast.best(job)
+        assert got == expected
+        if isinstance(got, Place):
+            fast[got.cluster] = take(fast[got.cluster], job.requests)
+
+
+def reference_order(heads: dict[str, list[Candidate]], tree: QuotaTree, room: int) -> list[int]:
+    """The definition: at every step the least key over every queue's head, keys made afresh; a job is
+    placed (and charged) while the single cluster has room, then only considered."""
+    turn = {q: 0 for q in heads}
+    out = []
+    while any(turn[q] < len(jobs) for q, jobs in heads.items()):
+        def key(q):
+            c = heads[q][turn[q]]
+            return (-c.class_priority, tree.fair_key(q, CLASSES[c.service_class].weight), -c.priority, c.job.id)
+        q = min((q for q, jobs in heads.items() if turn[q] < len(jobs)), key=key)
+        c = heads[q][turn[q]]
+        turn[q] += 1
+        if c.job.requests["cpu"] <= room:
+            room -= c.job.requests["cpu"]
+            tree.charge(q, c.job.requests)
+            out.append(c.job.id)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), min_size=1, max_size=8),
+       st.lists(st.tuples(st.integers(0, 7), st.sampled_from(sorted(CLASSES)), st.integers(0, 3), st.integers(1, 4)),
+                min_size=1, max_size=40),
+       st.integers(4, 60))
+def test_the_cycle_admits_in_the_order_of_the_definition(tree_spec, jobs, room):
+    # Up to 3 parents p0..p2 (weights 1..3); queue q<i> under p<parent>; some queues hold jobs of their own
+    # children too (a parent queue may be submitted to).
+    queues = [QueueQuota(f"p{i}", None, {}, {}, float(i + 1)) for i in range(3)]
+    queues += [QueueQuota(f"q{i}", f"p{parent}", {}, {}, float(weight)) for i, (parent, weight) in enumerate(tree_spec)]
+    names = [q.name for q in queues]
+    heads: dict[str, list[Candidate]] = {}
+    for n, (which, cls, priority, cpu) in enumerate(jobs):
+        queue = names[which % len(names)]
+        job = QueuedJob(n, {"cpu": cpu * CPU}, {"cpu": cpu * CPU})
+        heads.setdefault(queue, []).append(Candidate(job, queue, cls, CLASSES[cls].priority, priority))
+    for jobs_of in heads.values():
+        jobs_of.sort(key=lambda c: (-c.class_priority, -c.priority, c.job.id))
+    cluster = ClusterState("c", "onprem", "dc", {}, {"cpu": room * CPU}, {"cpu": room * CPU}, "", {"cpu": room * CPU})
+    plan = plan_cycle(heads, [], [cluster], queues, CLASSES, {}, 0.0)
+    expected = reference_order(heads, QuotaTree(queues, {"cpu": room * CPU}), room * CPU)
+    assert [p.job_id for p in plan.places] == expected
