@@ -195,11 +195,16 @@ def _preference(job: QueuedJob, c: ClusterState) -> tuple:
     return TIER_ORDER.get(c.tier, 9), start_delay(job, c), _tightness(job, c), c.name
 
 
+REASON_CLUSTERS = 5  # a wait reason names this many clusters at most; `sluice explain` lists them all
+
+
 def _wait_reason(job: QueuedJob, clusters: list[ClusterState]) -> str:
-    candidates = [c for c in clusters if allowed_on(job, c)]
+    candidates = sorted((c for c in clusters if allowed_on(job, c)), key=_rank)
     if not candidates:
         return "no cluster matches its placement" + _placement_text(job)
-    return "no cluster fits: " + "; ".join(f"{c.name}: {why_not(job, c)}" for c in sorted(candidates, key=_rank))
+    named = "; ".join(f"{c.name}: {why_not(job, c)}" for c in candidates[:REASON_CLUSTERS])
+    more = len(candidates) - REASON_CLUSTERS
+    return f"no cluster fits: {named}" + (f"; and {more} more clusters (sluice explain lists them)" if more > 0 else "")
 
 
 def take(cluster: ClusterState, requests: dict[str, int]) -> ClusterState:

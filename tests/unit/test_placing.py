@@ -444,3 +444,13 @@ def test_plan_invariants_over_random_clusters_and_jobs(clusters, jobs):
     check_each_placed_job_goes_whole_to_one_available_cluster_it_allows_and_fits(jobs, clusters, decisions)
     check_a_job_waits_only_when_nothing_it_allows_fits_and_never_skips_a_better_tier(jobs, clusters, decisions)
     check_a_job_called_impossible_is_never_placed(jobs, clusters, decisions)
+
+
+def test_a_wait_reason_names_at_most_five_clusters_and_counts_the_rest():
+    from dispatcher.policy.placing import decide
+    full = {f"c{i}": ClusterState(f"c{i}", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 8000})
+            for i in range(8)}
+    reason = decide(QueuedJob(1, {"cpu": 1000}, {"cpu": 1000}), full)
+    assert isinstance(reason, Wait)
+    assert reason.reason == ("no cluster fits: " + "; ".join(f"c{i}: needs 1 cpu, 0 free" for i in range(5))
+                             + "; and 3 more clusters (sluice explain lists them)")
