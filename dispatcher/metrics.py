@@ -4,7 +4,8 @@ Two kinds, kept apart:
 
 - What happens in this process (dispatch latency, scheduling cycles and their decisions) is counted as
   it happens, in `DispatcherMetrics`, by whoever is handed the object (the scheduler, the agent link).
-  Only the leader schedules, so on a follower replica the scheduling series stay at zero.
+  Only the leader schedules, so on a follower replica the scheduling series stay at zero, and
+  `sluice_scheduler_leader` is 1 on the leader only.
 - What lives in Postgres (queued and active jobs, queue usage, outbox depth, cluster capacity) is read
   when Prometheus scrapes, by `StoreCollector`: one short read-only transaction of a few GROUP BY
   queries, with a statement timeout, so nothing is cached to go stale and every replica reports the
@@ -21,7 +22,7 @@ import math
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import sessionmaker
@@ -68,6 +69,10 @@ class DispatcherMetrics:
             "sluice_scheduling_decisions",
             "Decisions of the scheduling cycles: jobs dispatched, attempts preempted, jobs left waiting "
             "(a job waiting through n cycles counts n times).", ["decision"], registry=self.registry)
+        self.leader = Gauge(
+            "sluice_scheduler_leader",
+            "1 while this replica holds the scheduling leader lock (and runs the cycles), 0 otherwise.",
+            registry=self.registry)
         for phase in (SUBMIT_TO_DISPATCH, DISPATCH_TO_RUNNING):  # every series exists from the start, at 0
             self.dispatch_latency.labels(phase)
         for decision in DECISIONS:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -41,6 +42,10 @@ class SchedulerSettings:
     reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
+    # TCP keepalive on the leader lock's connection, both ways (seconds idle before the first probe; probes
+    # then go 1 s apart and 2 unanswered ones drop the connection). A leader that dies with its machine
+    # sends no FIN: without this Postgres would keep its lock for the kernel's default (hours).
+    leader_keepalive_s: int = 1
     unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
     prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
     avoid_unschedulable_s: float = 600.0  # a cluster where a job's attempt could not start is left out this long
@@ -133,12 +138,19 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
 
 
 class Scheduler:
-    """Runs cycles while this process holds the leader lock."""
+    """Runs cycles while this process holds the leader lock.
+
+    on_leadership(True) is called, on the scheduler thread, right after the lock is taken and before the
+    first cycle; on_leadership(False) when leading ends for any reason (lost lock, error, stop). Work
+    that only the leader should do (the Prometheus refresher) is started and stopped there.
+    """
 
     def __init__(self, engine: Engine, sessions: sessionmaker, notifier: Notifier, settings: SchedulerSettings,
-                 metrics: DispatcherMetrics | None = None):
+                 metrics: DispatcherMetrics | None = None,
+                 on_leadership: Callable[[bool], None] | None = None):
         self._url = libpq_url(engine)
         self._metrics = metrics
+        self._on_leadership = on_leadership
         self._sessions = sessions
         self._settings = settings
         self._wake = threading.Event()
@@ -159,7 +171,7 @@ class Scheduler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True) as lock_conn:
+                with self._lock_connection() as lock_conn:
                     while not self._stop.is_set():
                         got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,)).fetchone()[0]
                         if got:
@@ -167,17 +179,47 @@ class Scheduler:
                         self._stop.wait(self._settings.leader_retry_s)
                     else:
                         return
-                    log.info("became the scheduling leader")
+                    log.info("became the scheduling leader", extra={"backend_pid": lock_conn.info.backend_pid})
+                    self._holds = {}  # an earlier term's holds (on this replica) describe a past others moved on from
                     self.is_leader.set()
+                    self._leadership(True)
                     try:
                         self._lead(lock_conn)
                     finally:
                         self.is_leader.clear()
+                        self._leadership(False)
             except LostLeadership:
                 log.warning("lost the leader lock; following again")
             except Exception:
                 log.exception("scheduler failed; retrying")
                 self._stop.wait(1.0)
+
+    def _lock_connection(self) -> psycopg.Connection:
+        """An autocommit connection for the leader lock, with keepalives on both ends of TCP.
+
+        The server-side settings let Postgres drop a silent leader (its machine or network gone) within
+        about 3 s, releasing the lock for a follower; the client-side ones let the leader notice a silent
+        Postgres. Over a Unix socket none apply: the kernel closes the socket when the process dies.
+        """
+        k = self._settings.leader_keepalive_s
+        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=10, keepalives=1, keepalives_idle=k,
+                               keepalives_interval=1, keepalives_count=2, tcp_user_timeout=(k + 2) * 1000)
+        try:
+            conn.execute(f"SET tcp_keepalives_idle = {int(k)}; SET tcp_keepalives_interval = 1; "
+                         f"SET tcp_keepalives_count = 2; SET tcp_user_timeout = {(int(k) + 2) * 1000}")
+        except Exception:
+            conn.close()
+            raise
+        return conn
+
+    def _leadership(self, leading: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.leader.set(1 if leading else 0)
+        if self._on_leadership is not None:
+            try:
+                self._on_leadership(leading)
+            except Exception:  # leader-only side work must not stop scheduling (or keep a dead term alive)
+                log.exception("leadership callback failed", extra={"leading": leading})
 
     def _lead(self, lock_conn: psycopg.Connection) -> None:
         reasons_at = 0.0

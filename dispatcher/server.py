@@ -2,10 +2,16 @@
 
 `Dispatcher` is used by `sluice dispatcher serve`, by `sluice up` (with in-process sim agents) and by
 the tests: one object to start and stop, owning everything it started.
+
+Any number of them may serve one database (docs/scaling.md). Every replica serves the whole API, agent
+streams included, and listens for notifications; only the one holding the leader lock schedules and
+reads Prometheus (its refresher runs while it leads). The /metrics gauges read from Postgres are served
+by every replica, each scrape being one short read-only transaction.
 """
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -64,9 +70,13 @@ class Dispatcher:
         self.metrics = DispatcherMetrics()
         self.metrics.registry.register(StoreCollector(
             self.sessions, unreachable_after_s=unreachable, staleness_s=settings.scheduler.prometheus_staleness_s))
+        # Only the leader reads Prometheus: every replica doing it would multiply the queries by the
+        # replicas and let an older reading overwrite a newer one.
+        self.refresher: Refresher | None = None
+        self._refresher_lock = threading.Lock()
+        self._stopping = False
         self.scheduler = Scheduler(self.engine, self.sessions, self.notifier, settings.scheduler,
-                                   metrics=self.metrics)
-        self.refresher = Refresher(self.sessions, interval_s=settings.prometheus_interval_s)
+                                   metrics=self.metrics, on_leadership=self._leadership)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="rpc"),
                                   options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
@@ -101,15 +111,28 @@ class Dispatcher:
         self.notifier.start()
         self.server.start()
         self.scheduler.start()
-        self.refresher.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("dispatcher serving", extra={"address": self.address})
         return self
 
+    def _leadership(self, leading: bool) -> None:
+        """Start the Prometheus refresher when this replica becomes the leader, stop it when it stops."""
+        with self._refresher_lock:
+            if leading:
+                if self.refresher is None and not self._stopping:
+                    self.refresher = Refresher(self.sessions, interval_s=self.settings.prometheus_interval_s)
+                    self.refresher.start()
+                return
+            refresher, self.refresher = self.refresher, None
+        if refresher is not None:
+            refresher.stop()
+
     def stop(self, grace: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
-        self.refresher.stop()
-        self.scheduler.stop()
+        with self._refresher_lock:
+            self._stopping = True
+        self.scheduler.stop()  # ends leading, which stops the refresher
+        self._leadership(False)  # in case the scheduler thread did not end in time
         self.server.stop(grace).wait()
         self.notifier.stop()
         if self.metrics_server:
