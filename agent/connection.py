@@ -3,6 +3,9 @@
 On every connection the agent sends a hello with its inventory (from the backend, i.e. the cluster)
 and capacity, then every status report not yet acked, in order. Commands are applied in id order and
 acked after they took effect; their (job, attempt) makes a repeat harmless (creation is idempotent).
+
+The dispatcher may be several replicas (docs/scaling.md): `AgentSettings.dispatcher` then lists them,
+and each new dial goes to the next address after the one that failed or whose link was lost.
 """
 from __future__ import annotations
 
@@ -25,14 +28,40 @@ VERSION = "0.1.0"
 _HEARTBEAT = object()
 
 
+# gRPC's own address-list targets ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv6:..."): passed through whole.
+_GRPC_LIST_SCHEMES = ("ipv4:", "ipv6:")
+
+
+def dispatcher_addresses(value: str) -> tuple[str, ...]:
+    """`host:port` or `host:port,host:port,...` -> the gRPC targets to dial, in order.
+
+    A list of our own rather than one gRPC target with pick_first over several addresses: that needs
+    literal IPs (the ipv4:/ipv6: schemes), while replicas are usually DNS names (a StatefulSet's
+    `dispatcher-0.dispatcher:7070`), each of which gRPC resolves and balances by itself; and a fresh
+    pick_first channel always starts from the first address again, so after a replica dies every
+    reconnect would first dial the dead one. Here the next dial goes to the next address.
+    """
+    text = value.strip()
+    if text.startswith(_GRPC_LIST_SCHEMES):
+        return (text,)
+    # Nothing usable: dial the value as given, as a single address always was (gRPC says what is wrong).
+    return tuple(a.strip() for a in text.split(",") if a.strip()) or (value,)
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     cluster: str
-    dispatcher: str  # host:port
+    # host:port, or several replicas' host:port,host:port,...: tried in turn, moving to the next on a
+    # failed dial or a lost link (any replica serves any agent).
+    dispatcher: str
     token: str
     heartbeat_s: float = 1.0  # capacity report interval
     backoff_initial_s: float = 0.2  # first reconnect delay, doubled up to backoff_max_s
     backoff_max_s: float = 10.0
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return dispatcher_addresses(self.dispatcher)
 
 
 def _status_message(status: AttemptStatus) -> agents_pb2.AttemptStatus:
@@ -64,6 +93,8 @@ class Agent:
         self._paused = threading.Event()
         self._call = None
         self._thread: threading.Thread | None = None
+        self._addresses = settings.addresses
+        self.address = self._addresses[0]  # the replica dialled last (or now)
         # A registry of its own (several agents share one process); serve it with agent.metrics.serve.
         self.metrics = AgentMetrics(settings.cluster, unacked=lambda: len(self._unacked))
 
@@ -85,10 +116,13 @@ class Agent:
 
     def run(self) -> None:
         backoff = self.settings.backoff_initial_s
+        turn = 0
         while not self._stop.is_set():
             while self._paused.is_set() and not self._stop.wait(0.05):
                 pass
             started = time.monotonic()
+            self.address = self._addresses[turn % len(self._addresses)]
+            turn += 1  # whatever ends this connection, the next dial goes to the next replica
             try:
                 self._connect_once()
             except grpc.RpcError as exc:
@@ -96,7 +130,7 @@ class Agent:
                     return
                 code = exc.code() if hasattr(exc, "code") else None
                 log.warning("dispatcher link lost; reconnecting", extra={"cluster": self.settings.cluster,
-                                                                        "code": str(code)})
+                                                                        "address": self.address, "code": str(code)})
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
                             grpc.StatusCode.NOT_FOUND):
                     backoff = self.settings.backoff_max_s  # will not fix itself quickly
@@ -126,7 +160,7 @@ class Agent:
             for seq in sorted(self._unacked):
                 out.put(self._report(seq, self._unacked[seq]))
             self._out = out
-        channel = grpc.insecure_channel(self.settings.dispatcher, options=[
+        channel = grpc.insecure_channel(self.address, options=[
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.max_receive_message_length", 64 << 20)])
         try:
@@ -140,7 +174,8 @@ class Agent:
                     self._configure(message.welcome.cluster_spec_json)
                     self.connected.set()
                     self.metrics.connected.set(1)
-                    log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster})
+                    log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster,
+                                                                  "address": self.address})
                 elif kind == "command":
                     self._apply(message.command, out)
                 elif kind == "status_ack":
