@@ -28,7 +28,8 @@ from sluice.v1 import agents_pb2, agents_pb2_grpc
 
 log = logging.getLogger(__name__)
 _POLL, _END = object(), object()
-BATCH = 500
+BATCH = 500  # outbox commands read per query
+READ_BATCH = 100  # agent messages applied in one transaction at most (and the job rows it locks)
 
 
 def capacity_document(capacity: agents_pb2.Capacity) -> dict:
@@ -113,36 +114,127 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         return hello.cluster, acked, document
 
     def _read(self, cluster: str, acked: int, request_iterator, out: queue.Queue) -> None:
-        last_capacity: dict | None = None
+        """Apply what the agent sends, in order, several messages per transaction.
+
+        A pump thread moves messages off the stream as they arrive; this thread takes everything waiting
+        (up to READ_BATCH messages) and applies it in one transaction. Under load that turns the agent's
+        acks, heartbeats and status reports (four or five small transactions per job) into one commit per
+        batch; when idle a batch is one message, as before. Replies (StatusAck) go out after the commit.
+        """
+        inbox = _Inbox()
+        pump = threading.Thread(target=_pump, args=(request_iterator, inbox), name=f"agent-{cluster}-in", daemon=True)
+        pump.start()
+        state = _LinkState(acked)
         try:
-            for message in request_iterator:
-                kind = message.WhichOneof("kind")
-                if kind == "heartbeat":
-                    capacity = capacity_document(message.heartbeat.capacity)
-                    with self._sessions.begin() as session:
-                        cluster_store.record_capacity(session, cluster, capacity,
-                                                      max(acked, message.heartbeat.capacity.applied_through),
-                                                      datetime.now(timezone.utc))
-                        if capacity != last_capacity:
-                            job_store.notify(session, job_store.WAKE_CHANNEL)
-                    last_capacity = capacity
-                elif kind == "status":
-                    with self._sessions.begin() as session:
-                        reports.apply(session, cluster, report_of(message.status.status), self._metrics)
-                    out.put(agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=message.status.seq)))
-                elif kind == "ack":
-                    ids = list(message.ack.command_ids)
-                    with self._sessions.begin() as session:
-                        outbox_store.ack(session, cluster, ids)
-                    acked = max([acked, *ids])
-                else:
-                    log.warning("unexpected agent message ignored", extra={"cluster": cluster, "kind": kind})
+            ended = False
+            while not ended:
+                batch = [inbox.get()]
+                while len(batch) < READ_BATCH and batch[-1] is not _END:
+                    try:
+                        batch.append(inbox.get_nowait())
+                    except queue.Empty:
+                        break
+                if batch[-1] is _END:
+                    batch.pop()
+                    ended = True
+                if batch:
+                    self._apply(cluster, batch, state, out)
+            if inbox.error is not None:
+                raise inbox.error
         except grpc.RpcError:
             pass  # the agent went away; it will reconnect and be reconciled
         except Exception:
             log.exception("agent stream failed", extra={"cluster": cluster})
         finally:
+            inbox.closed.set()
             out.put(_END)
+
+    def _apply(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
+        try:
+            self._apply_in_one_transaction(cluster, batch, state, out)
+        except Exception:
+            if len(batch) == 1:
+                raise
+            # Nothing of the batch committed. Its reports may have deadlocked with a writer that locks
+            # several jobs (a cancel of many, a cycle's preemptions): Postgres aborted us. One message
+            # per transaction, as an unbatched link would, locks one job at a time.
+            log.warning("agent batch failed; applying its messages one by one", exc_info=True,
+                        extra={"cluster": cluster, "messages": len(batch)})
+            for message in batch:
+                self._apply_in_one_transaction(cluster, [message], state, out)
+
+    def _apply_in_one_transaction(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
+        acked, ids, seq = state.acked, [], 0
+        heartbeat: tuple[dict, int] | None = None
+        with self._sessions.begin() as session:
+            for message in batch:
+                kind = message.WhichOneof("kind")
+                if kind == "heartbeat":
+                    # The acks before a heartbeat were applied before its snapshot: they raise its watermark.
+                    # The acks after it (in this batch) must not.
+                    capacity = message.heartbeat.capacity
+                    heartbeat = (capacity_document(capacity), max(acked, capacity.applied_through))
+                elif kind == "status":
+                    reports.apply(session, cluster, report_of(message.status.status), self._metrics)
+                    seq = max(seq, message.status.seq)
+                elif kind == "ack":
+                    ids.extend(message.ack.command_ids)
+                    acked = max([acked, *message.ack.command_ids])
+                else:
+                    log.warning("unexpected agent message ignored", extra={"cluster": cluster, "kind": kind})
+            if ids:
+                outbox_store.ack(session, cluster, ids)
+            if heartbeat is not None:
+                cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(timezone.utc))
+                if heartbeat[0] != state.capacity:
+                    job_store.notify(session, job_store.WAKE_CHANNEL)
+        state.acked = acked
+        if heartbeat is not None:
+            state.capacity = heartbeat[0]
+        if seq:  # cumulative: one ack covers every report of the batch
+            out.put(agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=seq)))
+
+
+class _LinkState:
+    """What one agent connection's reader remembers between batches."""
+
+    def __init__(self, acked: int):
+        self.acked = acked  # the highest command id this agent acked (floors its capacity watermark)
+        self.capacity: dict | None = None  # the last capacity recorded (a change wakes the scheduler)
+
+
+class _Inbox(queue.Queue):
+    """The messages the pump took off the stream and the reader has not applied yet.
+
+    Bounded, so a reader that falls behind still slows the agent down through gRPC flow control rather
+    than piling its messages up here.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(maxsize=5 * READ_BATCH)
+        self.error: Exception | None = None  # why the stream ended, when it did not end cleanly
+        self.closed = threading.Event()  # the reader stopped: the pump stops too
+
+    def offer(self, item) -> bool:
+        """Put, waiting while full; False once the reader has stopped."""
+        while not self.closed.is_set():
+            try:
+                self.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+
+def _pump(request_iterator, inbox: _Inbox) -> None:
+    """Move the agent's messages off the stream as they arrive; _END (and the error, if any) when it ends."""
+    try:
+        for message in request_iterator:
+            if not inbox.offer(message):
+                return
+    except Exception as exc:  # grpc.RpcError when the agent goes away: the reader re-raises it
+        inbox.error = exc
+    inbox.offer(_END)
 
 
 def _command(row) -> agents_pb2.Command:
