@@ -462,7 +462,7 @@ def dispatcher_token(
 
 @agent_app.command("run")
 def agent_run(cluster: str = typer.Option(..., "--cluster"),
-              dispatcher: str = typer.Option(..., "--dispatcher", help="HOST:PORT"),
+              dispatcher: str = typer.Option(..., "--dispatcher", help="HOST:PORT[,HOST:PORT...] (replicas, tried in turn)"),
               token_file: pathlib.Path = typer.Option(..., "--token-file"),
               backend: str = typer.Option("sim", "--backend", help="sim (in-process simulated cluster) or kubernetes"),
               kubeconfig: Optional[pathlib.Path] = typer.Option(
