@@ -6,6 +6,7 @@ transaction. The caller owns the transaction: these functions may flush, never c
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.policy import states
-from dispatcher.store.models import Attempt, Job, JobEvent, OutboxCommand
+from dispatcher.store.models import Attempt, Job, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -160,34 +161,39 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
     bursts = bursts or {}
     if not decisions:
         return []
-    ids = [d[0] for d in decisions]
-    clusters = [d[1] for d in decisions]
-    moved = session.execute(text(
-        """UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
-                  cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
-                  started_at = NULL, finished_at = NULL
-           FROM unnest(CAST(:ids AS bigint[]), CAST(:clusters AS text[])) AS d(id, cluster)
-           WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
-           RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec, jobs.created_at, jobs.dispatched_at"""), {"ids": ids, "clusters": clusters}).all()
-    if not moved:
-        return []
     from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
-    lock_clusters(session, [r.cluster for r in moved])
-    session.execute(insert(Attempt), [dict(job_id=r.id, attempt=r.attempt, cluster=r.cluster,
-                                           state=states.DISPATCHED, burst=bursts.get(r.id)) for r in moved])
-    session.execute(insert(JobEvent), [dict(job_id=r.id, attempt=r.attempt, from_state=states.QUEUED,
-                                            to_state=states.DISPATCHED, cluster=r.cluster,
-                                            reason=f"dispatched to {r.cluster}"
-                                            + (f": {bursts[r.id]['summary']}" if r.id in bursts else ""))
-                                       for r in moved])
-    command_ids = session.scalars(
-        insert(OutboxCommand).returning(OutboxCommand.id, sort_by_parameter_order=True),
-        [dict(cluster=r.cluster, kind="dispatch", job_id=r.id, attempt=r.attempt, payload={"spec": r.spec})
-         for r in moved]).all()
-    for cluster in sorted({r.cluster for r in moved}):
+    lock_clusters(session, [cluster for _, cluster in decisions])
+    rows = session.execute(text(
+        """WITH d AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:clusters AS text[])) AS d(id, cluster)),
+           b AS (SELECT * FROM unnest(CAST(:burst_ids AS bigint[]), CAST(:burst_docs AS jsonb[])) AS b(id, doc)),
+           moved AS (
+               UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
+                      cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
+                      started_at = NULL, finished_at = NULL
+               FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
+               RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec, jobs.created_at, jobs.dispatched_at),
+           attempts_made AS (
+               INSERT INTO attempts (job_id, attempt, cluster, state, burst)
+               SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
+           events_made AS (
+               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+               SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
+                      'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
+               FROM moved m LEFT JOIN b ON b.id = m.id),
+           commands AS (
+               INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
+               SELECT m.cluster, 'dispatch', m.id, m.attempt, jsonb_build_object('spec', m.spec)
+               FROM moved m ORDER BY m.id
+               RETURNING id, job_id)
+           SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
+           FROM moved m JOIN commands c ON c.job_id = m.id ORDER BY m.id"""),
+        {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
+         "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()]}).all()
+    for cluster in sorted({r.cluster for r in rows}):
         notify(session, OUTBOX_CHANNEL, cluster)
-    notify(session, EVENTS_CHANNEL)
-    return [Dispatched(r.id, r.attempt, r.cluster, c, r.created_at, r.dispatched_at) for r, c in zip(moved, command_ids)]
+    if rows:
+        notify(session, EVENTS_CHANNEL)
+    return [Dispatched(r.id, r.attempt, r.cluster, r.command_id, r.created_at, r.dispatched_at) for r in rows]
 
 
 def set_reasons(session: Session, reasons: dict[int, str]) -> None:
