@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from datetime import datetime, timezone
 
 from sqlalchemy.orm import sessionmaker
@@ -24,6 +25,10 @@ from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
 READERS = ("admin", "user")
 MAX_LIST = 1000
+
+
+GAP_WAIT_S = 10.0  # how long Watch waits for an event id it skipped over to commit
+MAX_GAPS = 10_000  # a longer jump of ids (a resumed cursor far behind) is not waited for
 
 
 class JobsService(jobs_pb2_grpc.JobsServicer):
@@ -104,16 +109,29 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         wake = threading.Event()
         unsubscribe = self._notifier.subscribe(job_store.EVENTS_CHANNEL, lambda _p: wake.set())
         cursor = request.after_event_id
+        # Event ids are taken when a transaction inserts, not when it commits, so an id below the cursor
+        # may still appear (a longer transaction commits after a shorter, later one). The ids skipped
+        # over are asked for again until GAP_WAIT_S has passed (an id of a rolled-back transaction never
+        # appears). One job's events are written under its row lock, so they commit in id order.
+        gaps: dict[int, float] = {}
         try:
             while context.is_active():
                 wake.clear()
                 with self._sessions() as session:
-                    batch = job_store.events(session, job_id=request.job_id, after_id=cursor)
+                    batch = job_store.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
+                now = time.monotonic()
                 for row in batch:
-                    cursor = row.id
+                    if row.id in gaps:
+                        del gaps[row.id]
+                    else:
+                        if not request.job_id and row.id - cursor <= MAX_GAPS:
+                            gaps.update(dict.fromkeys(range(cursor + 1, row.id), now))
+                        cursor = row.id
                     yield convert.event(row)
+                for gap in [g for g, since in gaps.items() if now - since > GAP_WAIT_S]:
+                    del gaps[gap]
                 if not batch:
-                    wake.wait(1.0)
+                    wake.wait(1.0 if not gaps else 0.1)
         finally:
             unsubscribe()
 

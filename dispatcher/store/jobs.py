@@ -88,8 +88,12 @@ def list_jobs(session: Session, *, queue: str | None = None, state: str | None =
     return list(session.scalars(stmt))
 
 
-def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000) -> list[JobEvent]:
-    stmt = select(JobEvent).where(JobEvent.id > after_id).order_by(JobEvent.id).limit(limit)
+def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000,
+           also: list[int] = ()) -> list[JobEvent]:
+    """Events after `after_id` in id order, and those of the ids in `also` (gaps below it) that exist now."""
+    after = JobEvent.id > after_id
+    stmt = select(JobEvent).where(after | JobEvent.id.in_(list(also)) if also else after)
+    stmt = stmt.order_by(JobEvent.id).limit(limit)
     if job_id:
         stmt = stmt.where(JobEvent.job_id == job_id)
     return list(session.scalars(stmt))

@@ -204,6 +204,37 @@ def test_objects_of_a_job_the_dispatcher_never_had_are_left_alone_and_the_agent_
     agent.close()
 
 
+def test_watch_delivers_an_event_that_commits_after_a_later_one(dispatcher):
+    # Event ids are taken at insert: a longer transaction can commit a lower id after a later one.
+    from dispatcher.store import jobs as job_store
+    from dispatcher.store.models import JobEvent
+    [a, b] = dispatcher.client.submit([job_doc(cpu="100"), job_doc(cpu="100")])  # fit nowhere: stay queued
+    seen: queue.Queue = queue.Queue()
+    watcher = Client(ClientConfig(dispatcher.address, dispatcher.admin, timeout_s=30))
+    threading.Thread(target=lambda: [seen.put(e) for e in watcher.watch()], daemon=True).start()
+
+    def reasons_until(wanted: str) -> list[str]:
+        got = []
+        while wanted not in got:
+            got.append(seen.get(timeout=10)["reason"])
+        return got
+
+    reasons_until("submitted") and reasons_until("submitted")
+    slow = dispatcher.sessions()
+    slow.begin()
+    slow.add(JobEvent(job_id=a, attempt=0, from_state="QUEUED", to_state="QUEUED", reason="slow"))
+    slow.flush()  # takes its id now, commits later
+    with dispatcher.sessions.begin() as fast:
+        fast.add(JobEvent(job_id=b, attempt=0, from_state="QUEUED", to_state="QUEUED", reason="fast"))
+        job_store.notify(fast, job_store.EVENTS_CHANNEL)
+    assert "slow" not in reasons_until("fast")
+    job_store.notify(slow, job_store.EVENTS_CHANNEL)
+    slow.commit()
+    slow.close()
+    assert reasons_until("slow")[-1] == "slow"
+    watcher.close()
+
+
 def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
     agent.next("welcome")
