@@ -49,8 +49,7 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
              "node": {"cpu": "64", "memory": "256Gi"}, "queue_tree": f"{min(10, config.queues)} parents, "
              f"{config.queues} leaf queues, no quotas", "classes": "critical 5% / standard 70% / batch 25%, priority 0-9",
              "shapes": [asdict(s) for s in workload.SHAPES], "per_queue": 64, "floor_batch": floor.BATCH}
-    for name in sorted(wanted & {"dispatch", "cycle", "floor", "memory"}):
-        run.configs[name] = shown
+    run.configs[", ".join(sorted(wanted & {"dispatch", "cycle", "floor", "memory"}))] = shown
     print(f"backlog: {config.jobs:,} jobs in {config.queues:,} queues, {config.clusters} clusters of {nodes} nodes",
           flush=True)
     db = pg.create("backlog")
@@ -115,6 +114,9 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
             print(f"    cycle {n + 1}: {c['dispatched']:,} dispatched in {c['seconds']:.2f}s (cpu {c['cpu']:.2f}s), rss {c['rss'] / 2**20:.0f} MiB",
                   flush=True)
         limited = " (stopped by the time limit)" if result.get("stopped_by_time_limit") else ""
+        if limited:
+            run.notes.append(f"dispatch stopped by its {config.drain_time_limit_s:,.0f} s limit after {dispatched:,} of "
+                             f"{config.jobs:,} jobs; the floor claimed as many")
         if "dispatch" in wanted:
             run.add(Figure("dispatch", f"dispatch from a {config.jobs:,}-job backlog", dispatch_rate, "jobs/s",
                            Target(">=", 10_000), note=f"{dispatched:,} jobs in {len(cycles)} cycles, "
