@@ -12,7 +12,6 @@ JobSpec.
 """
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field, replace
 
@@ -112,7 +111,7 @@ class JobSpec:
         if self.service_class is not None:
             spec["serviceClass"] = self.service_class
         spec["priority"] = self.priority
-        spec["podSets"] = [{"name": p.name, "count": p.count, "template": copy.deepcopy(p.template)}
+        spec["podSets"] = [{"name": p.name, "count": p.count, "template": json_copy(p.template)}
                            for p in self.pod_sets]
         spec["placement"] = {"clusterSelector": dict(self.placement.cluster_selector),
                              "tiers": list(self.placement.tiers), "sites": list(self.placement.sites)}
@@ -120,6 +119,15 @@ class JobSpec:
         if self.max_runtime_s is not None:
             spec["maxRuntime"] = format_duration_exact(self.max_runtime_s)
         return {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+def json_copy(value):
+    """A deep copy of JSON data (dicts, lists, scalars): what copy.deepcopy does for it, several times faster."""
+    if isinstance(value, dict):
+        return {k: json_copy(x) for k, x in value.items()}
+    if isinstance(value, list):
+        return [json_copy(x) for x in value]
+    return value
 
 
 # -- documents ---------------------------------------------------------------------------------------
@@ -278,7 +286,7 @@ def _pod_sets(value: object, path: str) -> tuple[PodSet, ...]:
 
 
 def _pod_set(name: str, count: int, template: dict, path: str) -> PodSet:
-    return PodSet(name=name, count=count, template=copy.deepcopy(template),
+    return PodSet(name=name, count=count, template=json_copy(template),
                   requests=pod_requests(template, path))
 
 

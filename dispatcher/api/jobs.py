@@ -37,14 +37,13 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self._auth = auth
         self._notifier = notifier
         self._unreachable_after_s = unreachable_after_s
+        self._submitter = submitting.Submitter(sessions)
 
     @translated
     def Submit(self, request, context):
         who = self._auth.require(context, *READERS)
-        specs = submitting.parse(list(request.specs_json))
-        with self._sessions.begin() as session:
-            ids = submitting.submit(session, who, specs)
-        return jobs_pb2.SubmitResponse(ids=ids)  # acknowledged only after the commit above
+        ids = self._submitter.submit(who, submitting.parse(list(request.specs_json)))
+        return jobs_pb2.SubmitResponse(ids=ids)  # acknowledged only after the commit that wrote them
 
     @translated
     def Get(self, request, context):

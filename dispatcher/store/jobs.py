@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Row, func, insert, select, text, update
+from sqlalchemy import Row, func, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
@@ -48,19 +48,39 @@ class NewJob:
 
 
 def submit(session: Session, jobs: list[NewJob]) -> list[int]:
-    """Insert queued jobs (one statement for the batch) with their first event; returns their ids."""
+    """Insert queued jobs with their first event, in one statement; returns their ids, in order.
+
+    The ids are drawn from the jobs' identity sequence in the given order, so jobs of one call keep it.
+    """
     if not jobs:
         return []
-    rows = [dict(name=j.name, queue=j.queue, service_class=j.service_class, class_priority=j.class_priority,
-                 priority=j.priority, max_retries=j.max_retries, spec=j.spec, requests=j.requests,
-                 largest_pod=j.largest_pod, placement=j.placement, labels=j.labels,
-                 submitted_by=j.submitted_by, state=states.QUEUED, reason=SUBMITTED) for j in jobs]
-    ids = list(session.scalars(insert(Job).returning(Job.id, sort_by_parameter_order=True), rows))
-    session.execute(insert(JobEvent), [dict(job_id=i, attempt=0, from_state="", to_state=states.QUEUED,
-                                            reason=SUBMITTED) for i in ids])
-    notify(session, WAKE_CHANNEL)
-    notify(session, EVENTS_CHANNEL)
-    return ids
+    # One JSON array for the batch: Postgres parses it faster than psycopg quotes text arrays.
+    batch = json.dumps([{"name": j.name, "queue": j.queue, "service_class": j.service_class,
+                         "class_priority": j.class_priority, "priority": j.priority, "max_retries": j.max_retries,
+                         "spec": j.spec, "requests": j.requests, "largest_pod": j.largest_pod,
+                         "placement": j.placement, "labels": j.labels, "submitted_by": j.submitted_by}
+                        for j in jobs])
+    ids = session.scalars(text(
+        """WITH new AS (
+               SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, u.* FROM (
+                   SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(:batch AS jsonb)) AS (
+                       name text, queue text, service_class text, class_priority int, priority int, max_retries int,
+                       spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text))
+                   WITH ORDINALITY AS r(name, queue, service_class, class_priority, priority, max_retries, spec,
+                                        requests, largest_pod, placement, labels, submitted_by, n)
+                   ORDER BY n) u),
+           made AS (
+               INSERT INTO jobs (id, name, queue, service_class, class_priority, priority, max_retries, spec,
+                                 requests, largest_pod, placement, labels, submitted_by, state, reason)
+               SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec, requests,
+                      largest_pod, placement, labels, submitted_by, 'QUEUED', :reason FROM new),
+           events AS (
+               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
+               SELECT id, 0, '', 'QUEUED', :reason FROM new)
+           SELECT id FROM new ORDER BY n"""), {"batch": batch, "reason": SUBMITTED}).all()
+    session.execute(text("SELECT pg_notify(:wake, ''), pg_notify(:events, '')"),
+                    {"wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL})
+    return list(ids)
 
 
 def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
