@@ -25,12 +25,12 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.notifying import Notifier, libpq_url
 from dispatcher import budgets, reports
 from dispatcher.policy.placing import QueuedJob
-from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, plan_cycle
+from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, VictimsNeeded, active_needs, plan_cycle
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from sluice.objects import object_from_document
-from sluice.quantity import parse_duration
+from sluice.quantity import add, parse_duration
 
 log = logging.getLogger(__name__)
 LEADER_LOCK = 7302
@@ -97,6 +97,13 @@ def candidate(row, now: datetime, avoid: tuple[str, ...] = ()) -> Candidate:
                      (now - row.created_at).total_seconds(), row.preempted_by)
 
 
+def _active(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
+    return [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
+                   classes[r.service_class].preemptible if r.service_class in classes else False,
+                   r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None)
+            for r in rows]
+
+
 def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,
               holds: dict[int, Hold] | None = None, write_reasons: bool = True,
               leader_pid: int | None = None) -> CycleResult:
@@ -106,10 +113,8 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
             raise LostLeadership("the leader lock is no longer held")
         reports.expire_leases(session, now)
-        active_rows = job_store.active_attempts(session)
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
-                                                   staleness_s=settings.prometheus_staleness_s,
-                                                   active_rows=active_rows)]
+                                                   staleness_s=settings.prometheus_staleness_s)]
         classes = class_policies(session)
         heads: dict[str, list[Candidate]] = {}
         current: dict[int, str] = {}
@@ -119,13 +124,27 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         for row in rows:
             heads.setdefault(row.queue, []).append(candidate(row, now, avoid.get(row.id, ())))
             current[row.id] = row.reason
-        active = [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
-                         classes[r.service_class].preemptible if r.service_class in classes else False,
-                         r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None)
-                  for r in active_rows]
+        # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
+        # attempts it may need (planning.active_needs): the victims only once a search for them starts.
+        usage: dict[str, dict[str, int]] = {}
+        for r in job_store.active_usage(session):
+            usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
+        quotas = queue_quotas(session)
+        needs = active_needs(heads, clusters, quotas, classes, usage)
+        active = _active(job_store.active_attempts(session, clusters=needs.clusters, timed=True), classes) \
+            if needs.timed else []
         rules = budgets.rules(session)
-        plan = plan_cycle(heads, active, clusters, queue_quotas(session), classes, holds or {}, now.timestamp(),
-                          rules, budgets.spend(session, now) if rules else {})
+        spend = budgets.spend(session, now) if rules else {}
+        try:
+            plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules, spend,
+                              usage=usage, victims=not needs.victims)
+        except VictimsNeeded:
+            seen = {a.job_id for a in active}
+            active += [a for a in _active(job_store.active_attempts(
+                session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
+                queues=needs.queues), classes) if a.job_id not in seen]
+            plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules, spend,
+                              usage=usage)
         preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
         dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
                                         {job_id: d.record() for job_id, d in plan.bursts.items()})

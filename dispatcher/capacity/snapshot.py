@@ -54,17 +54,26 @@ def _less(capacity: dict, requests: list[dict]) -> tuple[dict[str, int], dict[st
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,
          staleness_s: float = DEFAULT_STALENESS_S, active_rows: list | None = None) -> list[ClusterCapacity]:
-    """active_rows: store.jobs.active_attempts, when the caller has read them already."""
+    """active_rows: store.jobs.active_attempts (at least those on the clusters read from Prometheus), when
+    the caller has read them already; otherwise only the active attempts on those clusters are read."""
     after_report: dict[str, list[dict]] = {}
     for row in job_store.in_flight(session):
         after_report.setdefault(row.cluster, []).append(row.requests)
+    rows = cluster_store.list_clusters(session)
+
+    def fresh(c) -> bool:
+        prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
+        return bool(c.prometheus_capacity) and prom_age is not None and prom_age <= staleness_s
+
     active: dict[str, list] = {}
-    for row in job_store.active_attempts(session) if active_rows is None else active_rows:
+    if active_rows is None:  # only the clusters read from Prometheus need their active attempts one by one
+        active_rows = job_store.active_attempts(session, clusters=[c.name for c in rows if fresh(c)])
+    for row in active_rows:
         active.setdefault(row.cluster, []).append(row)
     out = []
-    for c in cluster_store.list_clusters(session):
+    for c in rows:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
-        if c.prometheus_capacity and prom_age is not None and prom_age <= staleness_s:
+        if fresh(c):
             capacity, source, age = c.prometheus_capacity, "prometheus", prom_age
             seen = {tuple(pair) for pair in capacity.get("attempts", [])}
             unseen = [r.requests for r in active.get(c.name, ()) if (r.id, r.attempt) not in seen]

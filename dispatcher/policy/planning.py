@@ -105,6 +105,67 @@ class CyclePlan:
     bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
 
 
+@dataclass(frozen=True)
+class ActiveNeeds:
+    """Which active attempts one cycle must see one by one (`needed`); every other one counts only in its
+    queue's usage, which plan_cycle takes whole (`usage`). Only unpaid clusters matter: preemption and the
+    expected unpaid start of a burst look nowhere else."""
+
+    clusters: frozenset[str] = frozenset()  # the unpaid clusters
+    below: int | None = None  # a class that can preempt, of this class priority at most, is queued ...
+    preemptible: frozenset[str] = frozenset()  # ... so preemptible jobs of these classes below it may be evicted
+    queues: frozenset[str] = frozenset()  # reclaim may be asked: jobs of these queues may borrow in this cycle
+    timed: bool = False  # a burst may be weighed: jobs with an expected end (ends_at) tell the unpaid start
+
+    @property
+    def victims(self) -> bool:
+        """Whether any active job could be a preemption victim in this cycle."""
+        return bool(self.clusters) and (bool(self.below is not None and self.preemptible) or bool(self.queues))
+
+
+def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState], queues: list[QueueQuota],
+                 classes: dict[str, ClassPolicy], usage: dict[str, dict[str, int]]) -> ActiveNeeds:
+    """What plan_cycle over these heads may look at of the active attempts, beyond `usage` (per queue, the
+    requests of every active attempt summed). A job is a victim only of a class that can preempt and is
+    above its own, or of reclaim while its queue borrows; a queue's usage in a cycle never exceeds what it
+    uses now plus every queued head of it (each is placed or holds room at most once), so a queue that
+    would not borrow even then never borrows in the cycle."""
+    unpaid = frozenset(c.name for c in clusters if not c.paid)
+    candidates = [c for jobs in heads.values() for c in jobs]
+    below = max((c.class_priority for c in candidates
+                 if c.service_class in classes and classes[c.service_class].can_preempt), default=None)
+    preemptible = frozenset(name for name, cls in classes.items() if cls.preemptible)
+    quotas = {q.name: q for q in queues}
+    reclaim = any(c.queue in quotas and all(need <= quotas[c.queue].guaranteed.get(r, 0)
+                                            for r, need in c.job.requests.items() if need > 0)
+                  for c in candidates)
+    borrowing: frozenset[str] = frozenset()
+    if reclaim:
+        most = QuotaTree(queues, {})
+        for queue, used in usage.items():
+            most.charge(queue, used)
+        for c in candidates:
+            most.charge(c.queue, c.job.requests)
+        borrowing = frozenset(q for q in usage if most.borrowing(q))
+    timed = any(c.paid for c in clusters) and any(
+        c.service_class in classes and classes[c.service_class].burst_allowed for c in candidates)
+    return ActiveNeeds(unpaid, below, preemptible, borrowing, timed)
+
+
+def needed(a: Active, needs: ActiveNeeds, *, victims: bool = True) -> bool:
+    """Whether the cycle must see this active attempt on its own (victims=False: only for burst ETAs)."""
+    if a.cluster not in needs.clusters:
+        return False
+    if needs.timed and a.ends_at is not None:
+        return True
+    return victims and ((needs.below is not None and a.preemptible and a.class_priority < needs.below)
+                        or a.queue in needs.queues)
+
+
+class VictimsNeeded(Exception):
+    """plan_cycle(victims=False) came to a search for preemption victims: plan again with them."""
+
+
 @dataclass
 class _Burst:
     """The burst policies, and what each (policy, None) and (policy, queue) has committed so far."""
@@ -117,16 +178,26 @@ class _Burst:
 def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters: list[ClusterState],
                queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold],
                now: float, rules: list[BurstRule] = (),
-               spend: dict[tuple[str, str | None], Spend] | None = None) -> CyclePlan:
-    """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already."""
+               spend: dict[tuple[str, str | None], Spend] | None = None, *,
+               usage: dict[str, dict[str, int]] | None = None, victims: bool = True) -> CyclePlan:
+    """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
+
+    usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
+    the attempts `needed` under active_needs(...) (the same plan results). victims=False: `active` holds
+    no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
+    """
     capacity: dict[str, int] = {}
     for c in clusters:
         capacity = add(capacity, c.allocatable)
     tree = QuotaTree(queues, capacity)
     running: dict[str, list[Active]] = {}
     active_queue = {a.job_id: a.queue for a in active}
+    if usage is not None:
+        for queue, used in usage.items():
+            tree.charge(queue, used)
     for a in active:
-        tree.charge(a.queue, a.requests)
+        if usage is None:
+            tree.charge(a.queue, a.requests)
         running.setdefault(a.cluster, []).append(a)
     state = Clusters(clusters, include=lambda c: not c.paid)
     queued = {c.job.id for jobs in heads.values() for c in jobs}
@@ -141,6 +212,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
 
     burst = _Burst(list(rules), dict(spend or {}),
                    {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()})
+    if not victims:
+        running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
@@ -246,7 +319,7 @@ def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job_id: int) -
     return view
 
 
-def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
+def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
               classes: dict[str, ClassPolicy], out: CyclePlan, now: float, burst: _Burst) -> None:
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
@@ -257,7 +330,7 @@ def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], run
         tree.charge(c.queue, own.requests)
 
 
-def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
+def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
             classes: dict[str, ClassPolicy], out: CyclePlan, now: float, burst: _Burst) -> None:
     job = c.job
     over = tree.over_max(c.queue, job.requests)
@@ -325,7 +398,7 @@ def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, Cluster
     out.holds.pop(c.job.id, None)
 
 
-def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: dict[str, list[Active]],
+def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: dict[str, list[Active]] | None,
            classes: dict[str, ClassPolicy], now: float, burst: _Burst) -> BurstDecision | str | None:
     cls = classes.get(c.service_class)
     if not any(s.paid for s in view.values()):
@@ -349,7 +422,7 @@ def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str 
     return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name
 
 
-def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]],
+def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
              classes: dict[str, ClassPolicy], out: CyclePlan, now: float, quota: bool = False) -> bool:
     """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
     maxima on its queue's path leave room for it); hold that room for `c`."""
@@ -357,6 +430,10 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
     reclaim = tree.within_guarantee(c.queue, c.job.requests)
     if not (can_preempt or reclaim):
+        return False
+    if running is None:
+        raise VictimsNeeded(c.job.id)
+    if not any(running.values()):  # nothing runs on any cluster: no victim anywhere
         return False
     evicting = {p.victim for p in out.preemptions}
     excess = tree.excess(c.queue, c.job.requests) if quota else {}
@@ -371,9 +448,11 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     best: tuple | None = None
     view = _view(state, out.holds, c.job.id)
     for cluster in matching(c.job, _unpaid(view).values()):
-        if cluster.unavailable or not fits(c.job.requests, cluster.allocatable):
+        if cluster.unavailable or not running.get(cluster.name) or not fits(c.job.requests, cluster.allocatable):
             continue
-        candidates = [a for a in running.get(cluster.name, []) if eligible(a)]
+        candidates = [a for a in running[cluster.name] if eligible(a)]
+        if not candidates:  # evicting nobody is never chosen
+            continue
         chosen = _smallest_set(_enough(c.job.requests, cluster.free, excess, tree), candidates)
         if chosen is not None and chosen:
             cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)

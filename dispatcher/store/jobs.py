@@ -241,13 +241,35 @@ def queue_heads(session: Session, per_queue: int) -> list[Row]:
                ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h"""), {"n": per_queue}).all()
 
 
-def active_attempts(session: Session) -> list[Row]:
-    """Every dispatched or running job: what it holds, where, and as which attempt (queue usage,
-    preemption candidates, and the attempts a capacity reading may not show yet)."""
-    return session.execute(
-        select(Job.id, Job.attempt, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster,
-               Job.requests, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
-               Job.spec["spec"]["maxRuntime"].astext.label("max_runtime")).where(Job.state.in_(states.ACTIVE))).all()
+def active_attempts(session: Session, *, clusters=None, timed: bool = False, preemptible=(),
+                    below: int | None = None, queues=()) -> list[Row]:
+    """Dispatched or running jobs: what each holds, where, and as which attempt (preemption candidates,
+    expected ends, and the attempts a capacity reading may not show yet). Every one without filters;
+    with `clusters`, only those on these clusters, and then, if any of the others is given, only those
+    that are `timed` (have a maxRuntime), or of a `preemptible` class with a class priority `below`, or of
+    one of `queues`."""
+    from sqlalchemy import or_
+
+    max_runtime = Job.spec["spec"]["maxRuntime"].astext
+    stmt = select(Job.id, Job.attempt, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster,
+                  Job.requests, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
+                  max_runtime.label("max_runtime")).where(Job.state.in_(states.ACTIVE))
+    if clusters is not None:
+        if not clusters:
+            return []
+        stmt = stmt.where(Job.cluster.in_(list(clusters)))
+    which = []
+    if timed:
+        which.append(max_runtime.is_not(None))
+    if preemptible and below is not None:
+        which.append(Job.service_class.in_(list(preemptible)) & (Job.class_priority < below))
+    if queues:
+        which.append(Job.queue.in_(list(queues)))
+    if which:
+        stmt = stmt.where(or_(*which))
+    elif preemptible or queues:  # asked for some, and none can match
+        return []
+    return session.execute(stmt).all()
 
 
 def recently_unschedulable(session: Session, job_ids: list[int], within_s: float) -> dict[int, tuple[str, ...]]:
@@ -347,3 +369,13 @@ def attempt_runs(session: Session, *, ended_after: datetime | None = None) -> li
     if ended_after is not None:
         stmt = stmt.where(Attempt.finished_at.is_(None) | (Attempt.finished_at >= ended_after))
     return session.execute(stmt).all()
+
+
+# -- the scheduling cycle's reads of what runs -----------------------------------------------------------
+
+def active_usage(session: Session) -> list[Row]:
+    """(queue, requests, jobs): dispatched and running jobs counted per queue and distinct request, so that
+    the queues' usage is summed from a few rows (a handful of job shapes per queue), not one per job."""
+    return session.execute(text(
+        """SELECT queue, requests, count(*) AS jobs FROM jobs
+           WHERE state IN ('DISPATCHED', 'RUNNING') GROUP BY queue, requests""")).all()
