@@ -24,6 +24,7 @@ from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
 
 SPAWN = multiprocessing.get_context("spawn")
+SPLIT = "the dispatcher alone in its own process; the sim agents (one per cluster) in another"
 
 
 def objects(clusters: int, nodes: int) -> list:
@@ -34,44 +35,114 @@ def objects(clusters: int, nodes: int) -> list:
               for i in range(clusters)]]
 
 
-def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool) -> None:
+def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool) -> None:
     from dispatcher import administering
     from dispatcher.embedded import Embedded, UpSettings
+    from dispatcher.server import Dispatcher, ServerSettings
+    from dispatcher.store import tokens
+    from dispatcher.store.database import DatabaseSettings
 
     logging.basicConfig(level=logging.WARNING)
-    embedded = Embedded(UpSettings(data_dir=pathlib.Path(data_dir), listen="127.0.0.1:0", make_default=False,
-                                   database_url=database_url), objs).start()
-    try:
+    if split:  # the dispatcher alone, as `sluice dispatcher serve` runs it; the agents are another process's
+        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None,
+                                           database=DatabaseSettings(url=database_url))).start()
+        with server.sessions.begin() as session:
+            administering.apply(session, "bench", objs)
+            admin = tokens.create(session, "admin", "bench")
+            agents = {o.name: tokens.create(session, "agent", f"agent-{o.name}", o.name)
+                      for o in objs if isinstance(o, ClusterObject)}
+        info = {"address": server.address, "token": admin, "agents": agents}
+        stop = server.stop
+    else:
+        embedded = Embedded(UpSettings(data_dir=pathlib.Path(data_dir), listen="127.0.0.1:0", make_default=False,
+                                       database_url=database_url), objs).start()
         embedded.wait_connected()
+        server, stop = embedded.dispatcher, embedded.stop
+        info = {"address": server.address, "token": embedded.admin_token}
+    try:
         if cordon:  # jobs stay queued: only the submit path (and the cycles it wakes) is measured
-            with embedded.dispatcher.sessions.begin() as session:
-                for name in embedded.agents:
-                    administering.set_cluster_state(session, "bench", name, "cordoned")
-        pipe.send({"address": embedded.dispatcher.address, "token": embedded.admin_token})
+            with server.sessions.begin() as session:
+                for o in objs:
+                    if isinstance(o, ClusterObject):
+                        administering.set_cluster_state(session, "bench", o.name, "cordoned")
+        pipe.send(info)
         pipe.recv()  # anything: stop
     finally:
-        embedded.stop()
+        stop()
     pipe.send("stopped")
 
 
-class System:
-    """`sluice up` (Embedded) in a child process; stopped, and its ledgers left in data_dir, on exit."""
+def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
+    """One sim agent per cluster, in this process: what `sluice agent run --backend sim` runs per cluster."""
+    from agent.connection import Agent, AgentSettings
+    from dispatcher.embedded import sim_cluster
 
-    def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False):
+    logging.basicConfig(level=logging.WARNING)
+    running = [Agent(AgentSettings(o.name, address, agents[o.name]), sim_cluster(o, pathlib.Path(data_dir))).start()
+               for o in objs if isinstance(o, ClusterObject)]
+    try:
+        for agent in running:
+            if not agent.connected.wait(60):
+                raise TimeoutError("a sim agent did not connect")
+        pipe.send("connected")
+        pipe.recv()
+    finally:
+        for agent in running:
+            agent.stop()
+    pipe.send("stopped")
+
+
+def _start(target, args: tuple, name: str, timeout_s: float = 120.0):
+    """A spawned child and our end of its pipe, once it has sent its first message (returned too)."""
+    pipe, child = SPAWN.Pipe()
+    process = SPAWN.Process(target=target, args=(child, *args), name=name)
+    process.start()
+    deadline = time.monotonic() + timeout_s
+    while not pipe.poll(0.2):
+        if not process.is_alive() or time.monotonic() > deadline:
+            _stop(process, pipe)
+            raise RuntimeError(f"{name} did not start (exit code {process.exitcode})")
+    return process, pipe, pipe.recv()
+
+
+def _stop(process, pipe) -> None:
+    if process.is_alive():
+        try:
+            pipe.send("stop")
+            if pipe.poll(60):
+                pipe.recv()
+        except (OSError, EOFError):
+            pass
+        process.join(30)
+        if process.is_alive():
+            process.terminate()
+            process.join(10)
+
+
+class System:
+    """A dispatcher and sim agents, each in child processes; stopped, with the ledgers left in data_dir.
+
+    split=False: `sluice up` (Embedded): the dispatcher and its in-process sim agents in one process.
+    split=True: the dispatcher alone in one process and the agents in another, the way they are deployed
+    (an agent runs in its own cluster, never inside the dispatcher).
+    """
+
+    def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False):
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
-        self._pipe, child = SPAWN.Pipe()
-        self._process = SPAWN.Process(target=_serve, args=(child, str(self.data_dir), pg.url(self.db), objs, cordon),
-                                      name="bench-sluice-up")
-        self._process.start()
-        deadline = time.monotonic() + 120
-        while not self._pipe.poll(0.2):
-            if not self._process.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"sluice up did not start (exit code {self._process.exitcode})")
-        info = self._pipe.recv()
+        self._children = []
+        process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split),
+                                     "bench-dispatcher")
+        self._children.append((process, pipe))
         self.address, self.token = info["address"], info["token"]
+        if split:
+            try:
+                self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs),
+                                             "bench-agents")[:2])
+            except Exception:
+                self.close()
+                raise
 
     def client(self, timeout_s: float = 60.0):
         from sluice.client import Client
@@ -83,17 +154,9 @@ class System:
             return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
 
     def close(self) -> None:
-        if self._process.is_alive():
-            try:
-                self._pipe.send("stop")
-                if self._pipe.poll(60):
-                    self._pipe.recv()
-            except (OSError, EOFError):
-                pass
-            self._process.join(30)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(10)
+        for process, pipe in reversed(self._children):  # the agents first, then the dispatcher
+            _stop(process, pipe)
+        self._children = []
 
     def __enter__(self) -> "System":
         return self
@@ -192,6 +255,7 @@ class LatencyConfig:
     submitters: int = 8  # threads that send the paced calls (a slow call does not delay the next)
     calm_interval_s: float = 0.100  # a second, calmer pass (no target): what one job sees with no queue
     settle_s: float = 60.0  # after the last submit, how long to wait for every job to run
+    split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
     def quick(cls) -> "LatencyConfig":
@@ -206,14 +270,14 @@ def _percentiles(values: list[float]) -> tuple[float, float]:
 
 def latency(pg: Postgres, config: LatencyConfig, run: Run) -> None:
     run.configs["latency"] = {**asdict(config), "job": f"1 pod, 1 cpu, 2Gi, {config.duration}, class standard",
-                              "server": "sluice up (Embedded) in its own process",
+                              "server": SPLIT if config.split else "sluice up (Embedded) in its own process",
                               "measured": "client clock: submit call start -> the job's event arriving on a Watch stream"}
     for interval, target in ((config.interval_s, True), (config.calm_interval_s, False)):
         _latency_at(pg, config, run, interval, target)
 
 
 def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float, target: bool) -> None:
-    with System(pg, "latency", objects(config.sim_clusters, config.nodes)) as system:
+    with System(pg, "latency", objects(config.sim_clusters, config.nodes), split=config.split) as system:
         client, watcher = system.client(), system.client()
         seen: dict[tuple[int, str], float] = {}
         done = threading.Event()
@@ -300,6 +364,7 @@ class EndToEndConfig:
     nodes: int = 8  # x 64 cpu: 2,048 one-cpu jobs may run at once
     duration: str = "1s"
     timeout_s: float = 900.0
+    split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
     def quick(cls) -> "EndToEndConfig":
@@ -310,9 +375,10 @@ def end_to_end(pg: Postgres, config: EndToEndConfig, run: Run) -> None:
     from agent.backends.sim import ledger_duplicates
 
     run.configs["e2e"] = {**asdict(config), "job": f"1 pod, 1 cpu, 2Gi, {config.duration}, class standard",
-                          "server": "sluice up (Embedded) in its own process, one in-process sim agent per cluster",
+                          "server": SPLIT if config.split else
+                          "sluice up (Embedded) in its own process, one in-process sim agent per cluster",
                           "measured": "first submit call -> last job SUCCEEDED (database polled every 0.25s)"}
-    with System(pg, "e2e", objects(config.sim_clusters, config.nodes)) as system:
+    with System(pg, "e2e", objects(config.sim_clusters, config.nodes), split=config.split) as system:
         client = system.client()
         docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10, duration=config.duration)
                 for i in range(config.jobs)]

@@ -103,15 +103,7 @@ class Embedded:
         for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
             if obj.simulated is not None:
                 token = _secret(data / "tokens" / f"agent-{obj.name}", new_token("agent", f"agent-{obj.name}", obj.name))
-                elastic = obj.elastic or {}
-                sim = SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
-                                           ledger_path=data / "sim" / f"{obj.name}.ledger",
-                                           time_scale=self.settings.sim_time_scale,
-                                           max_nodes=elastic.get("maxNodes"),
-                                           provisioning_delay=elastic.get("provisioningDelay", 0.0),
-                                           scale_down_after=elastic.get("scaleDownAfter", 600.0)))
-                (data / "sim").mkdir(exist_ok=True)
-                self.sims[obj.name] = sim
+                sim = self.sims[obj.name] = sim_cluster(obj, data, self.settings.sim_time_scale)
                 self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()
         if self.settings.prometheus:
             try:
@@ -164,6 +156,16 @@ class Embedded:
         if self.prometheus is not None:
             self.prometheus.stop()
         self._lock.close()
+
+
+def sim_cluster(obj, data: pathlib.Path, time_scale: float = 1.0) -> SimCluster:
+    """The simulated cluster of a Cluster object with `simulated` set; its ledger under data/sim/."""
+    elastic = obj.elastic or {}
+    (data / "sim").mkdir(parents=True, exist_ok=True)
+    return SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
+                                ledger_path=data / "sim" / f"{obj.name}.ledger", time_scale=time_scale,
+                                max_nodes=elastic.get("maxNodes"), provisioning_delay=elastic.get("provisioningDelay", 0.0),
+                                scale_down_after=elastic.get("scaleDownAfter", 600.0)))
 
 
 def load_config(path: pathlib.Path | None) -> list | None:

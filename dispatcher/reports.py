@@ -8,11 +8,11 @@ whose dispatch the agent had acked but which it no longer holds, are lost.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import Conflict, PermissionDenied
@@ -44,39 +44,57 @@ class Report:
 def apply(session: Session, cluster: str, report: Report, metrics: DispatcherMetrics | None = None) -> bool:
     """Apply one report; True when it freed capacity (the scheduler should look again).
     metrics: observes dispatch-to-running when the report starts the attempt."""
-    job = session.get(Job, report.job_id, with_for_update=True)
-    if job is None:
-        log.warning("report for an unknown job ignored", extra={"job_id": report.job_id, "cluster": cluster})
+    return apply_many(session, cluster, [report], metrics)
+
+
+def apply_many(session: Session, cluster: str, reports: list[Report],
+               metrics: DispatcherMetrics | None = None) -> bool:
+    """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
+    all of them: the jobs are locked and read at once (in id order), each report is judged against its
+    job as the reports before it left it, and the changes are written together: the jobs' new states,
+    one event per transition, the attempts started and ended. True when capacity was freed."""
+    ids = sorted({r.job_id for r in reports})
+    views = {row.id: JobView(row.state, row.attempt, row.cluster, row.max_retries) for row in session.execute(
+        select(Job.id, Job.state, Job.attempt, Job.cluster, Job.max_retries)
+        .where(Job.id.in_(ids)).order_by(Job.id).with_for_update())}
+    events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
+    changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
+    started: list[tuple[int, int]] = []
+    ended: list[tuple[int, int, str, str, int]] = []
+    for report in reports:
+        job = views.get(report.job_id)
+        if job is None:
+            log.warning("report for an unknown job ignored", extra={"job_id": report.job_id, "cluster": cluster})
+            continue
+        outcome = on_report(job, cluster, report.attempt, report.state, report.reason, report.exit_code)
+        if outcome.stale:
+            log.info("stale status report ignored", extra={"job_id": report.job_id, "attempt": report.attempt,
+                                                           "cluster": cluster, "state": report.state})
+            continue
+        if outcome.to is None:
+            continue
+        states.check(job.state, outcome.to)
+        events.append((report.job_id, job.attempt, job.state, outcome.to, outcome.reason, job.cluster))
+        change = changed.setdefault(report.job_id, {"started": False, "finished": False, "requeued": False})
+        change.update(state=outcome.to, reason=outcome.reason)
+        if outcome.to == states.RUNNING:
+            change["started"] = True
+            started.append((report.job_id, job.attempt))
+        else:
+            change["finished" if outcome.to in states.FINAL else "requeued"] = True
+            ended.append((report.job_id, job.attempt, report.state, report.reason, report.exit_code))
+        views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
+    if not events:
         return False
-    outcome = on_report(JobView(job.state, job.attempt, job.cluster, job.max_retries), cluster,
-                        report.attempt, report.state, report.reason, report.exit_code)
-    if outcome.stale:
-        log.info("stale status report ignored", extra={"job_id": job.id, "attempt": report.attempt,
-                                                       "cluster": cluster, "state": report.state})
-        return False
-    if outcome.to is None:
-        return False
-    attempt = job.attempt
-    values: dict = {}
-    waited = None
-    if outcome.to == states.RUNNING:
-        values["started_at"] = func.now()
-        waited = job_store.start_attempt(session, job.id, attempt)
-    elif outcome.to in states.FINAL:
-        values["finished_at"] = func.now()
-    else:  # back to the queue: the next attempt may go anywhere
-        values["cluster"] = None
-    try:
-        job_store.transition(session, job, outcome.to, outcome.reason, **values)
-    except Conflict:
-        return False
-    if metrics is not None and waited is not None:
-        metrics.observe_dispatch_to_running(waited)
-    if outcome.to != states.RUNNING:
-        job_store.end_attempt(session, report.job_id, attempt, report.state, report.reason, report.exit_code)
+    job_store.apply_transitions(session, changed, events)
+    waits = job_store.start_attempts(session, started)
+    job_store.end_attempts(session, ended)
+    if metrics is not None:
+        for waited in waits:
+            metrics.observe_dispatch_to_running(waited)
+    if ended:
         job_store.notify(session, job_store.WAKE_CHANNEL)
-        return True
-    return False
+    return bool(ended)
 
 
 def reconcile(session: Session, cluster: str, inventory: list[Report],

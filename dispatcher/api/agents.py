@@ -164,7 +164,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 self._apply_in_one_transaction(cluster, [message], state, out)
 
     def _apply_in_one_transaction(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
-        acked, ids, seq = state.acked, [], 0
+        acked, ids, seq, statuses = state.acked, [], 0, []
         heartbeat: tuple[dict, int] | None = None
         with self._sessions.begin() as session:
             for message in batch:
@@ -175,13 +175,15 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     capacity = message.heartbeat.capacity
                     heartbeat = (capacity_document(capacity), max(acked, capacity.applied_through))
                 elif kind == "status":
-                    reports.apply(session, cluster, report_of(message.status.status), self._metrics)
+                    statuses.append(report_of(message.status.status))
                     seq = max(seq, message.status.seq)
                 elif kind == "ack":
                     ids.extend(message.ack.command_ids)
                     acked = max([acked, *message.ack.command_ids])
                 else:
                     log.warning("unexpected agent message ignored", extra={"cluster": cluster, "kind": kind})
+            if statuses:
+                reports.apply_many(session, cluster, statuses, self._metrics)
             if ids:
                 outbox_store.ack(session, cluster, ids)
             if heartbeat is not None:

@@ -149,19 +149,66 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     notify(session, EVENTS_CHANNEL)
 
 
+def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple]) -> None:
+    """Write state changes already checked against the jobs' rows, which the caller holds locked.
+
+    changed: per job, its final {state, reason} and whether it started (started_at), finished
+    (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
+    cluster) of every transition, in order: each becomes a job event.
+    """
+    ids = list(changed)
+    session.execute(text(
+        """UPDATE jobs SET state = c.state, reason = c.reason,
+                  started_at = CASE WHEN c.started THEN now() ELSE jobs.started_at END,
+                  finished_at = CASE WHEN c.finished THEN now() ELSE jobs.finished_at END,
+                  cluster = CASE WHEN c.requeued THEN NULL ELSE jobs.cluster END
+           FROM unnest(CAST(:ids AS bigint[]), CAST(:states AS text[]), CAST(:reasons AS text[]),
+                       CAST(:started AS boolean[]), CAST(:finished AS boolean[]), CAST(:requeued AS boolean[]))
+                AS c(id, state, reason, started, finished, requeued)
+           WHERE jobs.id = c.id"""),
+        {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
+            ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
+            ("requeued", "requeued"))}})
+    session.execute(text(
+        """INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+           SELECT job_id, attempt, from_state, to_state, reason, cluster
+           FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[]), CAST(:froms AS text[]),
+                       CAST(:tos AS text[]), CAST(:reasons AS text[]), CAST(:clusters AS text[]))
+                WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
+           ORDER BY n"""),
+        dict(zip(("jobs", "attempts", "froms", "tos", "reasons", "clusters"), map(list, zip(*events)))))
+    notify(session, EVENTS_CHANNEL)
+
+
+def start_attempts(session: Session, started: list[tuple[int, int]]) -> list[float]:
+    """Mark these (job, attempt) running; returns the seconds from each one's dispatch to now."""
+    if not started:
+        return []
+    jobs, attempts = zip(*started)
+    return [float(s) for s in session.scalars(text(
+        """UPDATE attempts SET state = 'RUNNING', started_at = now()
+           FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[])) AS s(job_id, attempt)
+           WHERE attempts.job_id = s.job_id AND attempts.attempt = s.attempt
+           RETURNING extract(epoch FROM now() - attempts.dispatched_at)"""),
+        {"jobs": list(jobs), "attempts": list(attempts)})]
+
+
+def end_attempts(session: Session, ended: list[tuple[int, int, str, str, int | None]]) -> None:
+    """End these (job, attempt, state, reason, exit code) attempts, unless already ended."""
+    if not ended:
+        return
+    jobs, attempts, states_, reasons, codes = map(list, zip(*ended))
+    session.execute(text(
+        """UPDATE attempts SET state = e.state, reason = e.reason, exit_code = e.exit_code, finished_at = now()
+           FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[]), CAST(:states AS text[]),
+                       CAST(:reasons AS text[]), CAST(:codes AS int[])) AS e(job_id, attempt, state, reason, exit_code)
+           WHERE attempts.job_id = e.job_id AND attempts.attempt = e.attempt AND attempts.finished_at IS NULL"""),
+        {"jobs": jobs, "attempts": attempts, "states": states_, "reasons": reasons, "codes": codes})
+
+
 def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,
                 exit_code: int | None = None) -> None:
-    session.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == attempt,
-                                          Attempt.finished_at.is_(None))
-                    .values(state=state, reason=reason, exit_code=exit_code, finished_at=func.now()))
-
-
-def start_attempt(session: Session, job_id: int, attempt: int) -> float | None:
-    """Mark the attempt running; returns the seconds from its dispatch to now (None: no such attempt)."""
-    row = session.execute(update(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == attempt)
-                          .values(state=states.RUNNING, started_at=func.now())
-                          .returning(func.extract("epoch", func.now() - Attempt.dispatched_at))).first()
-    return None if row is None else float(row[0])
+    end_attempts(session, [(job_id, attempt, state, reason, exit_code)])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,88 @@
+"""A batch of agent reports applied at once (dispatcher/reports.py apply_many), against a real Postgres:
+the same outcome, event for event, as applying the reports one by one."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher import administering, reports, submitting
+from dispatcher.reports import Report
+from dispatcher.store import database
+from dispatcher.store import jobs as job_store
+from dispatcher.store.tokens import Principal
+from sluice.objects import default_objects
+from tests.integration.test_spine import job_doc
+
+
+@pytest.fixture
+def sessions(db_url):
+    db = database.connect(database.DatabaseSettings(url=db_url))
+    made = sessionmaker(db.engine, expire_on_commit=False)
+    with made.begin() as session:
+        administering.apply(session, "root", default_objects())
+    yield made
+    db.close()
+
+
+def _dispatched(sessions, n: int, cluster: str = "onprem", retries: int = 2) -> list[int]:
+    docs = [json.dumps(job_doc(name=f"j{i}", maxRetries=retries)) for i in range(n)]
+    with sessions.begin() as session:
+        ids = submitting.submit(session, Principal("root", "admin"), submitting.parse(docs))
+        job_store.dispatch(session, [(i, cluster) for i in ids])
+    return ids
+
+
+def _state(sessions, ids: list[int]) -> dict:
+    with sessions() as session:
+        jobs = session.execute(text(
+            """SELECT id, state, reason, attempt, cluster, started_at IS NOT NULL, finished_at IS NOT NULL
+               FROM jobs WHERE id = ANY(:ids) ORDER BY id"""), {"ids": ids}).all()
+        attempts = session.execute(text(
+            """SELECT job_id, attempt, state, reason, exit_code, started_at IS NOT NULL, finished_at IS NOT NULL
+               FROM attempts WHERE job_id = ANY(:ids) ORDER BY job_id, attempt"""), {"ids": ids}).all()
+        events = session.execute(text(
+            """SELECT job_id, attempt, from_state, to_state, reason, cluster FROM job_events
+               WHERE job_id = ANY(:ids) AND from_state <> '' ORDER BY id"""), {"ids": ids}).all()
+    return {"jobs": [tuple(r[1:]) for r in jobs], "attempts": [tuple(r[1:]) for r in attempts],
+            "events": [(ids.index(r[0]),) + tuple(r[1:]) for r in events]}
+
+
+def _script(ids: list[int]) -> list[Report]:
+    a, b, c, d = ids
+    return [
+        Report(a, 1, "RUNNING"), Report(a, 1, "RUNNING"), Report(a, 1, "SUCCEEDED"),  # a repeat, then done
+        Report(b, 1, "RUNNING"), Report(b, 1, "FAILED", "exit 3", 3),  # retried: back to the queue
+        Report(b, 1, "RUNNING"),  # stale now: the job went back to the queue
+        Report(c, 2, "RUNNING"),  # stale: no such attempt
+        Report(999_999, 1, "RUNNING"),  # unknown job
+        Report(d, 1, "PENDING"), Report(d, 1, "LOST", "node gone"),
+    ]
+
+
+def test_a_batch_ends_exactly_as_its_reports_one_by_one(sessions):
+    one_by_one, batched = _dispatched(sessions, 4), _dispatched(sessions, 4)
+    for report in _script(one_by_one):
+        with sessions.begin() as session:
+            reports.apply(session, "onprem", report)
+    with sessions.begin() as session:
+        freed = reports.apply_many(session, "onprem", _script(batched))
+    assert freed
+    alone, together = _state(sessions, one_by_one), _state(sessions, batched)
+    assert together == alone
+    assert [e[2:4] for e in together["events"] if e[0] == 0] == [("QUEUED", "DISPATCHED"), ("DISPATCHED", "RUNNING"),
+                                                                ("RUNNING", "SUCCEEDED")]
+    assert together["jobs"][1][0] == "QUEUED" and together["jobs"][1][3] is None  # retried: queued, no cluster
+    assert together["attempts"][1][1:4] == ("FAILED", "exit 3", 3)
+    assert together["jobs"][3][0] == "QUEUED" and together["attempts"][3][1] == "LOST"
+
+
+def test_a_batch_with_nothing_to_change_writes_nothing(sessions):
+    ids = _dispatched(sessions, 1)
+    before = _state(sessions, ids)
+    with sessions.begin() as session:
+        assert not reports.apply_many(session, "onprem", [Report(ids[0], 1, "PENDING"), Report(ids[0], 7, "FAILED")])
+        assert not reports.apply_many(session, "elsewhere", [Report(ids[0], 1, "SUCCEEDED")])  # not its cluster
+    assert _state(sessions, ids) == before
