@@ -174,6 +174,7 @@ class SubmitConfig:
     seconds: float = 20.0  # each client submits for this long
     sim_clusters: int = 3
     nodes: int = 4
+    split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
     def quick(cls) -> "SubmitConfig":
@@ -200,7 +201,8 @@ def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start
 
 
 def _submit_once(pg: Postgres, config: SubmitConfig, clients: int, batch: int) -> dict:
-    with System(pg, "submit", objects(config.sim_clusters, config.nodes), cordon=True) as system:
+    with System(pg, "submit", objects(config.sim_clusters, config.nodes), cordon=True,
+                split=config.split) as system:
         start = SPAWN.Event()
         pipes, processes = [], []
         for _ in range(clients):
@@ -232,7 +234,7 @@ def _submit_once(pg: Postgres, config: SubmitConfig, clients: int, batch: int) -
 
 def submit(pg: Postgres, config: SubmitConfig, run: Run) -> None:
     run.configs["submit"] = {**asdict(config), "job": "1 pod, 1 cpu, 2Gi, class standard, queue default",
-                             "server": "sluice up (Embedded) in its own process, sim clusters cordoned",
+                             "server": (SPLIT if config.split else "sluice up (Embedded) in its own process") + ", clusters cordoned",
                              "clients": f"{config.clients} processes, sluice.client.Client"}
     for clients, batch, target in ((config.clients, config.batch, 20_000), (1, config.batch, None),
                                    (config.clients, 1, 2_000)):

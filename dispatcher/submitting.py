@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import threading
 
-from sqlalchemy import select
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from dispatcher.capacity import snapshot
 from dispatcher.errors import DispatcherError, InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
 from dispatcher.store import jobs as job_store
-from dispatcher.store.models import Cluster, Queue, ServiceClass
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec, SpecError, job_from_document
 
@@ -33,16 +32,16 @@ def parse(specs_json: list[str]) -> list[JobSpec]:
     if len(specs_json) > MAX_BATCH:
         raise InvalidRequest(f"submit: {len(specs_json)} jobs in one call, at most {MAX_BATCH}")
     out = []
-    for n, text in enumerate(specs_json, 1):
-        if len(text) > MAX_SPEC_BYTES:
-            raise InvalidRequest(f"job {n}: document is {len(text)} bytes, at most {MAX_SPEC_BYTES}")
+    for n, document in enumerate(specs_json, 1):
+        if len(document) > MAX_SPEC_BYTES:
+            raise InvalidRequest(f"job {n}: document is {len(document)} bytes, at most {MAX_SPEC_BYTES}")
         try:
-            doc = json.loads(text)
+            doc = json.loads(document)
         except json.JSONDecodeError as exc:
             raise InvalidRequest(f"job {n}: not JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise InvalidRequest(f"job {n}: expected a JSON object")
-        if "\\u0000" in text and (where := _nul_at(doc)) is not None:  # Postgres cannot store it in jsonb
+        if "\\u0000" in document and (where := _nul_at(doc)) is not None:  # Postgres cannot store it in jsonb
             raise InvalidRequest(f"job {n}: {where or 'document'}: contains a NUL character (\\u0000)")
         try:
             out.append(job_from_document(doc, document=n if len(specs_json) > 1 else None))
@@ -82,6 +81,7 @@ class Submitter:
         self._lock = threading.Lock()
         self._queued: list[_Ticket] = []
         self._writing = False
+        self._clusters: tuple[str, list | None] | None = None  # what the last write read of the clusters
 
     def submit(self, principal: Principal, specs: list[JobSpec]) -> list[int]:
         ticket = _Ticket(principal, specs)
@@ -107,7 +107,8 @@ class Submitter:
     def _write(self, group: list[_Ticket]) -> None:
         try:
             with self._sessions.begin() as session:
-                config = _Config.read(session, {s.queue for t in group for s in t.specs})
+                config = _Config.read(session, {s.queue for t in group for s in t.specs}, self._clusters)
+                self._clusters = config.seen
                 rows = []
                 for t in group:
                     try:
@@ -151,6 +152,18 @@ class _Ticket:
         return self._ids
 
 
+_READ = text(
+    """WITH c AS (SELECT coalesce(jsonb_agg(jsonb_build_array(
+                     name, tier, site, labels, spec,
+                     CASE WHEN capacity IS NULL OR capacity = '{}' THEN NULL
+                          ELSE coalesce(capacity -> 'allocatable', '{}') END) ORDER BY name), '[]') AS clusters
+                 FROM clusters)
+       SELECT (SELECT coalesce(jsonb_object_agg(name, priority), '{}') FROM service_classes),
+              (SELECT coalesce(jsonb_object_agg(name, spec), '{}') FROM queues WHERE name = ANY(:queues)),
+              md5(c.clusters::text), CASE WHEN md5(c.clusters::text) = :seen THEN NULL ELSE c.clusters END
+       FROM c""")
+
+
 class _Config:
     """What validating a job reads: the service classes, the queues it names, every cluster's allocatable."""
 
@@ -159,22 +172,27 @@ class _Config:
         self.queues = queues  # name -> the Queue object's spec
         self.known = known  # None while any cluster has never reported (then nothing is judged)
         self._impossible: dict[tuple, str | None] = {}
+        self.seen: tuple[str, list | None] = ("", None)
 
     @classmethod
-    def read(cls, session: Session, queues: set[str]) -> "_Config":
-        classes = dict(session.execute(select(ServiceClass.name, ServiceClass.priority)).all())
-        found = dict(session.execute(select(Queue.name, Queue.spec).where(Queue.name.in_(queues))).all())
-        known: list[ClusterState] | None = []
-        for name, tier, site, labels, spec, capacity in session.execute(
-                select(Cluster.name, Cluster.tier, Cluster.site, Cluster.labels, Cluster.spec, Cluster.capacity)
-                .order_by(Cluster.name)):
-            if not capacity:
-                known = None
-                break
-            allocatable = dict(capacity.get("allocatable", {}))
-            known.append(ClusterState(name, tier, site, dict(labels), allocatable, dict(allocatable),
-                                      **snapshot.terms(spec, allocatable)))
-        return cls(classes, {name: (spec or {}).get("spec", {}) for name, spec in found.items()}, known or None)
+    def read(cls, session: Session, queues: set[str], seen: tuple[str, list | None] | None = None) -> "_Config":
+        """One round trip. seen: (digest, clusters) of an earlier read, reused while the clusters' digest,
+        computed in this transaction, is unchanged (their documents are then neither sent nor parsed)."""
+        classes, found, digest, clusters = session.execute(_READ, {"queues": list(queues),
+                                                                   "seen": seen[0] if seen else ""}).one()
+        if clusters is None:
+            known = seen[1]
+        else:
+            known = []
+            for name, tier, site, labels, spec, allocatable in clusters:
+                if allocatable is None:  # never reported: nothing is judged
+                    known = None
+                    break
+                known.append(ClusterState(name, tier, site, dict(labels), allocatable, dict(allocatable),
+                                          **snapshot.terms(spec, allocatable)))
+        config = cls(classes, {name: (spec or {}).get("spec", {}) for name, spec in found.items()}, known or None)
+        config.seen = (digest, known)
+        return config
 
     def rows(self, principal: Principal, specs: list[JobSpec]) -> list[job_store.NewJob]:
         """The rows to insert for one call's jobs; raises for the first that may not be submitted."""

@@ -168,6 +168,22 @@ def test_many_concurrent_calls_each_get_exactly_their_jobs(store):
     assert len(seen) == sum(1 + t % 4 for t in range(12))
 
 
+def test_a_cluster_that_grew_is_seen_by_the_next_call(store):
+    """The clusters read by one write are reused by the next only while their digest is unchanged."""
+    sessions, _ = store
+    submitter = submitting.Submitter(sessions)
+    with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
+        submitter.submit(ADMIN, _specs(["big"], cpu="100"))
+    assert submitter.submit(ADMIN, _specs(["small"]))  # the clusters unchanged: read from the last write
+    node = {"cpu": 128_000, "memory": 256 << 30}
+    with sessions.begin() as session:
+        cluster_store.record_capacity(session, "onprem", {"allocatable": node, "free": node, "largestFreeNode": node},
+                                      0, datetime.now(timezone.utc))
+    with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
+        submitter.submit(ADMIN, _specs(["bigger"], cpu="200"))
+    assert submitter.submit(ADMIN, _specs(["big"], cpu="100"))
+
+
 @pytest.mark.parametrize("doc, where", [
     ({"metadata": {"name": "a\u0000b"}}, "metadata.name"),
     ({"metadata": {"labels": {"team\u0000": "x"}}}, "metadata.labels.team\\u0000"),
@@ -185,3 +201,13 @@ def test_a_nul_character_is_refused_with_where_it_is(doc, where):
     with pytest.raises(InvalidRequest) as err:
         submitting.parse([json.dumps(job_doc(name="fine")), json.dumps(base)])
     assert str(err.value) == f"job 2: {where}: contains a NUL character (\\u0000)"
+
+
+def test_a_write_wakes_the_scheduler_and_the_watchers_once(store):
+    sessions, libpq = store
+    with psycopg.connect(libpq, autocommit=True) as listener:
+        listener.execute("LISTEN sluice_wake")
+        listener.execute("LISTEN sluice_events")
+        submitting.Submitter(sessions).submit(ADMIN, _specs(["a", "b", "c"]))
+        got = sorted(n.channel for n in listener.notifies(timeout=2, stop_after=2))
+    assert got == ["sluice_events", "sluice_wake"]
