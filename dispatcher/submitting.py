@@ -44,7 +44,7 @@ def parse(specs_json: list[str]) -> list[JobSpec]:
         if "\\u0000" in document and (where := _nul_at(doc)) is not None:  # Postgres cannot store it in jsonb
             raise InvalidRequest(f"job {n}: {where or 'document'}: contains a NUL character (\\u0000)")
         try:
-            out.append(job_from_document(doc, document=n if len(specs_json) > 1 else None))
+            out.append(job_from_document(doc, document=n if len(specs_json) > 1 else None, owned=True))
         except SpecError as exc:
             raise InvalidRequest(str(exc)) from exc
     return out
@@ -217,7 +217,7 @@ class _Config:
             why = self.impossible(spec, requests, largest)
             if why:
                 raise InvalidRequest(f"{where}: {why}")
-            doc = spec.to_document()
+            doc = spec.to_document(share_templates=True)  # only serialised, never changed below the top
             doc["spec"]["serviceClass"] = class_name
             out.append(job_store.NewJob(
                 name=spec.name, queue=spec.queue, service_class=class_name, class_priority=self.classes[class_name],

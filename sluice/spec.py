@@ -99,8 +99,9 @@ class JobSpec:
     def pod_count(self) -> int:
         return sum(pod_set.count for pod_set in self.pod_sets)
 
-    def to_document(self) -> dict:
-        """The canonical Sluice Job document (JSON- and YAML-safe)."""
+    def to_document(self, *, share_templates: bool = False) -> dict:
+        """The canonical Sluice Job document (JSON- and YAML-safe). share_templates: the pod templates are
+        this spec's own, not copies (for a caller that only serialises the document)."""
         metadata: dict = {}
         if self.name is not None:
             metadata["name"] = self.name
@@ -111,7 +112,7 @@ class JobSpec:
         if self.service_class is not None:
             spec["serviceClass"] = self.service_class
         spec["priority"] = self.priority
-        spec["podSets"] = [{"name": p.name, "count": p.count, "template": json_copy(p.template)}
+        spec["podSets"] = [{"name": p.name, "count": p.count, "template": p.template if share_templates else json_copy(p.template)}
                            for p in self.pod_sets]
         spec["placement"] = {"clusterSelector": dict(self.placement.cluster_selector),
                              "tiers": list(self.placement.tiers), "sites": list(self.placement.sites)}
@@ -177,17 +178,18 @@ def _yaml_documents(text: str, source: str) -> list:
 # -- jobs --------------------------------------------------------------------------------------------
 
 def job_from_document(doc: dict, *, queue: str | None = None, service_class: str | None = None,
-                      document: int | None = None, source: str | None = None) -> JobSpec:
+                      document: int | None = None, source: str | None = None, owned: bool = False) -> JobSpec:
     """Validate one Sluice or Kubernetes Job document. queue and service_class (the CLI's --queue and
-    --class) override the document's."""
+    --class) override the document's. owned: the caller hands the document over (it was just decoded and
+    nothing else holds it), so its pod templates are kept rather than copied."""
     with v.located(document, source):
         doc = v.mapping(doc, "")
         api_version, kind = doc.get("apiVersion"), doc.get("kind")
         _check_kind(api_version, kind)
         if api_version == API_VERSION:
-            job, queue_path = _sluice_job(doc), "spec.queue"
+            job, queue_path = _sluice_job(doc, owned), "spec.queue"
         else:
-            job, queue_path = _kubernetes_job(doc), f"metadata.annotations[{QUEUE_ANNOTATION}]"
+            job, queue_path = _kubernetes_job(doc, owned), f"metadata.annotations[{QUEUE_ANNOTATION}]"
         if queue is not None:
             job = replace(job, queue=v.name(queue, "--queue"))
         if service_class is not None:
@@ -215,7 +217,7 @@ def _check_kind(api_version: object, kind: object) -> None:
         raise SpecError("kind", f"must be Job, got {v.describe(kind)}{hint}")
 
 
-def _sluice_job(doc: dict) -> JobSpec:
+def _sluice_job(doc: dict, owned: bool = False) -> JobSpec:
     v.check_fields(doc, _TOP_FIELDS, "")
     metadata = v.mapping(doc.get("metadata"), "metadata", allowed=_METADATA_FIELDS)
     spec = v.mapping(doc.get("spec"), "spec", allowed=_SPEC_FIELDS, required=True)
@@ -225,14 +227,14 @@ def _sluice_job(doc: dict) -> JobSpec:
         queue=v.optional(v.name, spec.get("queue"), "spec.queue"),
         service_class=v.optional(v.name, spec.get("serviceClass"), "spec.serviceClass"),
         priority=v.integer(v.get(spec, "priority", 0), "spec.priority", MIN_PRIORITY, MAX_PRIORITY),
-        pod_sets=_pod_sets(spec.get("podSets"), "spec.podSets"),
+        pod_sets=_pod_sets(spec.get("podSets"), "spec.podSets", owned),
         placement=_placement(spec.get("placement"), "spec.placement"),
         max_retries=v.integer(v.get(spec, "maxRetries", DEFAULT_MAX_RETRIES), "spec.maxRetries", 0, MAX_RETRIES),
         max_runtime_s=v.optional(v.duration, spec.get("maxRuntime"), "spec.maxRuntime", positive=True),
     )
 
 
-def _kubernetes_job(doc: dict) -> JobSpec:
+def _kubernetes_job(doc: dict, owned: bool = False) -> JobSpec:
     # Only the fields Sluice reads are checked: the rest of a Kubernetes Job is Kubernetes' business.
     metadata = v.mapping(doc.get("metadata"), "metadata")
     annotations = v.mapping(metadata.get("annotations"), "metadata.annotations")
@@ -251,7 +253,7 @@ def _kubernetes_job(doc: dict) -> JobSpec:
         queue=annotation(QUEUE_ANNOTATION, v.name),
         service_class=annotation(SERVICE_CLASS_ANNOTATION, v.name),
         priority=annotation(PRIORITY_ANNOTATION, _priority_annotation) or 0,
-        pod_sets=(_pod_set(KUBERNETES_POD_SET, count, template, template_path),),
+        pod_sets=(_pod_set(KUBERNETES_POD_SET, count, template, template_path, owned),),
         placement=Placement(),
         max_retries=DEFAULT_MAX_RETRIES,
         max_runtime_s=None if deadline is None else float(deadline),
@@ -267,7 +269,7 @@ def _priority_annotation(value: object, path: str) -> int:
     return v.integer(priority, path, MIN_PRIORITY, MAX_PRIORITY)
 
 
-def _pod_sets(value: object, path: str) -> tuple[PodSet, ...]:
+def _pod_sets(value: object, path: str, owned: bool = False) -> tuple[PodSet, ...]:
     pod_sets: list[PodSet] = []
     for i, raw in enumerate(v.items(value, path, non_empty=True, max_items=MAX_POD_SETS)):
         item_path = f"{path}[{i}]"
@@ -278,15 +280,15 @@ def _pod_sets(value: object, path: str) -> tuple[PodSet, ...]:
         count = v.integer(v.required(item, "count", item_path), f"{item_path}.count", 1, MAX_POD_SET_COUNT)
         template_path = f"{item_path}.template"
         template = v.mapping(v.required(item, "template", item_path), template_path)
-        pod_sets.append(_pod_set(name, count, template, template_path))
+        pod_sets.append(_pod_set(name, count, template, template_path, owned))
     pods = sum(p.count for p in pod_sets)
     if pods > MAX_PODS:
         raise SpecError(path, f"{pods} pods in total, at most {MAX_PODS} allowed")
     return tuple(pod_sets)
 
 
-def _pod_set(name: str, count: int, template: dict, path: str) -> PodSet:
-    return PodSet(name=name, count=count, template=json_copy(template),
+def _pod_set(name: str, count: int, template: dict, path: str, owned: bool = False) -> PodSet:
+    return PodSet(name=name, count=count, template=template if owned else json_copy(template),
                   requests=pod_requests(template, path))
 
 
