@@ -67,8 +67,10 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
               + ", ".join(f"{k} {v:.1f}s" for k, v in took.items()) + ")", flush=True)
         loaded = size
         if "cycle" in wanted or ("memory" in wanted and size == config.jobs):
+            wait_profile = f"{profile_path}.wait" if profile_path and size == config.jobs else None
             result = cycling.in_child(pg.url(db), names, nodes, mode="wait", max_cycles=config.wait_cycles,
-                                      time_limit_s=config.wait_time_limit_s, timeout_s=config.wait_time_limit_s + 1800)
+                                      time_limit_s=config.wait_time_limit_s, profile_path=wait_profile,
+                                      timeout_s=config.wait_time_limit_s + 1800)
             seconds = [c["seconds"] for c in result["cycles"]]
             waits[size] = {"first": seconds[0], "steady": statistics.median(seconds[1:] or seconds),
                            "waiting": result["cycles"][0]["waiting"]}

@@ -9,6 +9,7 @@ New work and freed capacity wake the loop through NOTIFY; the timeout is only a 
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -97,6 +98,32 @@ def candidate(row, now: datetime, avoid: tuple[str, ...] = ()) -> Candidate:
                      (now - row.created_at).total_seconds(), row.preempted_by)
 
 
+def _candidates(rows: list[tuple], now: float, avoid: dict[int, tuple[str, ...]]
+                ) -> tuple[dict[str, list[Candidate]], dict[int, str]]:
+    """The heads per queue, as candidate() makes them, and each one's current reason. Heads repeat a few
+    shapes: each distinct JSON text is decoded once and its dicts shared (the policy never changes them)."""
+    decoded: dict[str, dict] = {}
+    shapes: dict[tuple, tuple] = {}
+    heads: dict[str, list[Candidate]] = {}
+    current: dict[int, str] = {}
+    for (job_id, queue, service_class, class_priority, priority, requests, largest_pod, placement, reason, created,
+         preempted_by, _attempt, max_runtime) in rows:
+        shape = shapes.get((requests, largest_pod, placement, max_runtime))
+        if shape is None:
+            for text in (requests, largest_pod, placement):
+                if text not in decoded:
+                    decoded[text] = json.loads(text) if text else {}
+            where = decoded[placement] or {}
+            shape = shapes[(requests, largest_pod, placement, max_runtime)] = (
+                decoded[requests], decoded[largest_pod], dict(where.get("clusterSelector", {})),
+                tuple(where.get("tiers", ())), tuple(where.get("sites", ())), _seconds(max_runtime))
+        job = QueuedJob(job_id, *shape, avoid.get(job_id, ()))
+        heads.setdefault(queue, []).append(Candidate(job, queue, service_class, class_priority, priority,
+                                                     now - created, preempted_by))
+        current[job_id] = reason
+    return heads, current
+
+
 def _active(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
     return [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
                    classes[r.service_class].preemptible if r.service_class in classes else False,
@@ -116,14 +143,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                                    staleness_s=settings.prometheus_staleness_s)]
         classes = class_policies(session)
-        heads: dict[str, list[Candidate]] = {}
-        current: dict[int, str] = {}
         rows = job_store.queue_heads(session, settings.per_queue)
-        avoid = job_store.recently_unschedulable(session, [r.id for r in rows if r.attempt > 0],
+        avoid = job_store.recently_unschedulable(session, [r[0] for r in rows if r[11] > 0],
                                                  settings.avoid_unschedulable_s)
-        for row in rows:
-            heads.setdefault(row.queue, []).append(candidate(row, now, avoid.get(row.id, ())))
-            current[row.id] = row.reason
+        heads, current = _candidates(rows, now.timestamp(), avoid)
         # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
         # attempts it may need (planning.active_needs): the victims only once a search for them starts.
         usage: dict[str, dict[str, int]] = {}

@@ -173,6 +173,7 @@ class _Burst:
     rules: list[BurstRule]
     spend: dict[tuple[str, str | None], Spend]
     ends: dict[str, list[Running]]  # per cluster, what runs there and when it is expected to end
+    paid: bool = True  # whether any cluster is paid (no cluster changes tier within a cycle)
 
 
 def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters: list[ClusterState],
@@ -211,7 +212,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
             tree.charge(queue_of[job_id], hold.requests)
 
     burst = _Burst(list(rules), dict(spend or {}),
-                   {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()})
+                   {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()},
+                   any(c.paid for c in clusters))
     if not victims:
         running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
@@ -401,7 +403,7 @@ def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, Cluster
 def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: dict[str, list[Active]] | None,
            classes: dict[str, ClassPolicy], now: float, burst: _Burst) -> BurstDecision | str | None:
     cls = classes.get(c.service_class)
-    if not any(s.paid for s in view.values()):
+    if not burst.paid or not any(s.paid for s in view.values()):
         return None
     allowed = bool(cls and cls.burst_allowed)
     eta = bursting.unpaid_start(c.job, list(view.values()), burst.ends, now) if allowed else None

@@ -29,6 +29,7 @@ class QuotaTree:
         self.usage: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
         self._shares: dict[str, float] = {}  # share() of queues whose usage has not changed since
+        self._capped = any(q.max for q in queues)  # without any maximum, nothing is ever over one
 
     def path(self, name: str) -> list[str]:
         """The queue and its ancestors, leaf first (a broken or cyclic tree just stops)."""
@@ -55,6 +56,8 @@ class QuotaTree:
 
     def over_max(self, queue: str, requests: dict[str, int]) -> str | None:
         """Why admitting `requests` to `queue` would break a maximum on its path; None if it would not."""
+        if not self._capped:
+            return None
         for level, name in enumerate(self.path(queue)):
             quota = self.queues.get(name)
             if quota is None:

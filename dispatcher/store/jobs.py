@@ -278,14 +278,18 @@ def set_reasons(session: Session, reasons: dict[int, str]) -> None:
         {"ids": list(reasons), "reasons": list(reasons.values())})
 
 
-def queue_heads(session: Session, per_queue: int) -> list[Row]:
-    """The first `per_queue` queued jobs of every queue, in queue order (one index range per queue)."""
-    return session.execute(text(
+def queue_heads(session: Session, per_queue: int) -> list[tuple]:
+    """The first `per_queue` queued jobs of every queue, in queue order (one index range per queue), as
+    plain tuples: (id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
+    reason, created (epoch seconds), preempted_by, attempt, max_runtime). requests, largest_pod and
+    placement come as JSON text: a cycle's heads repeat a few shapes, which the caller decodes once each."""
+    return [tuple(r) for r in session.execute(text(
         """SELECT h.* FROM queues q CROSS JOIN LATERAL (
-               SELECT id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
-                      reason, created_at, preempted_by, attempt, spec->'spec'->>'maxRuntime' AS max_runtime
+               SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
+                      placement::text, reason, extract(epoch FROM created_at)::float8, preempted_by, attempt,
+                      spec->'spec'->>'maxRuntime' AS max_runtime
                FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
-               ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h"""), {"n": per_queue}).all()
+               ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h"""), {"n": per_queue})]
 
 
 def active_attempts(session: Session, *, clusters=None, timed: bool = False, preemptible=(),
