@@ -174,18 +174,24 @@ class _Burst:
     spend: dict[tuple[str, str | None], Spend]
     ends: dict[str, list[Running]]  # per cluster, what runs there and when it is expected to end
     paid: bool = True  # whether any cluster is paid (no cluster changes tier within a cycle)
+    # Victim searches that found nothing, by what decides them (_search_key), with the cycle's state then
+    # (_state_key); None: every search runs (the plain definition).
+    failed: dict[tuple, tuple] | None = None
 
 
 def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters: list[ClusterState],
                queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold],
                now: float, rules: list[BurstRule] = (),
                spend: dict[tuple[str, str | None], Spend] | None = None, *,
-               usage: dict[str, dict[str, int]] | None = None, victims: bool = True) -> CyclePlan:
+               usage: dict[str, dict[str, int]] | None = None, victims: bool = True,
+               remember_failed_searches: bool = True) -> CyclePlan:
     """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
 
     usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
     the attempts `needed` under active_needs(...) (the same plan results). victims=False: `active` holds
     no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
+    remember_failed_searches=False: every head that may preempt searches for victims, even one whose
+    search is known to fail (the same search found nothing since the last change): the plain definition.
     """
     capacity: dict[str, int] = {}
     for c in clusters:
@@ -213,7 +219,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
 
     burst = _Burst(list(rules), dict(spend or {}),
                    {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()},
-                   any(c.paid for c in clusters))
+                   any(c.paid for c in clusters), {} if remember_failed_searches else None)
     if not victims:
         running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
@@ -342,7 +348,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
             del out.holds[job.id]  # it could not use the room it reserved: leave that room to others
             held = None
         # A queue within its guarantee may still take back what borrowers hold of an ancestor's maximum.
-        if held is not None or not _preempt(c, tree, state, running, classes, out, now, quota=True):
+        if held is not None or not _preempt(c, tree, state, running, classes, out, now, burst.failed, quota=True):
             out.waits[job.id] = over
         return
     if out.holds:
@@ -358,7 +364,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         victims = ", ".join(map(str, held.victims))
         out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for preempted jobs {victims} to stop"
         return
-    if held is None and _preempt(c, tree, state, running, classes, out, now):
+    if held is None and _preempt(c, tree, state, running, classes, out, now, burst.failed):
         return
     spilled = _burst(c, tree, view, running, classes, now, burst)
     if isinstance(spilled, BurstDecision):
@@ -425,9 +431,16 @@ def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str 
 
 
 def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
-             classes: dict[str, ClassPolicy], out: CyclePlan, now: float, quota: bool = False) -> bool:
+             classes: dict[str, ClassPolicy], out: CyclePlan, now: float, failed: dict[tuple, tuple] | None = None,
+             quota: bool = False) -> bool:
     """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
-    maxima on its queue's path leave room for it); hold that room for `c`."""
+    maxima on its queue's path leave room for it); hold that room for `c`.
+
+    failed: searches that found nothing, kept so that the same search is not run again while nothing it
+    depends on has changed. It depends on the job's requests and placement, its class priority, whether
+    it may preempt or reclaim, the job that evicted it, its queue (reclaim and maxima only), and on the
+    clusters, holds, running jobs and queue usage, which change only with a placement, a preemption or a
+    hold made or given up (it is never run for a job that holds room itself)."""
     cls = classes.get(c.service_class)
     can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
     reclaim = tree.within_guarantee(c.queue, c.job.requests)
@@ -437,6 +450,15 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
         raise VictimsNeeded(c.job.id)
     if not any(running.values()):  # nothing runs on any cluster: no victim anywhere
         return False
+    search = state_then = None
+    if failed is not None and c.job.id not in out.holds:
+        job = c.job
+        search = (tuple(sorted(job.requests.items())), tuple(sorted(job.cluster_selector.items())), job.tiers,
+                  job.sites, c.class_priority, can_preempt, reclaim, quota, c.preempted_by,
+                  c.queue if reclaim or quota else None)
+        state_then = (len(out.places), len(out.preemptions), tuple(out.holds))
+        if failed.get(search) == state_then:
+            return False
     evicting = {p.victim for p in out.preemptions}
     excess = tree.excess(c.queue, c.job.requests) if quota else {}
 
@@ -461,6 +483,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
             if best is None or cost < best[0]:
                 best = (cost, cluster.name, chosen)
     if best is None:
+        if search is not None:
+            failed[search] = state_then
         return False
     _, cluster, victims = best
     for a in victims:

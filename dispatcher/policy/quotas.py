@@ -30,6 +30,7 @@ class QuotaTree:
         self._paths: dict[str, list[str]] = {}
         self._shares: dict[str, float] = {}  # share() of queues whose usage has not changed since
         self._capped = any(q.max for q in queues)  # without any maximum, nothing is ever over one
+        self._guaranteed = any(q.guaranteed for q in queues)  # without any guarantee, no request is within one
 
     def path(self, name: str) -> list[str]:
         """The queue and its ancestors, leaf first (a broken or cyclic tree just stops)."""
@@ -99,6 +100,8 @@ class QuotaTree:
         quota = self.queues.get(queue)
         if quota is None:
             return False
+        if not self._guaranteed:
+            return all(need <= 0 for need in requests.values())
         used = self.used(queue)
         return all(used.get(r, 0) + need <= quota.guaranteed.get(r, 0) for r, need in requests.items() if need > 0)
 

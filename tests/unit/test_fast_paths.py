@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,3 +85,44 @@ def test_the_cycle_admits_in_the_order_of_the_definition(tree_spec, jobs, room):
     plan = plan_cycle(heads, [], [cluster], queues, CLASSES, {}, 0.0)
     expected = reference_order(heads, QuotaTree(queues, {"cpu": room * CPU}), room * CPU)
     assert [p.job_id for p in plan.places] == expected
+
+
+# -- victim searches that found nothing are not run again while nothing they depend on changed ----------
+
+from tests.unit.test_active_needs import burst_scenes  # noqa: E402
+from tests.unit.test_planning import NOW, heads_of  # noqa: E402
+
+
+@settings(max_examples=400, deadline=None)
+@given(burst_scenes(), st.integers(1, 3))
+def test_a_failed_victim_search_is_remembered_only_while_its_answer_holds(scene, copies):
+    """Heads of repeated shapes (each job `copies` times, the copies under new ids), clusters often full:
+    the cycle that remembers failed searches decides exactly as the one that runs every search."""
+    queues, classes, clusters, active, candidates, holds, rules = scene
+    more = [replace(c, job=replace(c.job, id=c.job.id + 1000 * n)) for n in range(copies) for c in candidates]
+    heads = heads_of(more)
+    plain = plan_cycle(heads, active, clusters, queues, classes, holds, NOW, list(rules), {},
+                       remember_failed_searches=False)
+    assert plan_cycle(heads, active, clusters, queues, classes, holds, NOW, list(rules), {}) == plain
+
+
+def test_a_hold_given_up_makes_the_same_search_run_again():
+    # A's search fails: x is full and H's hold on it leaves too little even without V. H then starts on y,
+    # giving up its hold; B, of A's shape, must search again and evict V.
+    from dispatcher.policy.planning import Active, Hold
+    classes = {"critical": ClassPolicy("critical", 100, can_preempt=True),
+               "batch": ClassPolicy("batch", 10, preemptible=True), "standard": ClassPolicy("standard", 50)}
+    x = ClusterState("x", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 8 * CPU})
+    y = ClusterState("y", "onprem", "dc", {}, {"cpu": 2 * CPU}, {"cpu": 2 * CPU}, "", {"cpu": 2 * CPU})
+    active = [Active(1, "b", "batch", 10, 0, "x", {"cpu": 4 * CPU}, True),
+              Active(2, "b", "standard", 50, 0, "x", {"cpu": 4 * CPU}, False)]
+
+    def head(job_id, priority, cpu):
+        return Candidate(QueuedJob(job_id, {"cpu": cpu * CPU}, {"cpu": cpu * CPU}), "a", "critical", 100, priority)
+
+    heads = {"a": [head(10, 2, 4), head(11, 1, 2), head(12, 0, 4)]}
+    holds = {11: Hold(11, "x", {"cpu": 2 * CPU}, "reservation", NOW - 10)}
+    queues = [QueueQuota("a"), QueueQuota("b")]
+    plain = plan_cycle(heads, active, [x, y], queues, classes, holds, NOW, remember_failed_searches=False)
+    assert [(p.victim, p.by) for p in plain.preemptions] == [(1, 12)]
+    assert plan_cycle(heads, active, [x, y], queues, classes, holds, NOW) == plain
