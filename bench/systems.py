@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import pathlib
-import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -127,7 +126,10 @@ class System:
     (an agent runs in its own cluster, never inside the dispatcher).
     """
 
-    def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False):
+    def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False,
+                 replicas: int = 1):
+        """replicas > 1 (split only): more dispatcher processes on the same database, started after the
+        first (which therefore leads and serves the agents); clients call the last one."""
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
@@ -140,6 +142,11 @@ class System:
             try:
                 self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs),
                                              "bench-agents")[:2])
+                for n in range(1, replicas):
+                    process, pipe, more = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True),
+                                                 f"bench-dispatcher-{n + 1}")
+                    self._children.append((process, pipe))
+                    self.address, self.token = more["address"], more["token"]
             except Exception:
                 self.close()
                 raise
@@ -258,10 +265,34 @@ class LatencyConfig:
     calm_interval_s: float = 0.100  # a second, calmer pass (no target): what one job sees with no queue
     settle_s: float = 60.0  # after the last submit, how long to wait for every job to run
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
+    replicas: int = 1  # dispatcher processes (split only): the first leads and serves the agents, clients call the last
 
     @classmethod
     def quick(cls) -> "LatencyConfig":
         return cls(seconds=5.0)
+
+
+def _watch_events(pipe, address: str, token: str) -> None:
+    """Watch every job event; answer each message with what was seen so far, {(job, state): arrival}."""
+    from sluice.client import Client
+    from sluice.config import ClientConfig
+
+    seen: dict[tuple[int, str], float] = {}
+    client = Client(ClientConfig(address, token, timeout_s=3600))
+
+    def watch() -> None:
+        try:
+            for event in client.watch():
+                seen.setdefault((event["jobId"], event["to"]), time.monotonic())
+        except Exception:
+            pass
+
+    threading.Thread(target=watch, daemon=True).start()
+    pipe.send("watching")
+    while pipe.recv() != "stop":
+        pipe.send(dict(seen))
+    pipe.send("stopped")
+    client.close()
 
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
@@ -279,22 +310,12 @@ def latency(pg: Postgres, config: LatencyConfig, run: Run) -> None:
 
 
 def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float, target: bool) -> None:
-    with System(pg, "latency", objects(config.sim_clusters, config.nodes), split=config.split) as system:
-        client, watcher = system.client(), system.client()
-        seen: dict[tuple[int, str], float] = {}
-        done = threading.Event()
-
-        def watch() -> None:
-            try:
-                for event in watcher.watch():
-                    seen.setdefault((event["jobId"], event["to"]), time.monotonic())
-                    if done.is_set():
-                        return
-            except Exception:
-                pass
-
-        thread = threading.Thread(target=watch, daemon=True)
-        thread.start()
+    with System(pg, "latency", objects(config.sim_clusters, config.nodes), split=config.split,
+                replicas=config.replicas) as system:
+        client = system.client()
+        # The events are watched from a process of its own: time.monotonic() is the same clock across
+        # processes, and the watcher's work (hundreds of events a second) then delays no submit.
+        watcher, pipe, _ = _start(_watch_events, (system.address, system.token), "bench-watcher", 60)
         time.sleep(1.0)
         doc = workload.job_document("default", workload.SHAPES[0], "standard", 0, duration=config.duration)
         submitted: dict[int, float] = {}
@@ -317,10 +338,14 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
             for f in futures:
                 f.result()
         deadline = time.monotonic() + config.settle_s
-        while time.monotonic() < deadline and any((i, "RUNNING") not in seen and (i, "SUCCEEDED") not in seen
+        while True:
+            pipe.send("seen?")
+            seen = pipe.recv()
+            if time.monotonic() > deadline or all((i, "RUNNING") in seen or (i, "SUCCEEDED") in seen
                                                   for i in submitted):
+                break
             time.sleep(0.2)
-        done.set()
+        _stop(watcher, pipe)
         with psycopg.connect(system.libpq) as conn:
             unseen = [i for i in submitted if (i, "DISPATCHED") not in seen]
             in_db = conn.execute("SELECT count(*) FROM job_events WHERE to_state = 'DISPATCHED' AND job_id = ANY(%s)",
@@ -329,7 +354,6 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
                 """SELECT extract(epoch FROM a.dispatched_at - j.created_at), extract(epoch FROM a.started_at - j.created_at)
                    FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.attempt = 1""").fetchall()
         client.close()
-        watcher.close()
     dispatched = [seen[(i, "DISPATCHED")] - t for i, t in submitted.items() if (i, "DISPATCHED") in seen]
     running = [seen[(i, "RUNNING")] - t for i, t in submitted.items() if (i, "RUNNING") in seen]
     call = sorted(calls)[len(calls) // 2] if calls else 0.0
