@@ -1,0 +1,114 @@
+"""The cycle's reads of what runs, in real Postgres, against their plain definitions over every active
+attempt: usage summed per queue (store.jobs.active_usage), the filtered active_attempts a cycle asks for
+(planning.needed), and the heads as tuples (queue_heads) making the candidates candidate() makes."""
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher import administering
+from dispatcher.policy.planning import ActiveNeeds, needed
+from dispatcher.scheduling import _active, _candidates, candidate, class_policies
+from dispatcher.store import database
+from dispatcher.store import jobs as job_store
+from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
+from sluice.quantity import add
+
+CLASSES = (ServiceClassObject("critical", priority=1000, can_preempt=True),
+           ServiceClassObject("standard", priority=500),
+           ServiceClassObject("batch", priority=100, preemptible=True))
+SHAPES = ({"cpu": 1000, "memory": 2048}, {"cpu": 2000, "memory": 4096}, {"cpu": 4000})
+
+
+@pytest.fixture
+def sessions(db_url):
+    db = database.connect(database.DatabaseSettings(url=db_url, pool_size=2, pool_overflow=0))
+    made = sessionmaker(db.engine, expire_on_commit=False)
+    with made.begin() as session:
+        administering.apply(session, "test", [
+            *CLASSES, QueueObject("org"), *(QueueObject(f"q{i}", parent="org") for i in range(4)),
+            *(ClusterObject(f"c{i}", tier="onprem", site="dc", simulated=SimulatedSpec(1, {"cpu": 64000}))
+              for i in range(3))])
+    yield made
+    db.close()
+
+
+def _load(session, n: int, seed: int) -> None:
+    """n jobs in every state that matters, of random queues, classes, shapes, clusters and maxRuntime."""
+    rnd = random.Random(seed)
+    priority = {c.name: c.priority for c in CLASSES}
+    for i in range(n):
+        cls = rnd.choice(sorted(priority))
+        state = rnd.choice(("QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"))
+        shape = rnd.choice(SHAPES)
+        spec = {"spec": {"maxRuntime": "10m"} if rnd.random() < 0.3 else {}}
+        placement = rnd.choice(({}, {"tiers": ["onprem"]}, {"clusterSelector": {"zone": "a"}, "sites": ["dc"]}))
+        session.execute(text(
+            """INSERT INTO jobs (queue, service_class, class_priority, priority, state, cluster, attempt, spec,
+                                 requests, largest_pod, placement, dispatched_at, started_at, preempted_by)
+               VALUES (:q, :c, :cp, :p, :s, :cl, :a, CAST(:spec AS jsonb), CAST(:r AS jsonb), CAST(:r AS jsonb),
+                       CAST(:pl AS jsonb), now(), CASE WHEN :s = 'RUNNING' THEN now() END, :pb)"""),
+            {"q": f"q{rnd.randrange(4)}", "c": cls, "cp": priority[cls], "p": rnd.randrange(3), "s": state,
+             "cl": None if state == "QUEUED" else f"c{rnd.randrange(3)}", "a": 0 if state == "QUEUED" else 1,
+             "spec": json.dumps(spec), "r": json.dumps(shape), "pl": json.dumps(placement),
+             "pb": rnd.choice((None, None, 1))})
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_usage_and_filtered_active_attempts_are_their_plain_definitions(sessions, seed):
+    with sessions.begin() as session:
+        _load(session, 300, seed)
+        every = job_store.active_attempts(session)
+        assert every and all(r.cluster for r in every)
+        usage: dict[str, dict[str, int]] = {}
+        for r in job_store.active_usage(session):
+            usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
+        plain: dict[str, dict[str, int]] = {}
+        for r in every:
+            plain[r.queue] = add(plain.get(r.queue, {}), r.requests)
+        assert usage == plain
+
+        classes = class_policies(session)
+        active = _active(every, classes)
+        assert any(a.ends_at for a in active) and any(a.ends_at is None for a in active)
+        for needs in (ActiveNeeds(frozenset({"c0", "c2"}), 1000, frozenset({"batch"}), frozenset(), False),
+                      ActiveNeeds(frozenset({"c0", "c1", "c2"}), 500, frozenset({"batch"}), frozenset({"q1"}), True),
+                      ActiveNeeds(frozenset({"c1"}), None, frozenset({"batch"}), frozenset({"q0", "q3"}), False),
+                      ActiveNeeds(frozenset({"c1"}), None, frozenset({"batch"}), frozenset(), True),
+                      ActiveNeeds(frozenset(), 1000, frozenset({"batch"}), frozenset({"q0"}), True)):
+            timed = {a.job_id for a in _active(job_store.active_attempts(
+                session, clusters=needs.clusters, timed=True), classes)} if needs.timed else set()
+            assert timed == {a.job_id for a in active if needed(a, needs, victims=False)}
+            victims = {a.job_id for a in _active(job_store.active_attempts(
+                session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
+                queues=needs.queues), classes)}
+            assert timed | victims == {a.job_id for a in active if needed(a, needs)}
+        on = job_store.active_attempts(session, clusters=["c1"])
+        assert sorted(r.id for r in on) == sorted(r.id for r in every if r.cluster == "c1")
+
+
+def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
+    with sessions.begin() as session:
+        _load(session, 200, 3)
+        now = datetime.now(timezone.utc)
+        heads, current = _candidates(job_store.queue_heads(session, 5), now.timestamp(), {7: ("c1",)})
+        rows = session.execute(text(
+            """SELECT h.* FROM queues q CROSS JOIN LATERAL (
+                   SELECT id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
+                          reason, created_at, preempted_by, spec->'spec'->>'maxRuntime' AS max_runtime
+                   FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
+                   ORDER BY class_priority DESC, priority DESC, id LIMIT 5) h""")).all()
+        plain: dict[str, list] = {}
+        for row in rows:
+            plain.setdefault(row.queue, []).append(candidate(row, now, ("c1",) if row.id == 7 else ()))
+        assert sum(map(len, heads.values())) == len(rows) > 0
+        assert current == {row.id: row.reason for row in rows}
+        for queue, jobs in plain.items():
+            for got, want in zip(heads[queue], jobs, strict=True):
+                assert got.waited_s == pytest.approx(want.waited_s, abs=1e-3)
+                assert got == type(want)(**{**want.__dict__, "waited_s": got.waited_s})
