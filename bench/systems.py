@@ -1,8 +1,10 @@
-"""submit, latency and e2e: the whole system as `sluice up` runs it, measured from outside.
+"""submit, latency and e2e: the whole system, measured from outside.
 
-The dispatcher and its in-process sim agents (dispatcher.embedded.Embedded, the code of `sluice up`)
-run in a child process of their own, on a database of the run's PostgreSQL, listening on 127.0.0.1
-with a free port; clients run in other processes and talk to it over real gRPC (sluice.client).
+By default (split) the dispatcher runs alone in a child process (dispatcher.server.Dispatcher, what
+`sluice dispatcher serve` runs) and the sim agents of every cluster in another, the way they are
+deployed; with split=False both run in one process as `sluice up` (dispatcher.embedded.Embedded) does.
+Each uses a database of the run's PostgreSQL and listens on 127.0.0.1 with a free port; clients run in
+other processes and talk to it over real gRPC (sluice.client).
 """
 from __future__ import annotations
 
