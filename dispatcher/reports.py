@@ -7,6 +7,7 @@ whose dispatch the agent had acked but which it no longer holds, are lost.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -15,16 +16,16 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from dispatcher.errors import Conflict, PermissionDenied
+from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
-from dispatcher.store.models import Job
+from dispatcher.store.models import Cluster, Job
 from dispatcher.store.tokens import Principal
-from sluice.objects import object_from_document
-from sluice.quantity import format_duration
+from sluice.objects import default_lease_duration_s
+from sluice.quantity import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from dispatcher.metrics import DispatcherMetrics
@@ -44,15 +45,16 @@ class Report:
 def apply(session: Session, cluster: str, report: Report, metrics: DispatcherMetrics | None = None) -> bool:
     """Apply one report; True when it freed capacity (the scheduler should look again).
     metrics: observes dispatch-to-running when the report starts the attempt."""
-    return apply_many(session, cluster, [report], metrics)
+    return apply_many(session, cluster, [report], metrics) > 0
 
 
 def apply_many(session: Session, cluster: str, reports: list[Report],
-               metrics: DispatcherMetrics | None = None) -> bool:
+               metrics: DispatcherMetrics | None = None) -> int:
     """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
     all of them: the jobs are locked and read at once (in id order), each report is judged against its
     job as the reports before it left it, and the changes are written together: the jobs' new states,
-    one event per transition, the attempts started and ended. True when capacity was freed."""
+    one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
+    capacity: the scheduler should look again)."""
     ids = sorted({r.job_id for r in reports})
     views = {row.id: JobView(row.state, row.attempt, row.cluster, row.max_retries) for row in session.execute(
         select(Job.id, Job.state, Job.attempt, Job.cluster, Job.max_retries)
@@ -85,7 +87,7 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
             ended.append((report.job_id, job.attempt, report.state, report.reason, report.exit_code))
         views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
     if not events:
-        return False
+        return 0
     job_store.apply_transitions(session, changed, events)
     waits = job_store.start_attempts(session, started)
     job_store.end_attempts(session, ended)
@@ -94,7 +96,7 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
             metrics.observe_dispatch_to_running(waited)
     if ended:
         job_store.notify(session, job_store.WAKE_CHANNEL)
-    return bool(ended)
+    return len(ended)
 
 
 def reconcile(session: Session, cluster: str, inventory: list[Report],
@@ -166,16 +168,22 @@ def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
 def expire_leases(session: Session, now: datetime) -> int:
     """Jobs on clusters unheard of for longer than their lease are lost: each goes back to the queue as a
     new attempt (or fails, past its retries). Before that an unreachable cluster only takes no new jobs.
-    Returns how many attempts were given up."""
+    Returns how many attempts were given up. Every cycle runs this: it reads a few columns, no documents."""
     given_up = 0
-    for cluster in cluster_store.list_clusters(session):
-        if cluster.last_seen_at is None:
-            continue
-        lease = object_from_document(cluster.spec).lease_duration_s
-        silent = (now - cluster.last_seen_at).total_seconds()
+    for name, tier, seen, lease_text in session.execute(
+            select(Cluster.name, Cluster.tier, Cluster.last_seen_at, Cluster.spec["spec"]["leaseDuration"].astext)
+            .where(Cluster.last_seen_at.is_not(None))):
+        lease = _lease_s(lease_text, tier)
+        silent = (now - seen).total_seconds()
         if silent <= lease:
             continue
-        for job in job_store.active_on_cluster(session, cluster.name):
-            reason = f"cluster {cluster.name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
-            given_up += apply(session, cluster.name, Report(job.id, job.attempt, "LOST", reason))
+        reason = f"cluster {name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
+        given_up += apply_many(session, name, [Report(job.id, job.attempt, "LOST", reason)
+                                               for job in job_store.active_on_cluster(session, name)])
     return given_up
+
+
+@functools.lru_cache(maxsize=256)
+def _lease_s(text: str | None, tier: str) -> float:
+    """A stored Cluster document's spec.leaseDuration in seconds (its tier's default when it has none)."""
+    return parse_duration(text) if text else default_lease_duration_s(tier)
