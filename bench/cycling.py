@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from sqlalchemy.orm import sessionmaker
 
 from bench import backlog
-from dispatcher.scheduling import SchedulerSettings, run_cycle
+from dispatcher.scheduling import PolicyConfig, SchedulerSettings, run_cycle
 from dispatcher.store import database
 
 
@@ -48,6 +48,7 @@ def cycles(url: str, clusters: list[str], nodes: int, *, mode: str, max_cycles: 
         profiler = Profiler(interval=0.005)
     out: dict = {"cycles": [], "heartbeat_s": 0.0, "rss_start": started_rss["now"], "pid": os.getpid()}
     holds: dict = {}
+    config = PolicyConfig()  # kept between cycles, as the leader keeps it
     reasons_at = 0.0
     deadline = time.monotonic() + time_limit_s
     try:
@@ -62,7 +63,8 @@ def cycles(url: str, clusters: list[str], nodes: int, *, mode: str, max_cycles: 
             if profiler:
                 profiler.start()
             cpu = time.process_time()
-            result = run_cycle(sessions, settings, datetime.now(timezone.utc), holds=holds, write_reasons=write_reasons)
+            result = run_cycle(sessions, settings, datetime.now(timezone.utc), holds=holds, write_reasons=write_reasons,
+                               config=config)
             cpu = time.process_time() - cpu
             if profiler:
                 profiler.stop()

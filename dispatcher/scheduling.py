@@ -14,11 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher.capacity import snapshot
@@ -132,9 +132,35 @@ def _active(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
             for r in rows]
 
 
+# One digest of every document the cycle's policy objects come from (classes, queues, burst policies).
+_POLICY_DIGEST = text(
+    """SELECT md5(concat_ws('|',
+           (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM service_classes),
+           (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM queues),
+           (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM burst_policies)))""")
+
+
+@dataclass
+class PolicyConfig:
+    """The service classes, queue quotas and burst rules of the last cycle, kept by the leader and read
+    again (and parsed) only when their documents' digest, computed in the cycle's transaction, changed."""
+
+    digest: str = ""
+    classes: dict[str, ClassPolicy] = field(default_factory=dict)
+    quotas: list[QueueQuota] = field(default_factory=list)
+    rules: list = field(default_factory=list)
+
+    def refresh(self, session) -> "PolicyConfig":
+        digest = session.scalar(_POLICY_DIGEST)
+        if digest != self.digest:
+            self.classes, self.quotas, self.rules = class_policies(session), queue_quotas(session), budgets.rules(session)
+            self.digest = digest
+        return self
+
+
 def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,
               holds: dict[int, Hold] | None = None, write_reasons: bool = True,
-              leader_pid: int | None = None) -> CycleResult:
+              leader_pid: int | None = None, config: PolicyConfig | None = None) -> CycleResult:
     """One scheduling cycle. With leader_pid, it commits only while that backend holds the leader lock."""
     started = time.perf_counter()
     with sessions.begin() as session:
@@ -143,7 +169,8 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         reports.expire_leases(session, now)
         clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                                    staleness_s=settings.prometheus_staleness_s)]
-        classes = class_policies(session)
+        config = (config if config is not None else PolicyConfig()).refresh(session)
+        classes = config.classes
         rows = job_store.queue_heads(session, settings.per_queue)
         avoid = job_store.recently_unschedulable(session, [r[0] for r in rows if r[11] > 0],
                                                  settings.avoid_unschedulable_s)
@@ -153,11 +180,11 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         usage: dict[str, dict[str, int]] = {}
         for r in job_store.active_usage(session):
             usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
-        quotas = queue_quotas(session)
+        quotas = config.quotas
         needs = active_needs(heads, clusters, quotas, classes, usage)
         active = _active(job_store.active_attempts(session, clusters=needs.clusters, timed=True), classes) \
             if needs.timed else []
-        rules = budgets.rules(session)
+        rules = config.rules
         spend = budgets.spend(session, now) if rules else {}
         try:
             plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules, spend,
@@ -200,6 +227,7 @@ class Scheduler:
         self._stop = threading.Event()
         self.is_leader = threading.Event()
         self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
+        self._config = PolicyConfig()
         notifier.subscribe(job_store.WAKE_CHANNEL, lambda _p: self._wake.set())
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
 
@@ -224,6 +252,7 @@ class Scheduler:
                         return
                     log.info("became the scheduling leader", extra={"backend_pid": lock_conn.info.backend_pid})
                     self._holds = {}  # an earlier term's holds (on this replica) describe a past others moved on from
+                    self._config = PolicyConfig()
                     self.is_leader.set()
                     self._leadership(True)
                     try:
@@ -272,7 +301,8 @@ class Scheduler:
             if write_reasons:
                 reasons_at = time.monotonic()
             result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), holds=self._holds,
-                               write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid)
+                               write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid,
+                               config=self._config)
             self._holds = result.holds
             if self._metrics is not None:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
