@@ -92,6 +92,8 @@ class Job(Base):
         Index("ix_jobs_queue_head", "queue", class_priority.desc(), priority.desc(), "id",
               postgresql_where=text("state = 'QUEUED'")),
         Index("ix_jobs_active_cluster", "cluster", postgresql_where=text("state IN ('DISPATCHED', 'RUNNING')")),
+        # What runs, per queue and request: the cycle sums queue usage from this index alone (0006).
+        Index("ix_jobs_active_usage", "queue", "requests", postgresql_where=text("state IN ('DISPATCHED', 'RUNNING')")),
         Index("ix_jobs_queue_state", "queue", "state"),
         Index("ix_jobs_state_id", "state", "id"),
     )
