@@ -18,7 +18,7 @@ from bench import dispatching, figures, systems
 from bench.postgres import Postgres
 
 BENCHMARKS = {
-    "submit": "jobs/s accepted through gRPC Jobs.Submit: 1,000-job calls and single-job calls, 8 clients",
+    "submit": "jobs/s accepted through gRPC Jobs.Submit: 1,000-job calls and single-job calls, 8 clients; empty calls as the floor",
     "dispatch": "jobs/s decided and committed by run_cycle from a deep backlog (with the floor, same run)",
     "cycle": "cycle time at 1k, 100k and 1M queued, nothing able to start",
     "floor": "plain-SQL claim-and-record rate of Postgres over the same backlog, batches of 1,000",

@@ -140,6 +140,7 @@ class System:
                                      "bench-dispatcher")
         self._children.append((process, pipe))
         self.address, self.token = info["address"], info["token"]
+        self.addresses = [self.address]  # every replica's, the leader first
         if split:
             try:
                 self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs),
@@ -149,6 +150,7 @@ class System:
                                                  f"bench-dispatcher-{n + 1}")
                     self._children.append((process, pipe))
                     self.address, self.token = more["address"], more["token"]
+                    self.addresses.append(self.address)
             except Exception:
                 self.close()
                 raise
@@ -191,18 +193,31 @@ class SubmitConfig:
 
 
 def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start) -> None:
+    """Submit `batch` jobs per call for `seconds`; batch 0: empty calls (Health.Check) on the same kind of
+    channel, the most a client can get through this gRPC server and machine per call."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     from sluice.client import Client
     from sluice.config import ClientConfig
 
     docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10) for i in range(batch)]
     client = Client(ClientConfig(address, token, timeout_s=120))
-    client.submit(docs[:1])  # the channel is up before the clock starts
+    if batch:
+        def call() -> int:
+            return len(client.submit(docs))
+    else:
+        health = health_pb2_grpc.HealthStub(client._channel)
+
+        def call() -> int:
+            health.Check(health_pb2.HealthCheckRequest(), timeout=120)
+            return 1
+    call()  # the channel is up before the clock starts
     pipe.send("ready")
     start.wait()
     began = time.monotonic()
     submitted, calls = 0, 0
     while time.monotonic() - began < seconds:
-        submitted += len(client.submit(docs))
+        submitted += call()
         calls += 1
     ended = time.monotonic()
     client.close()
@@ -236,7 +251,7 @@ def _submit_once(pg: Postgres, config: SubmitConfig, clients: int, batch: int) -
         committed = system.count("true") - before
     jobs = sum(r["jobs"] for r in results)
     elapsed = max(r["ended"] for r in results) - min(r["began"] for r in results)
-    if committed != jobs:
+    if batch and committed != jobs:
         raise RuntimeError(f"submit: {jobs} ids returned but {committed} jobs committed")
     return {"jobs": jobs, "calls": sum(r["calls"] for r in results), "seconds": elapsed, "rate": jobs / elapsed}
 
@@ -252,6 +267,11 @@ def submit(pg: Postgres, config: SubmitConfig, run: Run) -> None:
         run.add(Figure("submit", f"submit, {what}, {clients} client{'s' if clients > 1 else ''}", r["rate"], "jobs/s",
                        Target(">=", target) if target else None,
                        note=f"{r['jobs']:,} jobs in {r['calls']:,} calls over {r['seconds']:.1f}s"))
+    single = r["rate"]
+    r = _submit_once(pg, config, config.clients, 0)  # the floor under single-job calls, same run
+    run.add(Figure("submit", f"empty calls (Health.Check), {config.clients} clients: the transport's floor", r["rate"],
+                   "calls/s", note=f"{r['calls']:,} calls over {r['seconds']:.1f}s, same server and clients"))
+    run.add(Figure("submit", "single-job submit / empty calls", single / r["rate"], "x"))
 
 
 # -- latency ---------------------------------------------------------------------------------------------
