@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="everything scaled down: a smoke run of a minute or two")
     parser.add_argument("--jobs", type=int, help="backlog size for dispatch/cycle/floor/memory (default 1,000,000)")
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
-    parser.add_argument("--profile", metavar="FILE", help="pyinstrument profile of the dispatch drain's cycles to FILE")
+    parser.add_argument("--profile", metavar="FILE", help="pyinstrument profiles: the dispatch drain's cycles to FILE, the waiting cycles at the largest size to FILE.wait")
     parser.add_argument("--doc", metavar="FILE", default=str(figures.DOC),
                         help="where to record (default: this checkout's docs/performance.md)")
     args = parser.parse_args(argv)
