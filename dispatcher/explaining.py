@@ -30,9 +30,10 @@ class Explanation:
 def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s: float) -> Explanation:
     job = job_store.get(session, job_id)
     tree = QuotaTree(queue_quotas(session), {})
-    for row in job_store.active_attempts(session):
-        if row.id != job.id:  # a running job is judged as if it were asking again
-            tree.charge(row.queue, row.requests)
+    for row in job_store.active_usage(session):  # summed in Postgres: never a row per running job
+        tree.charge(row.queue, row.requests, row.jobs)
+    if job.state in states.ACTIVE:  # a running job is judged as if it were asking again
+        tree.charge(job.queue, job.requests, -1)
     quota = tree.over_max(job.queue, job.requests) or f"within the quotas of queue {job.queue} and its parents"
     clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=unreachable_after_s)]
     found = verdicts(candidate(job, now).job, clusters)
