@@ -88,14 +88,12 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
         views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
     if not events:
         return 0
-    job_store.apply_transitions(session, changed, events)
+    job_store.apply_transitions(session, changed, events, wake=bool(ended))
     waits = job_store.start_attempts(session, started)
     job_store.end_attempts(session, ended)
     if metrics is not None:
         for waited in waits:
             metrics.observe_dispatch_to_running(waited)
-    if ended:
-        job_store.notify(session, job_store.WAKE_CHANNEL)
     return len(ended)
 
 

@@ -31,6 +31,13 @@ def notify(session: Session, channel: str, payload: str = "") -> None:
     session.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
 
 
+def notify_many(session: Session, notes: list[tuple[str, str]]) -> None:
+    """Queue several NOTIFYs, (channel, payload) each, in one round trip; delivered as notify's are."""
+    if notes:
+        session.execute(text("SELECT pg_notify(n.c, n.p) FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"),
+                        {"c": [c for c, _ in notes], "p": [p for _, p in notes]})
+
+
 @dataclass(frozen=True)
 class NewJob:
     name: str | None
@@ -149,12 +156,13 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     notify(session, EVENTS_CHANNEL)
 
 
-def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple]) -> None:
+def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple], *, wake: bool = False) -> None:
     """Write state changes already checked against the jobs' rows, which the caller holds locked.
 
     changed: per job, its final {state, reason} and whether it started (started_at), finished
     (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
-    cluster) of every transition, in order: each becomes a job event.
+    cluster) of every transition, in order: each becomes a job event. wake: capacity was freed, the
+    scheduler is woken too.
     """
     ids = list(changed)
     session.execute(text(
@@ -177,7 +185,7 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
                 WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
            ORDER BY n"""),
         dict(zip(("jobs", "attempts", "froms", "tos", "reasons", "clusters"), map(list, zip(*events)))))
-    notify(session, EVENTS_CHANNEL)
+    notify_many(session, [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, "")] if wake else [])])
 
 
 def start_attempts(session: Session, started: list[tuple[int, int]]) -> list[float]:
@@ -260,10 +268,8 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
            FROM moved m JOIN commands c ON c.job_id = m.id ORDER BY m.id"""),
         {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
          "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()]}).all()
-    for cluster in sorted({r.cluster for r in rows}):
-        notify(session, OUTBOX_CHANNEL, cluster)
     if rows:
-        notify(session, EVENTS_CHANNEL)
+        notify_many(session, [(OUTBOX_CHANNEL, c) for c in sorted({r.cluster for r in rows})] + [(EVENTS_CHANNEL, "")])
     return [Dispatched(r.id, r.attempt, r.cluster, r.command_id, r.created_at, r.dispatched_at) for r in rows]
 
 

@@ -86,3 +86,26 @@ def test_a_batch_with_nothing_to_change_writes_nothing(sessions):
         assert not reports.apply_many(session, "onprem", [Report(ids[0], 1, "PENDING"), Report(ids[0], 7, "FAILED")])
         assert not reports.apply_many(session, "elsewhere", [Report(ids[0], 1, "SUCCEEDED")])  # not its cluster
     assert _state(sessions, ids) == before
+
+
+def _notes(sessions, act) -> list[tuple[str, str]]:
+    import psycopg
+    url = sessions.kw["bind"].url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        for channel in (job_store.EVENTS_CHANNEL, job_store.WAKE_CHANNEL, job_store.OUTBOX_CHANNEL):
+            listener.execute(f'LISTEN "{channel}"')
+        with sessions.begin() as session:
+            act(session)
+        return sorted((n.channel, n.payload) for n in listener.notifies(timeout=1))
+
+
+def test_a_batch_and_a_dispatch_notify_once_per_channel_on_commit(sessions):
+    docs = [json.dumps(job_doc(name=f"n{i}")) for i in range(3)]
+    with sessions.begin() as session:
+        ids = submitting.submit(session, Principal("root", "admin"), submitting.parse(docs))
+    sent = _notes(sessions, lambda s: job_store.dispatch(s, [(ids[0], "onprem"), (ids[1], "edge"), (ids[2], "onprem")]))
+    assert sent == [("sluice_events", ""), ("sluice_outbox", "edge"), ("sluice_outbox", "onprem")]
+    assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "RUNNING")])) == \
+        [("sluice_events", "")]  # nothing freed: the scheduler sleeps on
+    assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "SUCCEEDED")])) == \
+        [("sluice_events", ""), ("sluice_wake", "")]
