@@ -153,7 +153,8 @@ class PolicyConfig:
     def refresh(self, session) -> "PolicyConfig":
         digest = session.scalar(_POLICY_DIGEST)
         if digest != self.digest:
-            self.classes, self.quotas, self.rules = class_policies(session), queue_quotas(session), budgets.rules(session)
+            self.classes, self.quotas = class_policies(session), queue_quotas(session)
+            self.rules = budgets.rules(session)
             self.digest = digest
         return self
 

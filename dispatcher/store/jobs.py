@@ -34,7 +34,8 @@ def notify(session: Session, channel: str, payload: str = "") -> None:
 def notify_many(session: Session, notes: list[tuple[str, str]]) -> None:
     """Queue several NOTIFYs, (channel, payload) each, in one round trip; delivered as notify's are."""
     if notes:
-        session.execute(text("SELECT pg_notify(n.c, n.p) FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"),
+        session.execute(text("SELECT pg_notify(n.c, n.p) "
+                             "FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"),
                         {"c": [c for c, _ in notes], "p": [p for _, p in notes]})
 
 
@@ -373,14 +374,18 @@ def in_flight(session: Session) -> list[Row]:
     """Active attempts whose dispatch command came after their cluster's latest capacity report.
 
     Those are not yet in the report, so the scheduler subtracts them; every other active attempt is
-    already in it. Each attempt is therefore counted exactly once.
+    already in it. Each attempt is therefore counted exactly once. Every cycle runs this: per cluster,
+    one range of ix_outbox_cluster_id above its watermark, then each job by its key (OFFSET 0 keeps the
+    planner from a scan of the whole outbox, which only grows), so it costs what is in flight.
     """
     return session.execute(text(
-        """SELECT j.cluster, j.requests, j.largest_pod FROM outbox o
-           JOIN clusters c ON c.name = o.cluster
-           JOIN jobs j ON j.id = o.job_id AND j.attempt = o.attempt
-           WHERE o.kind = 'dispatch' AND o.id > c.applied_through
-             AND j.state IN ('DISPATCHED', 'RUNNING') AND j.cluster = o.cluster""")).all()
+        """SELECT c.name AS cluster, j.requests, j.largest_pod FROM clusters c
+           CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
+                               WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
+                                 AND outbox.kind = 'dispatch' OFFSET 0) o
+           CROSS JOIN LATERAL (SELECT requests, largest_pod FROM jobs
+                               WHERE jobs.id = o.job_id AND jobs.attempt = o.attempt AND jobs.cluster = c.name
+                                 AND jobs.state IN ('DISPATCHED', 'RUNNING') OFFSET 0) j""")).all()
 
 
 def holds_advisory_lock(session: Session, backend_pid: int, key: int) -> bool:

@@ -112,3 +112,35 @@ def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
             for got, want in zip(heads[queue], jobs, strict=True):
                 assert got.waited_s == pytest.approx(want.waited_s, abs=1e-3)
                 assert got == type(want)(**{**want.__dict__, "waited_s": got.waited_s})
+
+
+PLAIN_IN_FLIGHT = """SELECT j.cluster, j.requests, j.largest_pod FROM outbox o
+                     JOIN clusters c ON c.name = o.cluster
+                     JOIN jobs j ON j.id = o.job_id AND j.attempt = o.attempt
+                     WHERE o.kind = 'dispatch' AND o.id > c.applied_through
+                       AND j.state IN ('DISPATCHED', 'RUNNING') AND j.cluster = o.cluster"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_in_flight_is_its_plain_definition(sessions, seed):
+    """Dispatch commands above and below each cluster's watermark, of live, ended, moved and re-dispatched
+    attempts, and cancel commands: in_flight's per-cluster index ranges find what the plain join finds."""
+    rnd = random.Random(seed)
+    with sessions.begin() as session:
+        _load(session, 200, seed)
+        rows = session.execute(text("SELECT id, attempt, cluster FROM jobs WHERE cluster IS NOT NULL")).all()
+        for job_id, attempt, cluster in rows:
+            for _ in range(rnd.randrange(3)):  # some twice, some as an older attempt or for another cluster
+                session.execute(text(
+                    "INSERT INTO outbox (cluster, kind, job_id, attempt) VALUES (:c, :k, :j, :a)"),
+                    {"c": rnd.choice((cluster, cluster, f"c{rnd.randrange(3)}")),
+                     "k": rnd.choice(("dispatch",) * 3 + ("cancel",)), "j": job_id,
+                     "a": rnd.choice((attempt, attempt, attempt - 1))})
+        top = session.scalar(text("SELECT max(id) FROM outbox"))
+        for c in range(3):
+            session.execute(text("UPDATE clusters SET applied_through = :w WHERE name = :c"),
+                            {"w": rnd.randrange(top + 1), "c": f"c{c}"})
+        found = sorted((r.cluster, json.dumps(r.requests, sort_keys=True)) for r in job_store.in_flight(session))
+        plain = sorted((r.cluster, json.dumps(r.requests, sort_keys=True))
+                       for r in session.execute(text(PLAIN_IN_FLIGHT)))
+        assert found == plain and 0 < len(found) < len(rows)

@@ -37,8 +37,8 @@ def store(db_url):
             "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: doomed}\n")])
         node = {"cpu": 64_000, "memory": 256 << 30}
         for cluster in cluster_store.list_clusters(session):  # every cluster has reported: sizes are judged
-            cluster_store.record_capacity(session, cluster.name, {"allocatable": node, "free": node,
-                                                                  "largestFreeNode": node}, 0, datetime.now(timezone.utc))
+            report = {"allocatable": node, "free": node, "largestFreeNode": node}
+            cluster_store.record_capacity(session, cluster.name, report, 0, datetime.now(timezone.utc))
     yield sessions, db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     db.close()
 
