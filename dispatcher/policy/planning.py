@@ -423,7 +423,8 @@ def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running
 def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str | None:
     """Where a starving job should wait: a cluster with no reservation yet that could hold it empty, with
     the most room now. One reservation per cluster: the jobs behind it wait their turn, not pile up."""
-    possible = [c for c in matching(job, state.values()) if not c.unavailable and fits(job.requests, c.allocatable)]
+    possible = [c for c in matching(job, state.values())
+                if not c.unavailable and c.name not in job.avoid and fits(job.requests, c.allocatable)]
     if not possible:
         return None
     dominant = max(job.requests, key=lambda r: job.requests[r] / max(1, max(c.allocatable.get(r, 0) for c in possible)))
@@ -437,7 +438,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     maxima on its queue's path leave room for it); hold that room for `c`.
 
     failed: searches that found nothing, kept so that the same search is not run again while nothing it
-    depends on has changed. It depends on the job's requests and placement, its class priority, whether
+    depends on has changed. It depends on the job's requests and placement (with the clusters it avoids),
+    its class priority, whether
     it may preempt or reclaim, the job that evicted it, its queue (reclaim and maxima only), and on the
     clusters, holds, running jobs and queue usage, which change only with a placement, a preemption or a
     hold made or given up (it is never run for a job that holds room itself)."""
@@ -454,7 +456,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     if failed is not None and c.job.id not in out.holds:
         job = c.job
         search = (tuple(sorted(job.requests.items())), tuple(sorted(job.cluster_selector.items())), job.tiers,
-                  job.sites, c.class_priority, can_preempt, reclaim, quota, c.preempted_by,
+                  job.sites, job.avoid, c.class_priority, can_preempt, reclaim, quota, c.preempted_by,
                   c.queue if reclaim or quota else None)
         state_then = (len(out.places), len(out.preemptions), tuple(out.holds))
         if failed.get(search) == state_then:
@@ -472,7 +474,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     best: tuple | None = None
     view = _view(state, out.holds, c.job.id)
     for cluster in matching(c.job, _unpaid(view).values()):
-        if cluster.unavailable or not running.get(cluster.name) or not fits(c.job.requests, cluster.allocatable):
+        if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
+                or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
             continue
         candidates = [a for a in running[cluster.name] if eligible(a)]
         if not candidates:  # evicting nobody is never chosen

@@ -126,3 +126,24 @@ def test_a_hold_given_up_makes_the_same_search_run_again():
     plain = plan_cycle(heads, active, [x, y], queues, classes, holds, NOW, remember_failed_searches=False)
     assert [(p.victim, p.by) for p in plain.preemptions] == [(1, 12)]
     assert plan_cycle(heads, active, [x, y], queues, classes, holds, NOW) == plain
+
+
+def test_a_job_neither_preempts_nor_reserves_on_a_cluster_it_avoids():
+    # A's last attempt could not start on x: evicting V there, or holding x for A, would free room A
+    # cannot take. B, of A's shape and avoiding nothing, evicts V; the remembered search of A (which found
+    # nothing) must not stop B's.
+    from dispatcher.policy.planning import Active
+    from dispatcher.policy.planning import _reservation_cluster
+    classes = {"critical": ClassPolicy("critical", 100, can_preempt=True),
+               "batch": ClassPolicy("batch", 10, preemptible=True)}
+    x = ClusterState("x", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 4 * CPU})
+    y = ClusterState("y", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 4 * CPU})
+    active = [Active(1, "b", "batch", 10, 0, "x", {"cpu": 4 * CPU}, True)]
+    a = Candidate(QueuedJob(10, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}, avoid=("x",)), "a", "critical", 100, 1)
+    b = Candidate(QueuedJob(11, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}), "a", "critical", 100, 0)
+    queues = [QueueQuota("a"), QueueQuota("b")]
+    plain = plan_cycle({"a": [a, b]}, active, [x, y], queues, classes, {}, NOW, remember_failed_searches=False)
+    assert [(p.victim, p.by) for p in plain.preemptions] == [(1, 11)]
+    assert plan_cycle({"a": [a, b]}, active, [x, y], queues, classes, {}, NOW) == plain
+    roomier = {"x": replace(x, free={"cpu": 2 * CPU}), "y": y}
+    assert _reservation_cluster(b.job, roomier) == "x" and _reservation_cluster(a.job, roomier) == "y"
