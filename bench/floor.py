@@ -3,9 +3,9 @@
 Per transaction: claim the next BATCH queued jobs in scheduling order (the head index
 ix_jobs_queued_order, FOR UPDATE SKIP LOCKED as a claiming worker would), move them to DISPATCHED on a
 cluster (chosen by id, round robin), and insert their attempts, DISPATCHED events and dispatch
-commands (payload: the job document), all in one statement. These are the rows and indexes
-store.jobs.dispatch writes for a cycle, without its reads (heads, active attempts, capacity), its
-policy, its advisory locks and NOTIFYs.
+commands (no payload: the agent link reads the document from the job), all in one statement. These
+are the rows and indexes store.jobs.dispatch writes for a cycle, without its reads (heads, active
+attempts, capacity), its policy, its advisory locks and NOTIFYs.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ moved AS (
            attempt = jobs.attempt + 1, dispatched_at = now(), started_at = NULL, finished_at = NULL,
            reason = 'dispatched to c-' || lpad((jobs.id %% %(clusters)s)::text, 3, '0')
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec),
+    RETURNING jobs.id, jobs.attempt, jobs.cluster),
 attempts AS (
     INSERT INTO attempts (job_id, attempt, cluster, state)
     SELECT id, attempt, cluster, 'DISPATCHED' FROM moved),
@@ -33,7 +33,7 @@ events AS (
     INSERT INTO job_events (job_id, attempt, from_state, to_state, cluster, reason)
     SELECT id, attempt, 'QUEUED', 'DISPATCHED', cluster, 'dispatched to ' || cluster FROM moved)
 INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
-SELECT cluster, 'dispatch', id, attempt, jsonb_build_object('spec', spec) FROM moved
+SELECT cluster, 'dispatch', id, attempt, '{}'::jsonb FROM moved
 """
 
 

@@ -251,7 +251,7 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
                       cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
                       started_at = NULL, finished_at = NULL
                FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
-               RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.spec, jobs.created_at, jobs.dispatched_at),
+               RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
            attempts_made AS (
                INSERT INTO attempts (job_id, attempt, cluster, state, burst)
                SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
@@ -262,7 +262,7 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
                FROM moved m LEFT JOIN b ON b.id = m.id),
            commands AS (
                INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
-               SELECT m.cluster, 'dispatch', m.id, m.attempt, jsonb_build_object('spec', m.spec)
+               SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
                FROM moved m ORDER BY m.id
                RETURNING id, job_id)
            SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
