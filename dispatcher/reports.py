@@ -99,10 +99,14 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
 
 def reconcile(session: Session, cluster: str, inventory: list[Report],
               metrics: DispatcherMetrics | None = None) -> list[tuple[int, int]]:
-    """Apply an agent's inventory; return the (job, attempt) pairs it holds that are not live (orphans)."""
+    """Apply an agent's inventory; return the (job, attempt) pairs it holds that are not live (orphans).
+
+    An attempt whose unacked reports the agent still holds is listed with the earliest of them (agent
+    connection.py): when a dispatcher applied RUNNING and SUCCEEDED but died before its ack, the next
+    hello says RUNNING for an attempt that has ended. One that ended SUCCEEDED or FAILED, which only
+    its cluster's own report does, is therefore no orphan: there is nothing of it left to cancel."""
     held = {(r.job_id, r.attempt) for r in inventory}
-    for report in inventory:
-        apply(session, cluster, report, metrics)
+    apply_many(session, cluster, inventory, metrics)
     unacked = outbox_store.unacked_dispatches(session, cluster)
     for job in job_store.active_on_cluster(session, cluster):
         key = (job.id, job.attempt)
@@ -116,7 +120,9 @@ def reconcile(session: Session, cluster: str, inventory: list[Report],
         if job_id not in known:  # another installation's, or from before the database was wiped: left alone
             log.warning("the cluster holds objects of a job this dispatcher never had; left in place",
                         extra={"cluster": cluster, "job_id": job_id, "attempt": attempt})
-    return [(job_id, attempt) for job_id, attempt in orphans if job_id in known]
+    reported_done = job_store.ended_by_report(session, orphans)
+    return [(job_id, attempt) for job_id, attempt in orphans
+            if job_id in known and (job_id, attempt) not in reported_done]
 
 
 def may_change(session: Session, who: Principal, job: Job) -> bool:

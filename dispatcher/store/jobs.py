@@ -215,6 +215,19 @@ def end_attempts(session: Session, ended: list[tuple[int, int, str, str, int | N
         {"jobs": jobs, "attempts": attempts, "states": states_, "reasons": reasons, "codes": codes})
 
 
+def ended_by_report(session: Session, pairs: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Of these (job, attempt), the attempts that ended SUCCEEDED or FAILED (their cluster reported so)."""
+    if not pairs:
+        return set()
+    jobs, attempts = map(list, zip(*pairs))
+    return {(r[0], r[1]) for r in session.execute(text(
+        """SELECT a.job_id, a.attempt FROM attempts a
+           JOIN unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[])) AS p(job_id, attempt)
+             ON a.job_id = p.job_id AND a.attempt = p.attempt
+           WHERE a.state IN ('SUCCEEDED', 'FAILED') AND a.finished_at IS NOT NULL"""),
+        {"jobs": jobs, "attempts": attempts})}
+
+
 def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,
                 exit_code: int | None = None) -> None:
     end_attempts(session, [(job_id, attempt, state, reason, exit_code)])

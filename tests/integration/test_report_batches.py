@@ -109,3 +109,17 @@ def test_a_batch_and_a_dispatch_notify_once_per_channel_on_commit(sessions):
         [("sluice_events", "")]  # nothing freed: the scheduler sleeps on
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "SUCCEEDED")])) == \
         [("sluice_events", ""), ("sluice_wake", "")]
+
+
+def test_an_attempt_whose_end_was_applied_but_not_acked_is_no_orphan(sessions):
+    """The dispatcher applied RUNNING and SUCCEEDED, then died before its ack: the agent's next hello lists
+    the attempt as RUNNING (its earliest unacked report). Nothing is left of it to cancel. An attempt the
+    dispatcher gave up on (LOST: its cluster silent past the lease) and the cluster still runs is one."""
+    done, lost = _dispatched(sessions, 2)
+    with sessions.begin() as session:
+        reports.apply_many(session, "onprem", [Report(done, 1, "RUNNING"), Report(done, 1, "SUCCEEDED"),
+                                               Report(lost, 1, "LOST", "the cluster went silent")])
+    with sessions.begin() as session:
+        orphans = reports.reconcile(session, "onprem", [Report(done, 1, "RUNNING"), Report(lost, 1, "RUNNING")])
+    assert orphans == [(lost, 1)]
+    assert _state(sessions, [done])["jobs"][0][0] == "SUCCEEDED"
