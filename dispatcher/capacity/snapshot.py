@@ -53,9 +53,9 @@ def _less(capacity: dict, requests: list[dict]) -> tuple[dict[str, int], dict[st
 
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,
-         staleness_s: float = DEFAULT_STALENESS_S, active_rows: list | None = None) -> list[ClusterCapacity]:
-    """active_rows: store.jobs.active_attempts (at least those on the clusters read from Prometheus), when
-    the caller has read them already; otherwise only the active attempts on those clusters are read."""
+         staleness_s: float = DEFAULT_STALENESS_S) -> list[ClusterCapacity]:
+    """Every cluster's usable capacity. The active attempts are read one by one only on the clusters whose
+    capacity comes from a fresh Prometheus reading (the attempts it may not show yet)."""
     after_report: dict[str, list[dict]] = {}
     for row in job_store.in_flight(session):
         after_report.setdefault(row.cluster, []).append(row.requests)
@@ -66,9 +66,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         return bool(c.prometheus_capacity) and prom_age is not None and prom_age <= staleness_s
 
     active: dict[str, list] = {}
-    if active_rows is None:  # only the clusters read from Prometheus need their active attempts one by one
-        active_rows = job_store.active_attempts(session, clusters=[c.name for c in rows if fresh(c)])
-    for row in active_rows:
+    for row in job_store.active_attempts(session, clusters=[c.name for c in rows if fresh(c)]):
         active.setdefault(row.cluster, []).append(row)
     out = []
     for c in rows:

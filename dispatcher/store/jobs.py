@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Row, func, select, text, update
+from sqlalchemy import Row, func, or_, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
@@ -28,7 +28,7 @@ SUBMITTED = "submitted"  # the reason of a job no scheduling cycle has looked at
 
 def notify(session: Session, channel: str, payload: str = "") -> None:
     """Queue a NOTIFY; Postgres delivers it when (and only if) the transaction commits."""
-    session.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
+    notify_many(session, [(channel, payload)])
 
 
 def notify_many(session: Session, notes: list[tuple[str, str]]) -> None:
@@ -319,8 +319,6 @@ def active_attempts(session: Session, *, clusters=None, timed: bool = False, pre
     with `clusters`, only those on these clusters, and then, if any of the others is given, only those
     that are `timed` (have a maxRuntime), or of a `preemptible` class with a class priority `below`, or of
     one of `queues`."""
-    from sqlalchemy import or_
-
     max_runtime = Job.spec["spec"]["maxRuntime"].astext
     stmt = select(Job.id, Job.attempt, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster,
                   Job.requests, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
