@@ -85,7 +85,10 @@ def submit(session: Session, jobs: list[NewJob]) -> list[int]:
            events AS (
                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
                SELECT id, 0, '', 'QUEUED', :reason FROM new),
-           notified AS (SELECT pg_notify(:wake, ''), pg_notify(:events, ''))  -- delivered on commit
+           -- Delivered on commit. The wake-up names each queue that got jobs: the scheduler plans that
+           -- queue again even while the others stay parked (scheduling.Parking).
+           notified AS (SELECT count(pg_notify(:wake, q.queue)) + count(pg_notify(:events, ''))
+                        FROM (SELECT DISTINCT queue FROM new) q)
            SELECT id FROM new, notified ORDER BY n"""),
         {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL}).all()
     return list(ids)
