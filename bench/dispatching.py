@@ -1,8 +1,9 @@
 """dispatch, cycle, floor and memory: the deep-backlog benchmarks, over one loaded backlog.
 
 1. Load the backlog in steps (binary COPY into the migrated schema), and at each size of `sizes` run
-   cycles with every cluster full: nothing can start, each cycle reads the heads, plans and waits.
-   Its time against the backlog size shows whether the cycle scans the backlog (cycle).
+   cycles with every cluster full: nothing can start. The first plans every queue's heads; the later
+   ones take turns (cycling.WAIT_KINDS): after a submit to one queue, after nothing, and planning every
+   queue. Their times against the backlog size show whether a cycle scans the backlog (cycle).
 2. Copy the full backlog (CREATE DATABASE ... TEMPLATE) for the floor.
 3. Give every cluster room for the whole backlog and run cycles until it is all dispatched: jobs
    decided and committed per second of cycle time (dispatch); the cycle process's RSS throughout
@@ -29,14 +30,14 @@ class BacklogConfig:
     queues: int = 1_000
     clusters: int = 100
     sizes: tuple[int, ...] = (1_000, 100_000, 1_000_000)  # backlog sizes for the cycle-time figure
-    wait_cycles: int = 3  # per size: the first (writes every pending reason) and 2 more
+    wait_cycles: int = 10  # per size: the first (writes every pending reason), then 3 of each kind
     wait_time_limit_s: float = 900.0  # per size: no cycle starts after this
     drain_time_limit_s: float = 1200.0  # no drain cycle starts after this (the rate is of what it dispatched)
     floor_time_limit_s: float = 900.0
 
     @classmethod
     def quick(cls) -> "BacklogConfig":
-        return cls(jobs=20_000, queues=100, clusters=10, sizes=(1_000, 5_000, 20_000), wait_cycles=3,
+        return cls(jobs=20_000, queues=100, clusters=10, sizes=(1_000, 5_000, 20_000), wait_cycles=7,
                    wait_time_limit_s=120.0, drain_time_limit_s=300.0, floor_time_limit_s=120.0)
 
 
@@ -69,30 +70,35 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
         if "cycle" in wanted or ("memory" in wanted and size == config.jobs):
             wait_profile = f"{profile_path}.wait" if profile_path and size == config.jobs else None
             result = cycling.in_child(pg.url(db), names, nodes, mode="wait", max_cycles=config.wait_cycles,
-                                      time_limit_s=config.wait_time_limit_s, profile_path=wait_profile,
-                                      timeout_s=config.wait_time_limit_s + 1800)
-            seconds = [c["seconds"] for c in result["cycles"]]
-            waits[size] = {"first": seconds[0], "steady": statistics.median(seconds[1:] or seconds),
-                           "waiting": result["cycles"][0]["waiting"]}
-            print(f"  {size:,} queued, every cluster full: first cycle {seconds[0]:.3f}s (writes "
-                  f"{result['cycles'][0]['waiting']:,} pending reasons), then "
-                  + ", ".join(f"{s:.3f}s" for s in seconds[1:]), flush=True)
+                                      time_limit_s=config.wait_time_limit_s, queues_count=config.queues,
+                                      profile_path=wait_profile, timeout_s=config.wait_time_limit_s + 1800)
+            cycles = result["cycles"]
+            waits[size] = {"first": cycles[0]["seconds"], "waiting": cycles[0]["waiting"], **{
+                kind: statistics.median([c["seconds"] for c in cycles if c["kind"] == kind] or [float("nan")])
+                for kind in cycling.WAIT_KINDS}}
+            print(f"  {size:,} queued, every cluster full: first cycle {cycles[0]['seconds']:.3f}s (writes "
+                  f"{cycles[0]['waiting']:,} pending reasons), then "
+                  + ", ".join(f"{c['kind']} {c['seconds']:.3f}s" for c in cycles[1:]), flush=True)
             if size == config.jobs:
                 wait_rss = result["rss_peak"]
     run.add(Figure("load", "backlog load (binary COPY: jobs + submit events)", config.jobs / copy_seconds, "jobs/s",
                    note=f"{config.jobs:,} jobs; {load_seconds:.0f}s with encoding, index rebuilds and VACUUM ANALYZE"))
     if "cycle" in wanted:
-        small, big = waits[sizes[0]]["steady"], waits[sizes[-1]]["steady"]
-        for size in sizes:
-            run.add(Figure("cycle", f"cycle time, {size:,} queued, nothing fits (median after the first)",
-                           waits[size]["steady"] * 1000, "ms",
-                           note=f"{waits[size]['waiting']:,} heads read; first cycle {waits[size]['first']:.2f}s"))
-        run.add(Figure("cycle", f"cycle time ratio {sizes[-1]:,} / {sizes[0]:,} queued", big / small, "x",
-                       Target("<=", 2.0)))
-        if len(sizes) > 2:
-            mid = waits[sizes[-2]]["steady"]
-            run.add(Figure("cycle", f"cycle time ratio {sizes[-1]:,} / {sizes[-2]:,} queued (same heads read)",
-                           big / mid, "x"))
+        what = {"submit": "after a submit to one queue (the others parked)", "nothing": "after nothing happened",
+                "every": "planning every queue's heads"}
+        for kind in cycling.WAIT_KINDS:
+            for size in sizes:
+                run.add(Figure("cycle", f"cycle time, {size:,} queued, nothing fits, {what[kind]} (median)",
+                               waits[size][kind] * 1000, "ms",
+                               note=f"{waits[size]['waiting']:,} heads; first cycle {waits[size]['first']:.2f}s"
+                               if kind == "every" else ""))
+            small, big = waits[sizes[0]][kind], waits[sizes[-1]][kind]
+            run.add(Figure("cycle", f"cycle time ratio {sizes[-1]:,} / {sizes[0]:,} queued, {what[kind]}", big / small,
+                           "x", Target("<=", 2.0) if kind == "submit" else None))
+            if len(sizes) > 2 and kind == "every":
+                mid = waits[sizes[-2]][kind]
+                run.add(Figure("cycle", f"cycle time ratio {sizes[-1]:,} / {sizes[-2]:,} queued, {what[kind]} "
+                               "(the same heads)", big / mid, "x"))
     floor_db = None
     if "floor" in wanted or "dispatch" in wanted:
         floor_db = pg.create("floor", template=db)

@@ -146,6 +146,8 @@ def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
             out.append(job)
             continue
         cluster, attempt, was_active = job.cluster, job.attempt, job.state in states.ACTIVE
+        if job.state == states.QUEUED:  # the jobs behind it move up: its queue is planned again
+            job_store.notify(session, job_store.WAKE_CHANNEL, job.queue)
         reason = f"cancelled by {who.subject}"
         job_store.transition(session, job, states.CANCELLED, reason, finished_at=func.now())
         if was_active and cluster:

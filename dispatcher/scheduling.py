@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import psycopg
@@ -63,6 +64,7 @@ class CycleResult:
     # Submit-to-dispatch seconds of the jobs dispatched for the first time (a requeued job's submit time
     # says nothing about its later waits).
     first_waits: tuple[float, ...] = ()
+    planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
 
 
 class LostLeadership(Exception):
@@ -159,53 +161,139 @@ class PolicyConfig:
         return self
 
 
+class Parking:
+    """The queues a cycle may leave out, kept by the leader between cycles (as it keeps PolicyConfig).
+
+    After a cycle that started nothing (no dispatch, no preemption, no hold, no burst to weigh, no head
+    avoiding a cluster) and wrote its reasons, each head it planned stays unable to start until one of
+    that cycle's inputs changes: the policy documents (their digest), a cluster's usable capacity or
+    state, a queue's usage (what runs there, and how many jobs), the burst spend; or until time alone
+    could change a verdict (a head reaching its class's reservation time). Until then its queues are
+    parked: a cycle plans only the queues a wake-up named since (a submit or a cancel names its queue).
+    A wake-up naming no queue, or the listener reconnecting, has every queue planned again. A parked
+    queue costs a cycle nothing and keeps the reasons last written for its jobs.
+
+    `touch` runs on the notifier's thread; the rest on the scheduler's.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._dirty: set[str] | None = None  # queues to plan again; None: every queue
+        self.inputs: tuple | None = None  # the inputs under which the parked queues' heads could not start
+        self.until = math.inf  # epoch seconds: when a parked head's verdict may change by itself
+        self.waiting: dict[str, int] = {}  # per parked queue, how many of its heads wait
+
+    def touch(self, queue: str = "") -> None:
+        """Plan `queue` in the next cycle (every queue when "")."""
+        with self._lock:
+            if not queue:
+                self._dirty = None
+            elif self._dirty is not None:
+                self._dirty.add(queue)
+
+    def take(self) -> set[str] | None:
+        """The queues touched since the last take (None: every queue), forgotten by this take."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            return dirty
+
+    def only(self, dirty: set[str] | None, inputs: tuple, now: float) -> list[str] | None:
+        """The queues this cycle must plan: those touched, when the parked ones may stay parked; else None
+        (every queue)."""
+        if dirty is None or self.inputs is None or inputs != self.inputs or now >= self.until:
+            return None
+        return sorted(dirty)
+
+    def settle(self, inputs: tuple, only: list[str] | None, heads: dict[str, list[Candidate]], waits: dict[int, str],
+               quiet: bool, reasons_written: bool, classes: dict[str, ClassPolicy], now: float) -> int:
+        """Take a cycle's outcome (`only`: the queues it was limited to, None for all); returns how many
+        heads wait, those of parked queues included."""
+        if not quiet or (only is None and not reasons_written):
+            self.inputs, self.waiting, self.until = None, {}, math.inf
+            return len(waits)
+        if only is None:
+            self.waiting, self.until = {}, math.inf
+        for queue in only or ():
+            self.waiting.pop(queue, None)
+            if not reasons_written:  # their new reasons are not written yet: plan them again when they are
+                self.touch(queue)
+        for queue, candidates in heads.items():
+            self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
+            for c in candidates:
+                cls = classes.get(c.service_class)
+                if cls is not None and cls.reservation_after_s is not None and c.waited_s < cls.reservation_after_s:
+                    self.until = min(self.until, now + cls.reservation_after_s - c.waited_s)
+        self.inputs = inputs
+        return sum(self.waiting.values())
+
+
+def _inputs(digest: str, clusters: list, usage: dict, spend: dict) -> tuple:
+    """What a verdict of the policy depends on beyond the heads and the clock, comparable with ==. A
+    cluster's unavailability counts by kind, not by its text (which says for how long)."""
+    return (digest, tuple(replace(c.state, unavailable=c.status if c.state.unavailable else "") for c in clusters),
+            {queue: dict(used) for queue, used in usage.items()}, spend)
+
+
 def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,
               holds: dict[int, Hold] | None = None, write_reasons: bool = True,
-              leader_pid: int | None = None, config: PolicyConfig | None = None) -> CycleResult:
-    """One scheduling cycle. With leader_pid, it commits only while that backend holds the leader lock."""
+              leader_pid: int | None = None, config: PolicyConfig | None = None,
+              parking: Parking | None = None) -> CycleResult:
+    """One scheduling cycle. With leader_pid, it commits only while that backend holds the leader lock.
+    With `parking`, queues whose heads cannot start are left out while nothing changes for them."""
     started = time.perf_counter()
-    with sessions.begin() as session:
-        if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
-            raise LostLeadership("the leader lock is no longer held")
-        reports.expire_leases(session, now)
-        clusters = [c.state for c in snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
-                                                   staleness_s=settings.prometheus_staleness_s)]
-        config = (config if config is not None else PolicyConfig()).refresh(session)
-        classes = config.classes
-        rows = job_store.queue_heads(session, settings.per_queue)
-        avoid = job_store.recently_unschedulable(session, [r[0] for r in rows if r[11] > 0],
-                                                 settings.avoid_unschedulable_s)
-        heads, current = _candidates(rows, now.timestamp(), avoid)
-        # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
-        # attempts it may need (planning.active_needs): the victims only once a search for them starts.
-        usage: dict[str, dict[str, int]] = {}
-        for r in job_store.active_usage(session):
-            usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
-        quotas = config.quotas
-        needs = active_needs(heads, clusters, quotas, classes, usage)
-        active = _active(job_store.active_attempts(session, clusters=needs.clusters, timed=True), classes) \
-            if needs.timed else []
-        rules = config.rules
-        spend = budgets.spend(session, now) if rules else {}
-        try:
-            plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules, spend,
-                              usage=usage, victims=not needs.victims)
-        except VictimsNeeded:
-            seen = {a.job_id for a in active}
-            active += [a for a in _active(job_store.active_attempts(
-                session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
-                queues=needs.queues), classes) if a.job_id not in seen]
-            plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules, spend,
-                              usage=usage)
-        preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
-        dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
-                                        {job_id: d.record() for job_id, d in plan.bursts.items()})
-        if write_reasons or plan.preemptions:
-            job_store.set_reasons(session, {i: r for i, r in plan.waits.items() if current.get(i) != r})
+    dirty = parking.take() if parking is not None else None
+    try:
+        with sessions.begin() as session:
+            if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
+                raise LostLeadership("the leader lock is no longer held")
+            reports.expire_leases(session, now)
+            capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
+                                       staleness_s=settings.prometheus_staleness_s)
+            clusters = [c.state for c in capacities]
+            config = (config if config is not None else PolicyConfig()).refresh(session)
+            classes, quotas, rules = config.classes, config.quotas, config.rules
+            # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
+            # attempts it may need (planning.active_needs): the victims only once a search for them starts.
+            usage: dict[str, dict[str, int]] = {}
+            for r in job_store.active_usage(session):
+                usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
+            spend = budgets.spend(session, now) if rules else {}
+            inputs = _inputs(config.digest, capacities, usage, spend)
+            only = parking.only(dirty, inputs, now.timestamp()) if parking is not None and not holds else None
+            rows = job_store.queue_heads(session, settings.per_queue, only)
+            avoid = job_store.recently_unschedulable(session, [r[0] for r in rows if r[11] > 0],
+                                                     settings.avoid_unschedulable_s)
+            heads, current = _candidates(rows, now.timestamp(), avoid)
+            needs = active_needs(heads, clusters, quotas, classes, usage)
+            active = _active(job_store.active_attempts(session, clusters=needs.clusters, timed=True), classes) \
+                if needs.timed else []
+            try:
+                plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
+                                  spend, usage=usage, victims=not needs.victims)
+            except VictimsNeeded:
+                seen = {a.job_id for a in active}
+                active += [a for a in _active(job_store.active_attempts(
+                    session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
+                    queues=needs.queues), classes) if a.job_id not in seen]
+                plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
+                                  spend, usage=usage)
+            preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
+            dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
+                                            {job_id: d.record() for job_id, d in plan.bursts.items()})
+            if write_reasons or plan.preemptions:
+                job_store.set_reasons(session, {i: r for i, r in plan.waits.items() if current.get(i) != r})
+    except BaseException:
+        if parking is not None:
+            parking.touch()  # what this cycle took may not have been planned: plan every queue next time
+        raise
+    waiting = len(plan.waits)
+    if parking is not None:
+        quiet = not (plan.places or plan.preemptions or plan.holds or needs.timed or avoid)
+        waiting = parking.settle(inputs, only, heads, plan.waits, quiet, write_reasons, classes, now.timestamp())
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
-    return CycleResult(len(dispatched), preempted, len(plan.waits), time.perf_counter() - started, plan.holds,
-                       first_waits)
+    return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
+                       first_waits, planned=len(heads) if only is not None else None)
 
 
 class Scheduler:
@@ -229,8 +317,13 @@ class Scheduler:
         self.is_leader = threading.Event()
         self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
         self._config = PolicyConfig()
-        notifier.subscribe(job_store.WAKE_CHANNEL, lambda _p: self._wake.set())
+        self._parking = Parking()
+        notifier.subscribe(job_store.WAKE_CHANNEL, self._woken)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+
+    def _woken(self, payload: str) -> None:
+        self._parking.touch(payload)  # a queue's name, or "" for anything
+        self._wake.set()
 
     def start(self) -> None:
         self._thread.start()
@@ -254,6 +347,7 @@ class Scheduler:
                     log.info("became the scheduling leader", extra={"backend_pid": lock_conn.info.backend_pid})
                     self._holds = {}  # an earlier term's holds (on this replica) describe a past others moved on from
                     self._config = PolicyConfig()
+                    self._parking = Parking()
                     self.is_leader.set()
                     self._leadership(True)
                     try:
@@ -303,7 +397,7 @@ class Scheduler:
                 reasons_at = time.monotonic()
             result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid,
-                               config=self._config)
+                               config=self._config, parking=self._parking)
             self._holds = result.holds
             if self._metrics is not None:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,

@@ -301,18 +301,22 @@ def set_reasons(session: Session, reasons: dict[int, str]) -> None:
         {"ids": list(reasons), "reasons": list(reasons.values())})
 
 
-def queue_heads(session: Session, per_queue: int) -> list[tuple]:
-    """The first `per_queue` queued jobs of every queue, in queue order (one index range per queue), as
-    plain tuples: (id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
-    reason, created (epoch seconds), preempted_by, attempt, max_runtime). requests, largest_pod and
-    placement come as JSON text: a cycle's heads repeat a few shapes, which the caller decodes once each."""
+def queue_heads(session: Session, per_queue: int, queues: list[str] | None = None) -> list[tuple]:
+    """The first `per_queue` queued jobs of every queue (or of these `queues`), in queue order (one index
+    range per queue), as plain tuples: (id, queue, service_class, class_priority, priority, requests,
+    largest_pod, placement, reason, created (epoch seconds), preempted_by, attempt, max_runtime).
+    requests, largest_pod and placement come as JSON text: a cycle's heads repeat a few shapes, which the
+    caller decodes once each."""
+    if queues is not None and not queues:
+        return []
     return [tuple(r) for r in session.execute(text(
-        """SELECT h.* FROM queues q CROSS JOIN LATERAL (
+        f"""SELECT h.* FROM queues q CROSS JOIN LATERAL (
                SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
                       placement::text, reason, extract(epoch FROM created_at)::float8, preempted_by, attempt,
                       spec->'spec'->>'maxRuntime' AS max_runtime
                FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
-               ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h"""), {"n": per_queue})]
+               ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h
+            {"" if queues is None else "WHERE q.name = ANY(:queues)"}"""), {"n": per_queue, "queues": queues})]
 
 
 def active_attempts(session: Session, *, clusters=None, timed: bool = False, preemptible=(),

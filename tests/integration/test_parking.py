@@ -1,0 +1,230 @@
+"""Parked queues (scheduling.Parking), against a real Postgres and the real notifications.
+
+The property: a cycle that leaves parked queues out decides exactly what a cycle planning every queue
+would have decided, in the same database at the same moment. Each step of a random story (submits,
+cancels, capacity freed or taken, jobs ending, a quota changed, time passing past a reservation time)
+is followed by both: first the plain cycle (every queue, no parking) inside a transaction that is
+rolled back, then the parked cycle for real; the jobs' states, clusters and reasons, and the holds,
+must be the same.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher import administering, reports, submitting
+from dispatcher.notifying import Notifier
+from dispatcher.scheduling import LostLeadership, Parking, PolicyConfig, SchedulerSettings, run_cycle
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database
+from dispatcher.store import jobs as job_store
+from dispatcher.store.tokens import Principal
+from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
+from tests.integration.test_spine import job_doc
+
+ADMIN = Principal("root", "admin")
+QUEUES = ("q0", "q1", "q2", "q3")
+CLASSES = (ServiceClassObject("standard", priority=500),
+           ServiceClassObject("patient", priority=400, reservation_after_s=30),
+           ServiceClassObject("batch", priority=100, preemptible=True))
+NODE = {"cpu": 8000, "memory": 32 << 30}
+SETTINGS = SchedulerSettings(per_queue=4)  # few heads: jobs deeper in a queue come up as others leave
+
+
+def _queues(q1_max_cpu: int) -> list:
+    return [QueueObject("org"), *(QueueObject(q, parent="org", max={"cpu": q1_max_cpu} if q == "q1" else {})
+                                  for q in QUEUES)]
+
+
+class Story:
+    """A small world: two clusters whose free capacity the test sets, four queues, three classes."""
+
+    def __init__(self, db_url: str):
+        self.db = database.connect(database.DatabaseSettings(url=db_url, pool_size=3, pool_overflow=0))
+        self.sessions = sessionmaker(self.db.engine, expire_on_commit=False)
+        self.now = datetime.now(timezone.utc)
+        self.free = {"c0": dict(NODE), "c1": dict(NODE)}
+        with self.sessions.begin() as session:
+            administering.apply(session, "test", [*CLASSES, *_queues(16000), *(
+                ClusterObject(c, tier="onprem", site="dc", simulated=SimulatedSpec(1, NODE)) for c in self.free)])
+            self.report(session)
+        self.parking, self.config = Parking(), PolicyConfig()
+        self.holds: dict = {}
+        self.synced = threading.Event()
+        self.notifier = Notifier(self.db.engine, (job_store.WAKE_CHANNEL,))
+        self.notifier.subscribe(job_store.WAKE_CHANNEL, self._woken)
+        self.notifier.start()
+
+    def _woken(self, payload: str) -> None:
+        if payload == "test-sync":
+            self.synced.set()
+        else:
+            self.parking.touch(payload)
+
+    def sync(self) -> None:
+        """Wait until every notification committed so far reached the parking (they arrive in order)."""
+        self.synced.clear()
+        with self.sessions.begin() as session:
+            job_store.notify(session, job_store.WAKE_CHANNEL, "test-sync")
+        assert self.synced.wait(10)
+
+    def report(self, session) -> None:
+        for name, free in self.free.items():
+            cluster_store.record_capacity(session, name, {"allocatable": NODE, "free": free,
+                                                          "largestFreeNode": free}, 0, self.now)
+
+    def close(self) -> None:
+        self.notifier.stop()
+        self.db.close()
+
+    def jobs(self, conn) -> list[tuple]:
+        return [tuple(r) for r in conn.execute(text("SELECT id, state, cluster, reason FROM jobs ORDER BY id"))]
+
+    def plain(self) -> tuple[list[tuple], dict]:
+        """What a cycle planning every queue decides now: run and rolled back."""
+        with self.db.engine.connect() as conn:
+            outer = conn.begin()
+            shadow = sessionmaker(bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False)
+            result = run_cycle(shadow, SETTINGS, self.now, holds=dict(self.holds))
+            jobs = self.jobs(conn)
+            outer.rollback()
+        return jobs, result.holds
+
+    def parked(self):
+        result = run_cycle(self.sessions, SETTINGS, self.now, holds=self.holds, config=self.config,
+                           parking=self.parking)
+        self.holds = result.holds
+        with self.db.engine.connect() as conn:
+            return self.jobs(conn), result
+
+
+def _step(story: Story, rnd: random.Random) -> str:
+    what = rnd.choice(("submit", "submit", "cancel", "free", "take", "end", "quota", "time", "nothing"))
+    with story.sessions.begin() as session:
+        if what == "submit":
+            queue = rnd.choice(QUEUES)
+            docs = []
+            for _ in range(rnd.randint(1, 3)):
+                doc = job_doc(cpu=rnd.choice(("1", "2", "4", "8")), serviceClass=rnd.choice(CLASSES).name)
+                doc["spec"]["queue"] = queue
+                docs.append(doc)
+            submitting.submit(session, ADMIN, submitting.parse([json.dumps(d) for d in docs]))
+        elif what == "cancel":
+            ids = session.scalars(text("SELECT id FROM jobs WHERE state = 'QUEUED' ORDER BY id")).all()
+            if ids:
+                reports.cancel(session, [rnd.choice(ids)], ADMIN)
+        elif what in ("free", "take"):
+            name = rnd.choice(sorted(story.free))
+            cpu = rnd.choice((0, 2000, 4000, 8000)) if what == "free" else 0
+            story.free[name] = {"cpu": cpu, "memory": NODE["memory"]}
+        elif what == "end":  # a running job ends (cancelled: out of its queue's usage at once)
+            ids = session.scalars(text("SELECT id FROM jobs WHERE state = 'DISPATCHED' ORDER BY id")).all()
+            if ids:
+                reports.cancel(session, [rnd.choice(ids)], ADMIN)
+        elif what == "quota":
+            administering.apply(session, "test", _queues(rnd.choice((4000, 8000, 16000))))
+        elif what == "time":
+            story.now += timedelta(seconds=rnd.choice((5, 20, 40)))
+        story.report(session)  # every cluster's heartbeat, with its free capacity now
+    story.sync()
+    return what
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_cycle_that_leaves_parked_queues_out_decides_what_planning_every_queue_decides(db_url, seed):
+    rnd = random.Random(seed)
+    story = Story(db_url)
+    left_out = 0
+    try:
+        for n in range(80):
+            what = _step(story, rnd)
+            expected_jobs, expected_holds = story.plain()
+            got_jobs, result = story.parked()
+            assert got_jobs == expected_jobs, f"step {n} ({what})"
+            assert result.holds == expected_holds, f"step {n} ({what})"
+            if result.planned is not None:
+                left_out += 1
+    finally:
+        story.close()
+    assert left_out >= 5  # the story did park queues (else it proved nothing)
+
+
+def test_a_waiting_backlog_is_planned_once_then_only_where_something_happens(db_url):
+    story = Story(db_url)
+    try:
+        story.free = {"c0": {"cpu": 0, "memory": 0}, "c1": {"cpu": 0, "memory": 0}}
+        with story.sessions.begin() as session:
+            story.report(session)
+            for queue in QUEUES:
+                docs = [job_doc(name=f"{queue}-{i}", cpu="1") for i in range(3)]
+                for d in docs:
+                    d["spec"]["queue"] = queue
+                submitting.submit(session, ADMIN, submitting.parse([json.dumps(d) for d in docs]))
+        story.sync()
+        _, first = story.parked()
+        assert first.planned is None and first.waiting == 12  # every queue, every head
+        _, second = story.parked()
+        assert second.planned == 0 and second.waiting == 12 and second.dispatched == 0  # nothing changed
+
+        with story.sessions.begin() as session:  # one queue gets a job: only it is planned
+            doc = job_doc(name="late", cpu="1")
+            doc["spec"]["queue"] = "q2"
+            submitting.submit(session, ADMIN, submitting.parse([json.dumps(doc)]))
+        story.sync()
+        with story.db.engine.connect() as conn:
+            assert conn.execute(text("SELECT reason FROM jobs WHERE name = 'late'")).scalar() == job_store.SUBMITTED
+        jobs, third = story.parked()
+        assert third.planned == 1 and third.waiting == 13
+        with story.db.engine.connect() as conn:  # its reason is written like any other
+            assert conn.execute(text("SELECT reason FROM jobs WHERE name = 'late'")).scalar() != job_store.SUBMITTED
+
+        story.free["c1"] = dict(NODE)  # room appears: every queue is planned again, and jobs start
+        with story.sessions.begin() as session:
+            story.report(session)
+        _, fourth = story.parked()
+        assert fourth.planned is None and fourth.dispatched == 8
+
+        story.parking.touch()  # a wake-up naming no queue (as after the listener reconnects): all of them
+        _, fifth = story.parked()
+        assert fifth.planned is None
+    finally:
+        story.close()
+
+
+def test_a_failed_cycle_leaves_nothing_parked(db_url):
+    story = Story(db_url)
+    try:
+        story.parked()
+        assert story.parked()[1].planned == 0  # parked (nothing queued, nothing changed)
+        story.parking.touch("q1")
+        with pytest.raises(LostLeadership):  # a backend that holds no lock: the cycle fails before its reads
+            run_cycle(story.sessions, SETTINGS, story.now, parking=story.parking, leader_pid=-1)
+        assert story.parking.take() is None  # every queue is planned by the next cycle
+    finally:
+        story.close()
+
+
+def test_time_alone_unparks_a_head_that_reaches_its_reservation_time(db_url):
+    story = Story(db_url)
+    try:
+        story.free = {"c0": {"cpu": 0, "memory": 0}, "c1": {"cpu": 0, "memory": 0}}
+        with story.sessions.begin() as session:
+            story.report(session)
+            doc = job_doc(name="patient", cpu="1", serviceClass="patient", queue="q0")
+            [job_id] = submitting.submit(session, ADMIN, submitting.parse([json.dumps(doc)]))
+        story.sync()
+        assert story.parked()[1].planned is None
+        assert story.parked()[1].planned == 0 and not story.holds
+        story.now += timedelta(seconds=40)  # past its class's 30 s: nothing else changed
+        with story.sessions.begin() as session:
+            story.report(session)
+        _, result = story.parked()
+        assert result.planned is None and job_id in result.holds
+    finally:
+        story.close()
