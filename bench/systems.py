@@ -37,7 +37,7 @@ def objects(clusters: int, nodes: int) -> list:
               for i in range(clusters)]]
 
 
-def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool) -> None:
+def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
     from dispatcher import administering
     from dispatcher.embedded import Embedded, UpSettings
     from dispatcher.server import Dispatcher, ServerSettings
@@ -46,7 +46,7 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
 
     logging.basicConfig(level=logging.WARNING)
     if split:  # the dispatcher alone, as `sluice dispatcher serve` runs it; the agents are another process's
-        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None,
+        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule,
                                            database=DatabaseSettings(url=database_url))).start()
         with server.sessions.begin() as session:
             administering.apply(session, "bench", objs)
@@ -130,9 +130,11 @@ class System:
     """
 
     def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False,
-                 replicas: int = 1):
+                 replicas: int = 1, apart: bool = False):
         """replicas > 1 (split only): more dispatcher processes on the same database, started after the
-        first (which therefore leads and serves the agents); clients call the last one."""
+        first (which therefore leads and serves the agents); clients call the last one.
+        apart (split only): the first process only schedules; a second one, `schedule=False` (as
+        `sluice dispatcher serve --no-schedule`), serves the agents and the clients."""
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
@@ -144,6 +146,12 @@ class System:
         self.addresses = [self.address]  # every replica's, the leader first
         if split:
             try:
+                if apart:
+                    process, pipe, api = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, False),
+                                                "bench-dispatcher-api")
+                    self._children.append((process, pipe))
+                    self.address, self.token = api["address"], api["token"]
+                    self.addresses.append(self.address)
                 self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs),
                                              "bench-agents")[:2])
                 for n in range(1, replicas):
@@ -290,6 +298,7 @@ class LatencyConfig:
     settle_s: float = 60.0  # after the last submit, how long to wait for every job to run
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
     replicas: int = 1  # dispatcher processes (split only): the first leads and serves the agents, clients call the last
+    apart: bool = False  # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
 
     @classmethod
     def quick(cls) -> "LatencyConfig":
@@ -341,7 +350,7 @@ def latency(pg: Postgres, config: LatencyConfig, run: Run) -> None:
 
 def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float, target: bool) -> None:
     with System(pg, "latency", objects(config.sim_clusters, config.nodes), split=config.split,
-                replicas=config.replicas) as system:
+                replicas=config.replicas, apart=config.apart) as system:
         client = system.client()
         # The events are watched from a process of its own: time.monotonic() is the same clock across
         # processes, and the watcher's work (hundreds of events a second) then delays no submit.

@@ -5,7 +5,8 @@ the tests: one object to start and stop, owning everything it started.
 
 Any number of them may serve one database (docs/scaling.md). Every replica serves the whole API, agent
 streams included, and listens for notifications; only the one holding the leader lock schedules and
-reads Prometheus (its refresher runs while it leads). The /metrics gauges read from Postgres are served
+reads Prometheus (its refresher runs while it leads). A replica started with `schedule=False` never
+leads: API replicas so started leave the scheduling replicas' processes to the cycles alone. The /metrics gauges read from Postgres are served
 by every replica, each scrape being one short read-only transaction.
 """
 from __future__ import annotations
@@ -46,6 +47,10 @@ class ServerSettings:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     prometheus_interval_s: float = 1.0  # how often each cluster's Prometheus is read, when it has one
     migrate: bool = False  # bring the schema to head at start (the embedded default always does)
+    # Whether this replica may lead (run the scheduling loop). False: it serves the API and agents only,
+    # and the scheduling replicas (started with True, the default) need take no client or agent traffic:
+    # their cycles then have a process, and its GIL, to themselves.
+    schedule: bool = True
     # host:port for /metrics (Prometheus text); port 0 picks a free one; None or "" serves none.
     # Loopback by default: the series name queues and clusters.
     metrics_listen: str | None = "127.0.0.1:0"
@@ -118,7 +123,8 @@ class Dispatcher:
             sys.setswitchinterval(self.settings.gil_switch_interval_s)
         self.notifier.start()
         self.server.start()
-        self.scheduler.start()
+        if self.settings.schedule:
+            self.scheduler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("dispatcher serving", extra={"address": self.address})
         return self
@@ -139,7 +145,8 @@ class Dispatcher:
         self.health.enter_graceful_shutdown()
         with self._refresher_lock:
             self._stopping = True
-        self.scheduler.stop()  # ends leading, which stops the refresher
+        if self.settings.schedule:
+            self.scheduler.stop()  # ends leading, which stops the refresher
         self._leadership(False)  # in case the scheduler thread did not end in time
         self.server.stop(grace).wait()
         self.notifier.stop()

@@ -402,12 +402,15 @@ def dispatcher_serve(
         migrate: bool = typer.Option(False, "--migrate", help="Bring the schema to head before serving"),
         metrics_listen: str = typer.Option("127.0.0.1:9464", "--metrics-listen", envvar="SLUICE_METRICS_LISTEN",
                                            help="HOST:PORT for Prometheus /metrics; '' serves none"),
+        schedule: bool = typer.Option(True, "--schedule/--no-schedule",
+                                      help="--no-schedule: serve the API and agents only, never lead; the "
+                                           "scheduling replicas then need no client or agent traffic"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Serve the API and run the scheduler (when this replica is the leader)."""
     _logging(verbose)
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store.database import DatabaseSettings
-    settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None,
+    settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
     metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""

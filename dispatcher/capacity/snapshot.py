@@ -29,7 +29,7 @@ from dispatcher.policy.placing import ClusterState
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from sluice.objects import object_from_document
-from sluice.quantity import subtract
+from sluice.quantity import add, subtract
 
 DEFAULT_STALENESS_S = 10.0  # a Prometheus reading older than this is not trusted
 
@@ -43,11 +43,11 @@ class ClusterCapacity:
     allocatable: dict[str, int]
 
 
-def _less(capacity: dict, requests: list[dict]) -> tuple[dict[str, int], dict[str, int]]:
-    free = dict(capacity.get("free", {}))
-    largest = dict(capacity.get("largestFreeNode", {}))
-    for r in requests:
-        free = subtract(free, r)
+def _less(capacity: dict, requests: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Free capacity, and the largest free node, less `requests` (what is not in the report yet)."""
+    free, largest = dict(capacity.get("free", {})), dict(capacity.get("largestFreeNode", {}))
+    if requests:
+        free = subtract(free, requests)
         largest = {k: min(v, free.get(k, 0)) for k, v in largest.items()}
     return free, largest
 
@@ -56,9 +56,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
          staleness_s: float = DEFAULT_STALENESS_S) -> list[ClusterCapacity]:
     """Every cluster's usable capacity. The active attempts are read one by one only on the clusters whose
     capacity comes from a fresh Prometheus reading (the attempts it may not show yet)."""
-    after_report: dict[str, list[dict]] = {}
-    for row in job_store.in_flight(session):
-        after_report.setdefault(row.cluster, []).append(row.requests)
+    after_report = job_store.in_flight(session)
     rows = cluster_store.list_clusters(session)
 
     def fresh(c) -> bool:
@@ -74,11 +72,14 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         if fresh(c):
             capacity, source, age = c.prometheus_capacity, "prometheus", prom_age
             seen = {tuple(pair) for pair in capacity.get("attempts", [])}
-            unseen = [r.requests for r in active.get(c.name, ()) if (r.id, r.attempt) not in seen]
+            unseen: dict[str, int] = {}
+            for r in active.get(c.name, ()):
+                if (r.id, r.attempt) not in seen:
+                    unseen = add(unseen, r.requests)
         else:
             capacity, source = c.capacity or {}, "agent" if c.capacity else "none"
             age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
-            unseen = after_report.get(c.name, [])
+            unseen = after_report.get(c.name, {})
         free, largest = _less(capacity, unseen)
         heard = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
         status = c.state

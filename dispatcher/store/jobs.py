@@ -388,22 +388,29 @@ def active_on_cluster(session: Session, cluster: str) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
 
 
-def in_flight(session: Session) -> list[Row]:
-    """Active attempts whose dispatch command came after their cluster's latest capacity report.
+def in_flight(session: Session) -> dict[str, dict[str, int]]:
+    """Per cluster, the requests summed of the active attempts whose dispatch command came after its latest
+    capacity report.
 
     Those are not yet in the report, so the scheduler subtracts them; every other active attempt is
     already in it. Each attempt is therefore counted exactly once. Every cycle runs this: per cluster,
     one range of ix_outbox_cluster_id above its watermark, then each job by its key (OFFSET 0 keeps the
-    planner from a scan of the whole outbox, which only grows), so it costs what is in flight.
+    planner from a scan of the whole outbox, which only grows), so it costs what is in flight; the sums
+    are made in Postgres (a cluster's free capacity only ever loses their total).
     """
-    return session.execute(text(
-        """SELECT c.name AS cluster, j.requests, j.largest_pod FROM clusters c
-           CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
-                               WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
-                                 AND outbox.kind = 'dispatch' OFFSET 0) o
-           CROSS JOIN LATERAL (SELECT requests, largest_pod FROM jobs
-                               WHERE jobs.id = o.job_id AND jobs.attempt = o.attempt AND jobs.cluster = c.name
-                                 AND jobs.state IN ('DISPATCHED', 'RUNNING') OFFSET 0) j""")).all()
+    out: dict[str, dict[str, int]] = {}
+    for cluster, resource, amount in session.execute(text(
+            """SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM clusters c
+               CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
+                                   WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
+                                     AND outbox.kind = 'dispatch' OFFSET 0) o
+               CROSS JOIN LATERAL (SELECT requests FROM jobs
+                                   WHERE jobs.id = o.job_id AND jobs.attempt = o.attempt AND jobs.cluster = c.name
+                                     AND jobs.state IN ('DISPATCHED', 'RUNNING') OFFSET 0) j
+               CROSS JOIN LATERAL jsonb_each_text(j.requests) r
+               GROUP BY c.name, r.key""")):
+        out.setdefault(cluster, {})[resource] = int(amount)
+    return out
 
 
 def holds_advisory_lock(session: Session, backend_pid: int, key: int) -> bool:

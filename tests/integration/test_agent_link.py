@@ -436,3 +436,34 @@ def test_prometheus_readings_count_each_attempt_once(dispatcher):
         cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=timezone.utc))
     assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["capacitySource"] == "agent"
     agent.close()
+
+
+def test_a_replica_that_does_not_schedule_never_leads_and_its_agents_get_the_leaders_commands(db_url):
+    """`sluice dispatcher serve --no-schedule`: an API replica. Started first, it still never takes the
+    leader lock; the scheduling replica (which no client or agent calls) decides, and the agent connected
+    to the API replica gets the command through the outbox and NOTIFY."""
+    from dispatcher.store import clusters as cluster_store
+    api = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
+                                    database=DatabaseSettings(url=db_url))).start()
+    try:
+        with api.sessions.begin() as session:
+            cluster_store.apply_objects(session, load_objects(OBJECTS))
+            admin = tokens.create(session, "admin", "admin")
+            agent_token = tokens.create(session, "agent", "agent-alpha", "alpha")
+        client = Client(ClientConfig(api.address, admin, timeout_s=10))
+        agent = ScriptedAgent(api.address, agent_token, "alpha")
+        agent.next("welcome")
+        [job_id] = client.submit([job_doc(cpu="1")])
+        time.sleep(1.5)  # more than a follower's retry: nobody schedules
+        assert not api.scheduler.is_leader.is_set() and client.get(job_id)["state"] == "QUEUED"
+        scheduling = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None,
+                                               database=DatabaseSettings(url=db_url))).start()
+        try:
+            command = agent.next("command")
+            assert command.dispatch.job_id == job_id and scheduling.scheduler.is_leader.is_set()
+        finally:
+            scheduling.stop()
+        agent.close()
+        client.close()
+    finally:
+        api.stop()
