@@ -30,7 +30,7 @@ class BacklogConfig:
     queues: int = 1_000
     clusters: int = 100
     sizes: tuple[int, ...] = (1_000, 100_000, 1_000_000)  # backlog sizes for the cycle-time figure
-    wait_cycles: int = 10  # per size: the first (writes every pending reason), then 3 of each kind
+    wait_cycles: int = 16  # per size: the first (writes every pending reason), then 5 of each kind
     wait_time_limit_s: float = 900.0  # per size: no cycle starts after this
     drain_time_limit_s: float = 1200.0  # no drain cycle starts after this (the rate is of what it dispatched)
     floor_time_limit_s: float = 900.0
