@@ -42,7 +42,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     @translated
     def Submit(self, request, context):
         who = self._auth.require(context, *READERS)
-        ids = self._submitter.submit(who, submitting.parse(list(request.specs_json)))
+        ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
         return jobs_pb2.SubmitResponse(ids=ids)  # acknowledged only after the commit that wrote them
 
     @translated

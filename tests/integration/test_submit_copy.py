@@ -1,0 +1,78 @@
+"""What Submit writes (dispatcher/store/jobs.py submit: ids from the sequence, then binary COPY), against a
+real Postgres: the rows and events exactly, and a write Postgres refuses part-way through a group.
+"""
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+
+from dispatcher import submitting
+from tests.integration.test_spine import job_doc
+from tests.integration.test_submit_groups import (  # noqa: F401 - store is a fixture
+    ADMIN, ALICE, Calls, _specs, _wait_for, _waiting_locks, store)
+
+
+def _table(libpq: str, sql: str, *args) -> list[tuple]:
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def test_the_rows_and_events_written_are_the_submitted_jobs(store):
+    sessions, libpq = store
+    docs = [job_doc(name="a", cpu="2"), job_doc(name=None, cpu="500m", priority=-3, maxRetries=0),
+            job_doc(name="c", cpu="2", serviceClass="batch")]
+    docs[1]["metadata"] = {"labels": {"team": "vision", "tier": ""}}
+    docs[2]["spec"]["placement"] = {"tiers": ["onprem", "cloud"], "sites": ["dc-1", "cloud-1"]}
+    docs[2]["spec"]["maxRuntime"] = "90m"
+    docs[2]["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["note"] = "é ✓ \"quoted\" \\ \n"
+    specs = submitting.parse([json.dumps(d) for d in docs])
+    ids = submitting.Submitter(sessions).submit(ALICE, specs)
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    rows = _table(libpq, """SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec,
+                                   requests, largest_pod, placement, labels, submitted_by, state, reason, cluster,
+                                   attempt, created_at IS NOT NULL
+                            FROM jobs ORDER BY id""")
+    classes = dict(_table(libpq, "SELECT name, priority FROM service_classes"))
+    expected_class = ["standard", "standard", "batch"]
+    for row, spec, job_id, class_name in zip(rows, specs, ids, expected_class):
+        document = spec.to_document()
+        document["spec"]["serviceClass"] = class_name
+        assert row == (job_id, spec.name, "default", class_name, classes[class_name], spec.priority,
+                       spec.max_retries, document, spec.total_requests(), spec.largest_pod(),
+                       document["spec"]["placement"], dict(spec.labels), "alice", "QUEUED", "submitted", None, 0,
+                       True)
+    events = _table(libpq, "SELECT id, job_id, attempt, from_state, to_state, reason, cluster FROM job_events "
+                           "ORDER BY id")
+    assert [e[1:] for e in events] == [(i, 0, "", "QUEUED", "submitted", None) for i in ids]
+
+
+@pytest.mark.parametrize("bad_value", ["\ud800", float("nan")], ids=["lone-surrogate", "nan"])
+def test_a_copy_postgres_refuses_part_way_through_a_group_fails_only_its_call(store, bad_value):
+    """The group's COPY fails on one call's document (Python decodes it; Postgres' jsonb refuses it):
+    every call is written again alone, the others succeed, and the failed call writes nothing."""
+    sessions, libpq = store
+    bad = job_doc(name="bad-2")
+    bad["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["x"] = bad_value
+    calls = Calls(submitting.Submitter(sessions))
+    with psycopg.connect(libpq) as blocker:  # holds the first write, so the others queue into one group
+        blocker.execute("LOCK TABLE service_classes IN ACCESS EXCLUSIVE MODE")
+        calls.start("first", ADMIN, _specs(["first"]))
+        _wait_for(lambda: _waiting_locks(libpq) == 1, "the first write to wait for the lock")
+        calls.start("before", ADMIN, _specs(["b-1", "b-2"]))
+        calls.start("bad", ADMIN, submitting.parse([json.dumps(job_doc(name="bad-1")), json.dumps(bad)]))
+        calls.start("after", ADMIN, _specs(["a-1"]))
+        _wait_for(lambda: len(calls.submitter._queued) == 3, "the other calls to queue up")
+        blocker.rollback()
+    calls.join()
+    r = calls.results
+    assert isinstance(r["bad"], psycopg.DataError)
+    for label, names in {"first": ["first"], "before": ["b-1", "b-2"], "after": ["a-1"]}.items():
+        assert [row[0] for row in _table(libpq, "SELECT name FROM jobs WHERE id = ANY(%s) ORDER BY id",
+                                         r[label])] == names
+    assert _table(libpq, "SELECT count(*) FROM jobs WHERE name LIKE 'bad-%%'") == [(0,)]
+    assert _table(libpq, "SELECT count(*) FROM jobs") == [(4,)]
+    assert _table(libpq, "SELECT count(*) FROM job_events") == [(4,)]
+    assert _table(libpq, "SELECT count(*) FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id "
+                         "WHERE j.id IS NULL") == [(0,)]
