@@ -96,7 +96,8 @@ def optional(check: Callable[..., T], value: object, path: str, **options: Any) 
 
 
 def check_fields(mapping: dict, allowed: Iterable[str], path: str) -> None:
-    allowed = list(allowed)
+    if not isinstance(allowed, (tuple, list)):
+        allowed = list(allowed)
     for key in mapping:
         if key in allowed:
             continue
@@ -254,8 +255,20 @@ def resources(value: object, path: str) -> dict[str, int]:
     for key, amount in mapping(value, path).items():
         if not isinstance(key, str) or not key:
             raise SpecError(path, f"resource names must be non-empty strings, got {describe(key)}")
-        try:
-            out[key] = parse_quantity(amount)
-        except QuantityError as err:
-            raise SpecError(join(path, key), str(err)) from err
+        milli = _QUANTITIES.get(amount) if type(amount) is str else None
+        if milli is None:
+            try:
+                milli = parse_quantity(amount)
+            except QuantityError as err:
+                raise SpecError(join(path, key), str(err)) from err
+            if type(amount) is str and len(_QUANTITIES) < _MAX_QUANTITIES:
+                _QUANTITIES[amount] = milli
+        out[key] = milli
     return out
+
+
+# Quantities as written ("500m", "2Gi") -> milli-units. Job documents repeat a few quantities, and the
+# server parses thousands of documents a second: a Decimal parse costs several dictionary lookups.
+# Only strings: 0.0 == -0.0 == False would make numbers share an entry they must not share.
+_QUANTITIES: dict[str, int] = {}
+_MAX_QUANTITIES = 4096

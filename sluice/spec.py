@@ -332,7 +332,7 @@ def pod_requests(template: dict, path: str = "template") -> dict[str, int]:
         else:
             init_peak = _maximum(init_peak, add(sidecars, requests))
     overhead = v.resources(spec.get("overhead"), f"{spec_path}.overhead")
-    return add(_maximum(running, init_peak), overhead)
+    return add(_maximum(running, init_peak) if init_peak else running, overhead)
 
 
 def _containers(value: object, path: str, *, required: bool) -> list[tuple[dict, str]]:
