@@ -5,12 +5,14 @@ A batch is all-or-nothing: any invalid document rejects the call and nothing is 
 Concurrent calls share a transaction (group commit, `Submitter`): the first caller in writes every call
 waiting at that moment in one transaction, validated against what that transaction reads, and each call
 is answered after the commit with its own ids or its own error. Under load that turns N commits, N
-reads of the classes, queues and clusters, and N pairs of notifications into one of each.
+reads of the classes, queues and clusters, and N pairs of notifications into one of each. A write hands
+on to the next once its rows are made, so one group's validating overlaps another's insert (two at most).
 """
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +26,7 @@ from sluice.spec import JobSpec, SpecError, job_from_document
 
 MAX_BATCH = 10_000  # jobs per Submit call
 MAX_SPEC_BYTES = 1 << 20  # one job document
+WRITES = 2  # write transactions under way at once: one's rows go to Postgres while the next is validated
 
 
 def parse(specs_json: list[str]) -> list[JobSpec]:
@@ -73,7 +76,11 @@ class Submitter:
     """Submit calls from many threads, written in shared transactions (group commit).
 
     A call queues its ticket; if no write is under way it writes every queued ticket itself, else it waits
-    for the writer, which hands the next write to the first ticket still queued when it is done.
+    for the writer, which hands the next write to the first ticket still queued once its rows are made
+    (validated and ready to insert): the next group then reads and validates while this one's rows go to
+    Postgres. At most WRITES writes are under way at once; a leader waiting for one to end gathers every
+    call queued meanwhile. (8 clients sending 1,000-job calls, back to back: 4,500-4,900 jobs/s handing on
+    after the commit, 5,200-7,300 after the rows.)
 
     Calls are parsed one at a time (`parse`): parsing is all Python, so parsing several at once gains
     nothing under the GIL, and every extra thread wanting the GIL delays the writer's return from each
@@ -88,6 +95,7 @@ class Submitter:
         self._writing = False
         self._clusters: tuple[str, list | None] | None = None  # what the last write read of the clusters
         self._parsing = threading.Lock()
+        self._writes = threading.BoundedSemaphore(WRITES)
 
     def parse(self, specs_json: list[str]) -> list[JobSpec]:
         """`parse`, one call at a time."""
@@ -103,19 +111,32 @@ class Submitter:
         if not leads:
             ticket.turn.wait()  # answered, or handed the next write
         if not ticket.answered:
-            with self._lock:
-                group, self._queued = self._queued, []
-            try:
-                self._write(group)
-            finally:
+            with self._writes:
                 with self._lock:
-                    if self._queued:
-                        self._queued[0].turn.set()
-                    else:
-                        self._writing = False
+                    group, self._queued = self._queued, []
+                handed = []
+
+                def hand_on() -> None:
+                    if not handed:
+                        handed.append(True)
+                        self._hand_on()
+                try:
+                    self._write(group, hand_on)
+                finally:
+                    hand_on()
         return ticket.result()
 
-    def _write(self, group: list[_Ticket]) -> None:
+    def _hand_on(self) -> None:
+        """The next write may begin: the first call still queued leads it, else no write is under way."""
+        with self._lock:
+            if self._queued:
+                self._queued[0].turn.set()
+            else:
+                self._writing = False
+
+    def _write(self, group: list[_Ticket], hand_on: Callable[[], None] | None = None) -> None:
+        """Write a group in one transaction; hand_on() once its rows are made (the next write may then
+        read and validate while this one's rows go to Postgres)."""
         try:
             with self._sessions.begin() as session:
                 config = _Config.read(session, {s.queue for t in group for s in t.specs}, self._clusters)
@@ -127,6 +148,8 @@ class Submitter:
                         rows += t.rows
                     except DispatcherError as exc:
                         t.answer(error=exc)
+                if hand_on is not None:
+                    hand_on()
                 ids = iter(job_store.submit(session, rows))
             for t in group:
                 if not t.answered:

@@ -4,6 +4,7 @@ real Postgres: the rows and events exactly, and a write Postgres refuses part-wa
 from __future__ import annotations
 
 import json
+import time
 
 import psycopg
 import pytest
@@ -76,3 +77,30 @@ def test_a_copy_postgres_refuses_part_way_through_a_group_fails_only_its_call(st
     assert _table(libpq, "SELECT count(*) FROM job_events") == [(4,)]
     assert _table(libpq, "SELECT count(*) FROM job_events e LEFT JOIN jobs j ON j.id = e.job_id "
                          "WHERE j.id IS NULL") == [(0,)]
+
+
+def test_the_next_write_validates_while_one_is_in_postgres_and_at_most_two_are_under_way(store):
+    """A write hands on once its rows are made: the next group reads and validates while the first one's
+    COPY waits, and a third waits for one of the two to end, gathering the calls queued meanwhile."""
+    sessions, libpq = store
+    calls = Calls(submitting.Submitter(sessions))
+    with psycopg.connect(libpq) as blocker:  # every COPY into jobs waits behind this lock
+        blocker.execute("LOCK TABLE jobs IN SHARE MODE")
+        calls.start("first", ADMIN, _specs(["first"]))
+        _wait_for(lambda: _waiting_locks(libpq) == 1, "the first write's COPY to wait")
+        calls.start("second", ADMIN, _specs(["second"]))
+        _wait_for(lambda: _waiting_locks(libpq) == 2, "the second write's COPY to wait as well")
+        calls.start("third", ADMIN, _specs(["third"]))  # leads the next write, which waits for one to end
+        calls.start("fourth", ADMIN, _specs(["fourth-1", "fourth-2"]))
+        _wait_for(lambda: len(calls.submitter._queued) == 2, "the third and fourth calls to queue")
+        time.sleep(0.2)
+        assert _waiting_locks(libpq) == 2 and len(calls.submitter._queued) == 2 and not calls.results
+        blocker.rollback()
+    calls.join()
+    r = calls.results
+    xmin = {label: {row[0] for row in _table(libpq, "SELECT xmin::text FROM jobs WHERE id = ANY(%s)", r[label])}
+            for label in r}
+    assert all(len(x) == 1 for x in xmin.values())
+    assert xmin["third"] == xmin["fourth"], "the calls queued while the third waited were not written with it"
+    assert len({next(iter(x)) for x in xmin.values()}) == 3
+    assert r["first"] < r["second"] < r["third"] < r["fourth"] and r["fourth"] == sorted(r["fourth"])
