@@ -74,6 +74,11 @@ class Story:
             job_store.notify(session, job_store.WAKE_CHANNEL, "test-sync")
         assert self.synced.wait(10)
 
+    def take_all(self, session) -> None:
+        """Every cluster full from now on: nothing can start."""
+        self.free = {name: {"cpu": 0, "memory": 0} for name in self.free}
+        self.report(session)
+
     def report(self, session) -> None:
         for name, free in self.free.items():
             cluster_store.record_capacity(session, name, {"allocatable": NODE, "free": free,
@@ -158,9 +163,8 @@ def test_a_cycle_that_leaves_parked_queues_out_decides_what_planning_every_queue
 def test_a_waiting_backlog_is_planned_once_then_only_where_something_happens(db_url):
     story = Story(db_url)
     try:
-        story.free = {"c0": {"cpu": 0, "memory": 0}, "c1": {"cpu": 0, "memory": 0}}
         with story.sessions.begin() as session:
-            story.report(session)
+            story.take_all(session)
             for queue in QUEUES:
                 docs = [job_doc(name=f"{queue}-{i}", cpu="1") for i in range(3)]
                 for d in docs:
@@ -213,9 +217,8 @@ def test_a_failed_cycle_leaves_nothing_parked(db_url):
 def test_time_alone_unparks_a_head_that_reaches_its_reservation_time(db_url):
     story = Story(db_url)
     try:
-        story.free = {"c0": {"cpu": 0, "memory": 0}, "c1": {"cpu": 0, "memory": 0}}
         with story.sessions.begin() as session:
-            story.report(session)
+            story.take_all(session)
             doc = job_doc(name="patient", cpu="1", serviceClass="patient", queue="q0")
             [job_id] = submitting.submit(session, ADMIN, submitting.parse([json.dumps(doc)]))
         story.sync()
