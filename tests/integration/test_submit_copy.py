@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 from dispatcher import submitting
-from dispatcher.store import jobs as job_store
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import (  # noqa: F401 - store is a fixture
     ADMIN, ALICE, Calls, _specs, _wait_for, _waiting_locks, store)
@@ -21,9 +20,7 @@ def _table(libpq: str, sql: str, *args) -> list[tuple]:
         return conn.execute(sql, args).fetchall()
 
 
-@pytest.mark.parametrize("copy_from", [1, 10**6], ids=["copy", "one-statement"])
-def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store, copy_from):
-    """Both ways of writing (binary COPY for many jobs, one statement for a few) write the same."""
+def test_the_rows_and_events_written_are_the_submitted_jobs(store):
     sessions, libpq = store
     docs = [job_doc(name="a", cpu="2"), job_doc(name=None, cpu="500m", priority=-3, maxRetries=0),
             job_doc(name="c", cpu="2", serviceClass="batch")]
@@ -32,14 +29,7 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
     docs[2]["spec"]["maxRuntime"] = "90m"
     docs[2]["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["note"] = "é ✓ \"quoted\" \\ \n"
     specs = submitting.parse([json.dumps(d) for d in docs])
-    with psycopg.connect(libpq, autocommit=True) as listener:
-        listener.execute("LISTEN sluice_wake")
-        listener.execute("LISTEN sluice_events")
-        with sessions.begin() as session:
-            rows = submitting._Config.read(session, {"default"}).rows(ALICE, specs)
-            ids = job_store.submit(session, rows, copy_from=copy_from)
-        notes = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=2))
-    assert notes == [("sluice_events", ""), ("sluice_wake", "default")]
+    ids = submitting.Submitter(sessions).submit(ALICE, specs)
     assert ids == sorted(ids) and len(set(ids)) == 3
     rows = _table(libpq, """SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec,
                                    requests, largest_pod, placement, labels, submitted_by, state, reason, cluster,
@@ -72,8 +62,7 @@ def test_a_copy_postgres_refuses_part_way_through_a_group_fails_only_its_call(st
         calls.start("first", ADMIN, _specs(["first"]))
         _wait_for(lambda: _waiting_locks(libpq) == 1, "the first write to wait for the lock")
         calls.start("before", ADMIN, _specs(["b-1", "b-2"]))
-        many = [json.dumps(job_doc(name=f"bad-{n}")) for n in range(1, job_store.COPY_FROM)]
-        calls.start("bad", ADMIN, submitting.parse([*many, json.dumps(bad)]))  # enough jobs to go by COPY
+        calls.start("bad", ADMIN, submitting.parse([json.dumps(job_doc(name="bad-1")), json.dumps(bad)]))
         calls.start("after", ADMIN, _specs(["a-1"]))
         _wait_for(lambda: len(calls.submitter._queued) == 3, "the other calls to queue up")
         blocker.rollback()
