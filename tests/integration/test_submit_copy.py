@@ -86,9 +86,10 @@ def test_the_next_write_validates_while_one_is_in_postgres_and_at_most_two_are_u
     calls = Calls(submitting.Submitter(sessions))
     with psycopg.connect(libpq) as blocker:  # every COPY into jobs waits behind this lock
         blocker.execute("LOCK TABLE jobs IN SHARE MODE")
-        calls.start("first", ADMIN, _specs(["first"]))
+        many = [f"n-{n}" for n in range(submitting.HAND_ON_EARLY_FROM)]  # enough to hand on early
+        calls.start("first", ADMIN, _specs(many))
         _wait_for(lambda: _waiting_locks(libpq) == 1, "the first write's COPY to wait")
-        calls.start("second", ADMIN, _specs(["second"]))
+        calls.start("second", ADMIN, _specs(many))
         _wait_for(lambda: _waiting_locks(libpq) == 2, "the second write's COPY to wait as well")
         calls.start("third", ADMIN, _specs(["third"]))  # leads the next write, which waits for one to end
         calls.start("fourth", ADMIN, _specs(["fourth-1", "fourth-2"]))
@@ -103,4 +104,24 @@ def test_the_next_write_validates_while_one_is_in_postgres_and_at_most_two_are_u
     assert all(len(x) == 1 for x in xmin.values())
     assert xmin["third"] == xmin["fourth"], "the calls queued while the third waited were not written with it"
     assert len({next(iter(x)) for x in xmin.values()}) == 3
-    assert r["first"] < r["second"] < r["third"] < r["fourth"] and r["fourth"] == sorted(r["fourth"])
+    assert max(r["first"]) < min(r["second"]) and max(r["second"]) < r["third"][0] < r["fourth"][0]
+    assert all(r[label] == sorted(r[label]) for label in r)
+
+
+def test_a_small_write_hands_on_after_its_commit(store):
+    """Calls of a few jobs keep gathering into one transaction: the next write waits for the commit."""
+    sessions, libpq = store
+    calls = Calls(submitting.Submitter(sessions))
+    with psycopg.connect(libpq) as blocker:
+        blocker.execute("LOCK TABLE jobs IN SHARE MODE")
+        calls.start("first", ADMIN, _specs(["first"]))
+        _wait_for(lambda: _waiting_locks(libpq) == 1, "the first write's insert to wait")
+        calls.start("a", ADMIN, _specs(["a"]))
+        calls.start("b", ADMIN, _specs(["b-1", "b-2"]))
+        _wait_for(lambda: len(calls.submitter._queued) == 2, "the other calls to queue")
+        time.sleep(0.2)
+        assert _waiting_locks(libpq) == 1
+        blocker.rollback()
+    calls.join()
+    xmin = _table(libpq, "SELECT xmin::text FROM jobs WHERE id = ANY(%s)", calls.results["a"] + calls.results["b"])
+    assert len(set(xmin)) == 1
