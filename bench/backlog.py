@@ -24,11 +24,9 @@ from bench import workload
 from dispatcher import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store.jobs import SUBMITTED
+from dispatcher.store.jobs import COPY_HEADER, COPY_TRAILER, SUBMITTED
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
-HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
-TRAILER = struct.pack(">h", -1)
 JOB_COLUMNS = ("id", "queue", "service_class", "class_priority", "priority", "state", "reason", "attempt",
                "max_retries", "spec", "requests", "largest_pod", "placement", "labels", "submitted_by", "created_at")
 EVENT_COLUMNS = ("job_id", "attempt", "from_state", "to_state", "reason", "at")
@@ -123,13 +121,13 @@ def load(libpq_url: str, rows: Rows, start: int, stop: int, *, progress=None) ->
             began = time.perf_counter()
             with conn.cursor() as cur:
                 with cur.copy(f"COPY jobs ({', '.join(JOB_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.write(HEADER)
+                    copy.write(COPY_HEADER)
                     copy.write(jobs)
-                    copy.write(TRAILER)
+                    copy.write(COPY_TRAILER)
                 with cur.copy(f"COPY job_events ({', '.join(EVENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.write(HEADER)
+                    copy.write(COPY_HEADER)
                     copy.write(events)
-                    copy.write(TRAILER)
+                    copy.write(COPY_TRAILER)
             conn.commit()
             took["copy"] += time.perf_counter() - began
             if progress:

@@ -229,9 +229,10 @@ class Parking:
 
 def _inputs(digest: str, clusters: list, usage: dict, spend: dict) -> tuple:
     """What a verdict of the policy depends on beyond the heads and the clock, comparable with ==. A
-    cluster's unavailability counts by kind, not by its text (which says for how long)."""
+    cluster's unavailability counts by kind, not by its text (which says for how long). `usage` is made
+    afresh each cycle and never changed after (QuotaTree.charge builds new dicts): kept as it is."""
     return (digest, tuple(replace(c.state, unavailable=c.status if c.state.unavailable else "") for c in clusters),
-            {queue: dict(used) for queue, used in usage.items()}, spend)
+            usage, spend)
 
 
 def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime, *,

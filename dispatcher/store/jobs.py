@@ -85,8 +85,8 @@ def submit(session: Session, jobs: list[NewJob]) -> list[int]:
 
 # COPY's binary format: a header, then per row a field count and each field as its length and bytes
 # (-1: NULL), then a trailer. jsonb is a version byte (1) and the JSON text; ints are big-endian.
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-_COPY_TRAILER = b"\xff\xff"
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+COPY_TRAILER = b"\xff\xff"
 _COPY_JOB_COLUMNS = ("id", "name", "queue", "service_class", "class_priority", "priority", "max_retries", "spec",
                      "requests", "largest_pod", "placement", "labels", "submitted_by", "state", "reason")
 _COPY_EVENT_COLUMNS = ("job_id", "attempt", "from_state", "to_state", "reason")
@@ -118,7 +118,7 @@ def _copy_jobs(ids: list[int], jobs: list[NewJob]) -> bytes:
         return field
 
     tail = text_field("QUEUED") + text_field(SUBMITTED)
-    out = [_COPY_HEADER]
+    out = [COPY_HEADER]
     for job_id, j in zip(ids, jobs):
         spec = _json(j.spec).encode()
         out.append(b"".join((
@@ -126,7 +126,7 @@ def _copy_jobs(ids: list[int], jobs: list[NewJob]) -> bytes:
             text_field(j.service_class), _int4(4, j.class_priority), _int4(4, j.priority), _int4(4, j.max_retries),
             _length(len(spec) + 1), b"\x01", spec, jsonb_field(j.requests), jsonb_field(j.largest_pod),
             jsonb_field(j.placement), jsonb_field(j.labels), text_field(j.submitted_by), tail)))
-    out.append(_COPY_TRAILER)
+    out.append(COPY_TRAILER)
     return b"".join(out)
 
 
@@ -134,7 +134,7 @@ def _copy_events(ids: list[int]) -> bytes:
     """Each job's `submitted` event (_COPY_EVENT_COLUMNS): attempt 0, from '' to QUEUED."""
     rest = _int4(4, 0) + _length(0) + _length(6) + b"QUEUED" + _length(len(SUBMITTED)) + SUBMITTED.encode()
     count = len(_COPY_EVENT_COLUMNS)
-    return b"".join((_COPY_HEADER, *[_row_and_id(count, 8, job_id) + rest for job_id in ids], _COPY_TRAILER))
+    return b"".join((COPY_HEADER, *[_row_and_id(count, 8, job_id) + rest for job_id in ids], COPY_TRAILER))
 
 
 def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
