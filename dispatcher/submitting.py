@@ -28,7 +28,9 @@ from sluice.spec import JobSpec, SpecError, job_from_document
 MAX_BATCH = 10_000  # jobs per Submit call
 MAX_SPEC_BYTES = 1 << 20  # one job document
 WRITES = 2  # write transactions under way at once: one's rows go to Postgres while the next is validated
-HAND_ON_EARLY_FROM = 100  # jobs in a write from which it hands on before its insert (see Submitter._write)
+# Jobs in a write from which it hands on before its insert (see Submitter._write): the writes that go by
+# COPY, which draw their ids before it, so the groups' ids still follow their order.
+HAND_ON_EARLY_FROM = job_store.COPY_FROM
 
 
 def parse(specs_json: list[str]) -> list[JobSpec]:
@@ -138,9 +140,10 @@ class Submitter:
 
     def _write(self, group: list[_Ticket], hand_on: Callable[[], None] | None = None) -> None:
         """Write a group in one transaction. hand_on(): the next write may begin; called once the rows are
-        made when there are many (the next group then reads and validates while they go to Postgres), else by the caller after the commit, so that small calls keep gathering into
-        one transaction (single-job calls, 8 clients, every write handing on early and going by COPY:
-        224-278 jobs/s, against 326-414 with neither; the two causes were not measured apart)."""
+        made when there are many (the next group then reads and validates while they go to Postgres by
+        COPY), else by the caller after the commit, so that small calls keep gathering into one transaction
+        (single-job calls, 8 clients, every write handing on early and going by COPY: 224-278 jobs/s,
+        against 326-414 with neither)."""
         try:
             with self._sessions.begin() as session:
                 config = _Config.read(session, {s.queue for t in group for s in t.specs}, self._clusters)
