@@ -14,6 +14,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -43,7 +44,7 @@ class SchedulerSettings:
     per_queue: int = 64  # queued jobs read per queue and cycle, in order (never the whole backlog)
     reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
-    wake_pace_max_s: float = 0.25  # a wake-up after a cycle that placed nothing waits that cycle's length, up to this
+    wake_pace_max_s: float = 0.25  # after a cycle that started nothing, the next waits up to its length (at most this)
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
     # TCP keepalive on the leader lock's connection, both ways (seconds idle before the first probe; probes
     # then go 1 s apart and 2 unanswered ones drop the connection). A leader that dies with its machine
@@ -65,6 +66,7 @@ class CycleResult:
     # says nothing about its later waits).
     first_waits: tuple[float, ...] = ()
     planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
+    more: bool = False  # a queue had more queued jobs than the cycle read: the next cycle may place them
 
 
 class LostLeadership(Exception):
@@ -293,8 +295,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         waiting = parking.settle(inputs, only, heads, plan.waits, quiet, write_reasons, classes, now.timestamp())
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
+    read = Counter(r[1] for r in rows)
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
-                       first_waits, planned=len(heads) if only is not None else None)
+                       first_waits, planned=len(heads) if only is not None else None,
+                       more=any(n >= settings.per_queue for n in read.values()))
 
 
 class Scheduler:
@@ -403,16 +407,22 @@ class Scheduler:
             if self._metrics is not None:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
                                             result.first_waits)
+            ended = time.monotonic()
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
-                continue  # capacity may remain for the next jobs in line
+                if result.more:
+                    continue  # the heads it read are gone: the next ones in line may start too
             wait = self._settings.idle_wait_s
             if not write_reasons:  # reasons were left unwritten: come back when they are due
                 wait = min(wait, max(0.0, reasons_at + self._settings.reason_interval_s - time.monotonic()))
             if not self._wake.wait(wait):
                 lock_conn.execute("SELECT 1")  # still leader: a dead lock connection raises here
-            else:
-                # Woken (a submit, freed capacity): let the wake-ups of the next moment join this one, for
-                # as long as the last cycle took. A stream of submits then costs the scheduler about half
-                # its time at most, and a job waits at most one more (short) cycle.
-                self._stop.wait(min(result.seconds, self._settings.wake_pace_max_s))
+            elif not result.dispatched:
+                # Woken (a submit, freed capacity) after a cycle that started nothing: the next one starts
+                # no sooner than that cycle's length after it ended, so that the wake-ups of that moment
+                # join into one cycle. A stream of submits that cannot start then costs the scheduler
+                # about half its time at most; a wake-up after a quiet spell starts a cycle at once, and
+                # so does one after a cycle that dispatched (those that came since wait for no one).
+                pause = ended + min(result.seconds, self._settings.wake_pace_max_s) - time.monotonic()
+                if pause > 0:
+                    self._stop.wait(pause)
