@@ -249,9 +249,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         with sessions.begin() as session:
             if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
                 raise LostLeadership("the leader lock is no longer held")
-            reports.expire_leases(session, now)
+            read = snapshot.readings(session)
+            reports.expire_leases(session, now, read[1])  # after the in-flight sums: see snapshot.readings
             capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
-                                       staleness_s=settings.prometheus_staleness_s)
+                                       staleness_s=settings.prometheus_staleness_s, read=read)
             clusters = [c.state for c in capacities]
             config = (config if config is not None else PolicyConfig()).refresh(session)
             classes, quotas, rules = config.classes, config.quotas, config.rules

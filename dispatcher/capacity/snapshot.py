@@ -52,12 +52,19 @@ def _less(capacity: dict, requests: dict[str, int]) -> tuple[dict[str, int], dic
     return free, largest
 
 
+def readings(session: Session) -> tuple[dict[str, dict[str, int]], list]:
+    """What `read` starts from: the in-flight sums, then the cluster rows, in that order. A capacity report
+    committed in between then counts its attempts twice (in the sums and in the report), never not at
+    all: free capacity can only be under-counted."""
+    return job_store.in_flight(session), cluster_store.list_clusters(session)
+
+
 def read(session: Session, now: datetime, *, unreachable_after_s: float,
-         staleness_s: float = DEFAULT_STALENESS_S) -> list[ClusterCapacity]:
-    """Every cluster's usable capacity. The active attempts are read one by one only on the clusters whose
-    capacity comes from a fresh Prometheus reading (the attempts it may not show yet)."""
-    after_report = job_store.in_flight(session)
-    rows = cluster_store.list_clusters(session)
+         staleness_s: float = DEFAULT_STALENESS_S, read: tuple | None = None) -> list[ClusterCapacity]:
+    """Every cluster's usable capacity (from `read`, the caller's `readings`, when given). The active
+    attempts are read one by one only on the clusters whose capacity comes from a fresh Prometheus reading
+    (the attempts it may not show yet)."""
+    after_report, rows = read if read is not None else readings(session)
 
     def fresh(c) -> bool:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None

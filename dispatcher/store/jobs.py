@@ -35,9 +35,12 @@ def notify(session: Session, channel: str, payload: str = "") -> None:
 def notify_many(session: Session, notes: list[tuple[str, str]]) -> None:
     """Queue several NOTIFYs, (channel, payload) each, in one round trip; delivered as notify's are."""
     if notes:
-        session.execute(text("SELECT pg_notify(n.c, n.p) "
-                             "FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"),
-                        {"c": [c for c, _ in notes], "p": [p for _, p in notes]})
+        session.execute(text(_NOTIFY), {"c": [c for c, _ in notes], "p": [p for _, p in notes]})
+
+
+# NOTIFY each (channel, payload) of the arrays :c and :p; also the last part of a statement that writes
+# first (WITH ... AS (INSERT ...) then this), to save a round trip.
+_NOTIFY = "SELECT pg_notify(n.c, n.p) FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"
 
 
 @dataclass(frozen=True)
@@ -269,15 +272,18 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
         {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
             ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
             ("requeued", "requeued"))}})
-    session.execute(text(
-        """INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
-           SELECT job_id, attempt, from_state, to_state, reason, cluster
-           FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[]), CAST(:froms AS text[]),
-                       CAST(:tos AS text[]), CAST(:reasons AS text[]), CAST(:clusters AS text[]))
-                WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
-           ORDER BY n"""),
-        dict(zip(("jobs", "attempts", "froms", "tos", "reasons", "clusters"), map(list, zip(*events)))))
-    notify_many(session, [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, "")] if wake else [])])
+    notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, "")] if wake else [])]
+    session.execute(text(  # the events and their notifications in one round trip
+        f"""WITH made AS (
+               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+               SELECT job_id, attempt, from_state, to_state, reason, cluster
+               FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[]), CAST(:froms AS text[]),
+                           CAST(:tos AS text[]), CAST(:reasons AS text[]), CAST(:clusters AS text[]))
+                    WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
+               ORDER BY n)
+            {_NOTIFY}"""),
+        {**dict(zip(("jobs", "attempts", "froms", "tos", "reasons", "clusters"), map(list, zip(*events)))),
+         "c": [c for c, _ in notes], "p": [p for _, p in notes]})
 
 
 def start_attempts(session: Session, started: list[tuple[int, int]]) -> list[float]:
@@ -368,13 +374,16 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
                INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
                SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
                FROM moved m ORDER BY m.id
-               RETURNING id, job_id)
+               RETURNING id, job_id),
+           -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
+           notified AS (
+               SELECT (SELECT count(pg_notify(:outbox, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
+                      + (SELECT count(pg_notify(:events, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
            SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
-           FROM moved m JOIN commands c ON c.job_id = m.id ORDER BY m.id"""),
+           FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id"""),
         {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
-         "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()]}).all()
-    if rows:
-        notify_many(session, [(OUTBOX_CHANNEL, c) for c in sorted({r.cluster for r in rows})] + [(EVENTS_CHANNEL, "")])
+         "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
+         "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL}).all()
     return [Dispatched(r.id, r.attempt, r.cluster, r.command_id, r.created_at, r.dispatched_at) for r in rows]
 
 
