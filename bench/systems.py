@@ -360,9 +360,12 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
         submitted: dict[int, float] = {}
         calls: list[float] = []
 
+        walls: dict[int, float] = {}  # the submit call's start on the wall clock (the database's clock)
+
         def submit_one() -> None:
-            t = time.monotonic()
-            submitted[client.submit([doc])[0]] = t
+            t, wall = time.monotonic(), time.time()
+            job_id = client.submit([doc])[0]
+            submitted[job_id], walls[job_id] = t, wall
             calls.append(time.monotonic() - t)
 
         # The pace is kept whatever one call takes: calls go out from a pool, each at its own time.
@@ -390,7 +393,8 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
             in_db = conn.execute("SELECT count(*) FROM job_events WHERE to_state = 'DISPATCHED' AND job_id = ANY(%s)",
                                  (unseen,)).fetchone()[0] if unseen else 0
             db_rows = conn.execute(
-                """SELECT extract(epoch FROM a.dispatched_at - j.created_at), extract(epoch FROM a.started_at - j.created_at)
+                """SELECT extract(epoch FROM a.dispatched_at - j.created_at), extract(epoch FROM a.started_at - j.created_at),
+                          j.id, extract(epoch FROM j.created_at), extract(epoch FROM a.dispatched_at)
                    FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.attempt = 1""").fetchall()
         client.close()
     dispatched = [seen[(i, "DISPATCHED")] - t for i, t in submitted.items() if (i, "DISPATCHED") in seen]
@@ -421,6 +425,26 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
     if lags:  # what the cycle's transaction, its commit and the Watch stream add after the dispatch began
         print(f"  dispatch transaction start -> DISPATCHED event on the stream p50/p99 "
               f"{_percentiles(lags)[0] * 1000:.1f}/{_percentiles(lags)[1] * 1000:.1f} ms", flush=True)
+    _anatomy(submitted, walls, seen, db_rows)
+
+
+def _anatomy(submitted: dict[int, float], walls: dict[int, float], seen: dict, db_rows: list) -> None:
+    """Where the slowest 5 % of jobs (submit -> DISPATCHED seen) spent their time, against all jobs: the
+    call up to its transaction's start, then up to the dispatching cycle's transaction start, then up to
+    the event's arrival on the Watch stream (wall clock: this machine's, which the database shares)."""
+    parts = []
+    for job_id, _, created, dispatched in ((r[2], None, r[3], r[4]) for r in db_rows):
+        if job_id in walls and (job_id, "DISPATCHED") in seen and created is not None and dispatched is not None:
+            arrived = walls[job_id] + seen[(job_id, "DISPATCHED")] - submitted[job_id]
+            parts.append((arrived - walls[job_id], float(created) - walls[job_id], float(dispatched) - float(created),
+                          arrived - float(dispatched)))
+    if len(parts) < 20:
+        return
+    parts.sort()
+    mean = lambda rows, i: sum(r[i] for r in rows) / len(rows) * 1000
+    for label, rows in (("all jobs", parts), ("slowest 5%", parts[-max(1, len(parts) // 20):])):
+        print(f"  {label}: {mean(rows, 0):.1f} ms = call to its transaction {mean(rows, 1):.1f} + to the dispatch "
+              f"transaction {mean(rows, 2):.1f} + to the stream {mean(rows, 3):.1f} (means)", flush=True)
 
 
 # -- end to end ------------------------------------------------------------------------------------------
