@@ -15,6 +15,7 @@ import json
 import threading
 from collections.abc import Callable
 
+import orjson
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,17 +34,49 @@ WRITES = 2  # write transactions under way at once: one's rows go to Postgres wh
 HAND_ON_EARLY_FROM = job_store.COPY_FROM
 
 
+# orjson decodes a document 3x faster than `json` and, for what both take, to the same values, except an
+# integer past 64 bits (orjson makes it a float) and nesting `json` refuses (RecursionError): documents that
+# may hold either go to `json` (19 digits in a row, or 400 brackets: all but never). orjson refuses NaN,
+# Infinity, 1E400 and lone surrogates, which `json` takes: it decodes those documents too, and words
+# every error.
+_DIGITS = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))  # bytes.translate: each digit to "0", else " "
+_LONG_NUMBER = b"0" * 19
+_FEW_BRACKETS = 400
+
+
+def _decode(document: str) -> tuple[object, bool]:
+    """(the decoded document, whether `json` decoded it); raises json.JSONDecodeError as `json` does."""
+    try:
+        data = document.encode()
+    except UnicodeEncodeError:  # a lone surrogate: never from gRPC, which sends UTF-8
+        data = None
+    if (data is not None and data.count(b"{") + data.count(b"[") < _FEW_BRACKETS
+            and _LONG_NUMBER not in data.translate(_DIGITS)):
+        try:
+            return orjson.loads(data), False
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(document), True
+
+
+class _ExactJSON(list):
+    """The specs of a call with a document only `json` decoded: its rows' documents are encoded by `json`
+    too (store.jobs.ExactJSON), so values orjson would write otherwise (NaN as null) reach Postgres as
+    before."""
+
+
 def parse(specs_json: list[str]) -> list[JobSpec]:
     if not specs_json:
         raise InvalidRequest("submit: no jobs given")
     if len(specs_json) > MAX_BATCH:
         raise InvalidRequest(f"submit: {len(specs_json)} jobs in one call, at most {MAX_BATCH}")
-    out = []
+    out, exact = [], False
     for n, document in enumerate(specs_json, 1):
         if len(document) > MAX_SPEC_BYTES:
             raise InvalidRequest(f"job {n}: document is {len(document)} bytes, at most {MAX_SPEC_BYTES}")
         try:
-            doc = json.loads(document)
+            doc, by_json = _decode(document)
+            exact = exact or by_json
         except json.JSONDecodeError as exc:
             raise InvalidRequest(f"job {n}: not JSON: {exc}") from exc
         if not isinstance(doc, dict):
@@ -54,7 +87,7 @@ def parse(specs_json: list[str]) -> list[JobSpec]:
             out.append(job_from_document(doc, document=n if len(specs_json) > 1 else None, owned=True))
         except SpecError as exc:
             raise InvalidRequest(str(exc)) from exc
-    return out
+    return _ExactJSON(out) if exact else out
 
 
 def _nul_at(value, path: str = "") -> str | None:
@@ -240,6 +273,7 @@ class _Config:
         """The rows to insert for one call's jobs; raises for the first that may not be submitted."""
         out = []
         admitted: dict[tuple[str | None, str | None], str] = {}  # (queue, class asked for) -> class, checked
+        exact = isinstance(specs, _ExactJSON)
         for n, spec in enumerate(specs, 1):
             asked = (spec.queue, spec.service_class)
             class_name = admitted.get(asked)
@@ -252,6 +286,8 @@ class _Config:
             doc = spec.to_document(share_templates=True)  # only serialised, never changed below the top
             doc["spec"]["serviceClass"] = class_name
             doc["spec"]["placement"] = placement
+            if exact:
+                doc = job_store.ExactJSON(doc)
             out.append(job_store.NewJob(
                 name=spec.name, queue=spec.queue, service_class=class_name, class_priority=self.classes[class_name],
                 priority=spec.priority, max_retries=spec.max_retries, spec=doc, requests=requests,

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 from datetime import datetime
 
+import orjson
 from sqlalchemy import Row, func, or_, select, text, update
 from sqlalchemy.orm import Session, defer
 
@@ -62,6 +63,23 @@ class NewJob:
 COPY_FROM = 100  # jobs in one write from which they go by binary COPY; fewer go in one statement
 
 
+class ExactJSON(dict):
+    """A job document to encode exactly as `json` does: its call held a document orjson would not decode
+    (NaN, Infinity, a lone surrogate, an integer past 64 bits...), so its values may be ones orjson
+    would write otherwise (NaN as null) or refuse. Postgres then takes or refuses it as before."""
+
+
+def _dumps(value) -> bytes:
+    """Compact JSON, UTF-8: orjson, which writes a document several times faster than `json`; `json` for
+    what orjson refuses (an ExactJSON, lone surrogates, integers past 64 bits, nesting past 254 levels),
+    so that what orjson cannot write the same still goes to Postgres as it did (ASCII: Postgres refuses
+    the escapes of lone surrogates, failing the call)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except TypeError:  # orjson.JSONEncodeError too
+        return _json(value).encode()
+
+
 def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM) -> list[int]:
     """Insert queued jobs with their first event; returns their ids, in order.
 
@@ -79,11 +97,11 @@ def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM) 
 def _insert(session: Session, jobs: list[NewJob]) -> list[int]:
     """One statement (one round trip), from one JSON array: for a few jobs, where COPY's four extra round
     trips would cost more than it saves."""
-    batch = json.dumps([{"name": j.name, "queue": j.queue, "service_class": j.service_class,
+    batch = _dumps([{"name": j.name, "queue": j.queue, "service_class": j.service_class,
                          "class_priority": j.class_priority, "priority": j.priority, "max_retries": j.max_retries,
                          "spec": j.spec, "requests": j.requests, "largest_pod": j.largest_pod,
                          "placement": j.placement, "labels": j.labels, "submitted_by": j.submitted_by}
-                        for j in jobs])
+                        for j in jobs]).decode()
     ids = session.scalars(text(
         """WITH new AS (
                SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, u.* FROM (
@@ -142,7 +160,7 @@ _NULL = b"\xff\xff\xff\xff"
 _row_and_id = struct.Struct(">hiq").pack  # field count, then an int8 field
 _int4 = struct.Struct(">ii").pack
 _length = struct.Struct(">i").pack
-# ASCII output (no unencodable lone surrogates here: Postgres refuses their escapes, failing the call).
+# What orjson does not write (see _dumps).
 _json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
@@ -161,14 +179,14 @@ def _copy_jobs(ids: list[int], jobs: list[NewJob]) -> bytes:
     def jsonb_field(value) -> bytes:
         field = values.get(id(value))
         if field is None:
-            data = _json(value).encode()
+            data = _dumps(value)
             field = values[id(value)] = _length(len(data) + 1) + b"\x01" + data
         return field
 
     tail = text_field("QUEUED") + text_field(SUBMITTED)
     out = [COPY_HEADER]
     for job_id, j in zip(ids, jobs):
-        spec = _json(j.spec).encode()
+        spec = _dumps(j.spec)
         out.append(b"".join((
             _row_and_id(len(_COPY_JOB_COLUMNS), 8, job_id), text_field(j.name), text_field(j.queue),
             text_field(j.service_class), _int4(4, j.class_priority), _int4(4, j.priority), _int4(4, j.max_retries),
