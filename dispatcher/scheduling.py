@@ -137,11 +137,16 @@ def _active(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
 
 
 # One digest of every document the cycle's policy objects come from (classes, queues, burst policies).
-_POLICY_DIGEST = text(
-    """SELECT md5(concat_ws('|',
+_DIGEST_SQL = """md5(concat_ws('|',
            (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM service_classes),
            (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM queues),
-           (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM burst_policies)))""")
+           (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM burst_policies)))"""
+_POLICY_DIGEST = text(f"SELECT {_DIGEST_SQL}")
+# Leader fencing, and the digest in the same round trip: whether the backend :pid still holds the
+# session advisory lock :key (the leader's lock connection), then the policy documents' digest.
+_FENCED_DIGEST = text(
+    f"""SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                       AND pid = :pid AND classid = 0 AND objid = :key AND objsubid = 1), {_DIGEST_SQL}""")
 
 
 @dataclass
@@ -154,8 +159,9 @@ class PolicyConfig:
     quotas: list[QueueQuota] = field(default_factory=list)
     rules: list = field(default_factory=list)
 
-    def refresh(self, session) -> "PolicyConfig":
-        digest = session.scalar(_POLICY_DIGEST)
+    def refresh(self, session, digest: str | None = None) -> "PolicyConfig":
+        """`digest`: the documents' digest, when the caller read it already in this transaction."""
+        digest = digest if digest is not None else session.scalar(_POLICY_DIGEST)
         if digest != self.digest:
             self.classes, self.quotas = class_policies(session), queue_quotas(session)
             self.rules = budgets.rules(session)
@@ -247,14 +253,17 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     dirty = parking.take() if parking is not None else None
     try:
         with sessions.begin() as session:
-            if leader_pid is not None and not job_store.holds_advisory_lock(session, leader_pid, LEADER_LOCK):
-                raise LostLeadership("the leader lock is no longer held")
+            digest = None
+            if leader_pid is not None:
+                held, digest = session.execute(_FENCED_DIGEST, {"pid": leader_pid, "key": LEADER_LOCK}).one()
+                if not held:
+                    raise LostLeadership("the leader lock is no longer held")
             read = snapshot.readings(session)
             reports.expire_leases(session, now, read[1])  # after the in-flight sums: see snapshot.readings
             capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                        staleness_s=settings.prometheus_staleness_s, read=read)
             clusters = [c.state for c in capacities]
-            config = (config if config is not None else PolicyConfig()).refresh(session)
+            config = (config if config is not None else PolicyConfig()).refresh(session, digest)
             classes, quotas, rules = config.classes, config.quotas, config.rules
             # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
             # attempts it may need (planning.active_needs): the victims only once a search for them starts.

@@ -528,14 +528,6 @@ def in_flight(session: Session) -> dict[str, dict[str, int]]:
     return out
 
 
-def holds_advisory_lock(session: Session, backend_pid: int, key: int) -> bool:
-    """Whether that database backend still holds the session advisory lock `key` (leader fencing)."""
-    return bool(session.scalar(text(
-        """SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-                          AND pid = :pid AND classid = 0 AND objid = :key AND objsubid = 1)"""),
-        {"pid": backend_pid, "key": key}))
-
-
 # -- totals for /metrics (dispatcher/metrics.py): one GROUP BY each, read at scrape time --------------
 
 def queued_per_class(session: Session) -> list[Row]:
