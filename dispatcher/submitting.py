@@ -7,7 +7,8 @@ waiting at that moment in one transaction, validated against what that transacti
 is answered after the commit with its own ids or its own error. Under load that turns N commits, N
 reads of the classes, queues and clusters, and N pairs of notifications into one of each. A write hands
 on to the next once its rows are made when they are many, so one group's validating overlaps another's
-insert (two at most).
+insert (two at most). A write of a few jobs goes in one round trip when it can (`_write_at_once`):
+validated against what the last write read, in one statement that first checks it is unchanged.
 """
 from __future__ import annotations
 
@@ -131,6 +132,8 @@ class Submitter:
         self._queued: list[_Ticket] = []
         self._writing = False
         self._clusters: tuple[str, list | None] | None = None  # what the last write read of the clusters
+        self._config: _Config | None = None  # what the last write read, for small writes (_write_at_once)
+        self._engine = sessions.kw["bind"]
         self._parsing = threading.Lock()
         self._writes = threading.BoundedSemaphore(WRITES)
 
@@ -178,9 +181,11 @@ class Submitter:
         (single-job calls, 8 clients, every write handing on early and going by COPY: 224-278 jobs/s,
         against 326-414 with neither)."""
         try:
+            if self._write_at_once(group):
+                return
             with self._sessions.begin() as session:
                 config = _Config.read(session, {s.queue for t in group for s in t.specs}, self._clusters)
-                self._clusters = config.seen
+                self._clusters, self._config = config.seen, config
                 rows = []
                 for t in group:
                     try:
@@ -207,6 +212,44 @@ class Submitter:
                     t.answer(error=RuntimeError("submit: not written"))
 
 
+    def _write_at_once(self, group: list[_Ticket]) -> bool:
+        """A write of a few jobs in one round trip, when it can: validated against what the last write read,
+        and inserted by one statement in a transaction of its own, which first checks in its snapshot that
+        the classes, the queues the group names and the clusters are still what was read (store.jobs
+        submit_if). False, having answered no call and written nothing, when the group must go the
+        long way (BEGIN, read, insert, COMMIT): it names a queue not read, a call is refused (its error
+        is then the one a fresh read gives), or what was read has changed. (Single-job calls, 8 clients,
+        back to back: 382-439 jobs/s the long way, 542-660 at once; the dispatcher's CPU 1.4-1.5 ->
+        1.2-1.3 ms per job.)"""
+        config = self._config
+        if config is None or sum(len(t.specs) for t in group) >= job_store.COPY_FROM:
+            return False
+        queues = {s.queue for t in group for s in t.specs}
+        if not queues <= config.found.keys():
+            return False
+        try:
+            for t in group:
+                t.rows = config.rows(t.principal, t.specs)
+        except DispatcherError:
+            return False
+        config.forget_if_large()
+        named = {name: config.found[name] for name in queues}
+        with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            ids = job_store.submit_if(connection, [row for t in group for row in t.rows], _UNCHANGED, {
+                "classes": _json_text(config.classes), "queues": list(queues), "found": _json_text(named),
+                "digest": config.seen[0]})
+        if ids is None:
+            return False
+        it = iter(ids)
+        for t in group:
+            t.answer(ids=[next(it) for _ in t.rows])
+        return True
+
+
+def _json_text(value) -> str:
+    return job_store._dumps(value).decode()
+
+
 class _Ticket:
     def __init__(self, principal: Principal, specs: list[JobSpec]):
         self.principal, self.specs = principal, specs
@@ -226,16 +269,22 @@ class _Ticket:
         return self._ids
 
 
+# What validating reads: the classes, the queues named, every cluster (their digest, and their rows only
+# when it changed); _UNCHANGED: whether they are still what an earlier read gave.
+_CLASSES = "(SELECT coalesce(jsonb_object_agg(name, priority), '{}') FROM service_classes)"
+_QUEUES = "(SELECT coalesce(jsonb_object_agg(name, spec), '{}') FROM queues WHERE name = ANY(:queues))"
+_CLUSTERS = """(SELECT coalesce(jsonb_agg(jsonb_build_array(
+                   name, tier, site, labels, spec,
+                   CASE WHEN capacity IS NULL OR capacity = '{}' THEN NULL
+                        ELSE coalesce(capacity -> 'allocatable', '{}') END) ORDER BY name), '[]')
+               FROM clusters)"""
 _READ = text(
-    """WITH c AS (SELECT coalesce(jsonb_agg(jsonb_build_array(
-                     name, tier, site, labels, spec,
-                     CASE WHEN capacity IS NULL OR capacity = '{}' THEN NULL
-                          ELSE coalesce(capacity -> 'allocatable', '{}') END) ORDER BY name), '[]') AS clusters
-                 FROM clusters)
-       SELECT (SELECT coalesce(jsonb_object_agg(name, priority), '{}') FROM service_classes),
-              (SELECT coalesce(jsonb_object_agg(name, spec), '{}') FROM queues WHERE name = ANY(:queues)),
-              md5(c.clusters::text), CASE WHEN md5(c.clusters::text) = :seen THEN NULL ELSE c.clusters END
-       FROM c""")
+    f"""WITH c AS (SELECT {_CLUSTERS} AS clusters)
+        SELECT {_CLASSES}, {_QUEUES},
+               md5(c.clusters::text), CASE WHEN md5(c.clusters::text) = :seen THEN NULL ELSE c.clusters END
+        FROM c""")
+_UNCHANGED = (f"{_CLASSES} = CAST(:classes AS jsonb) AND {_QUEUES} = CAST(:found AS jsonb) "
+              f"AND md5({_CLUSTERS}::text) = :digest")
 
 
 class _Config:
@@ -248,6 +297,13 @@ class _Config:
         self._shapes: dict[tuple, tuple[dict, dict, dict, str | None]] = {}  # see _shape
         self._labels: dict[tuple, dict[str, str]] = {}  # one object per distinct labels, shared by jobs
         self.seen: tuple[str, list | None] = ("", None)
+        self.found: dict[str, dict] = {}  # name -> the Queue object as read, of the queues named
+
+    def forget_if_large(self) -> None:
+        """Drop the shapes and labels kept once there are many: a config kept from write to write
+        (Submitter._write_at_once) would otherwise keep every one ever submitted."""
+        if len(self._shapes) + len(self._labels) > 10_000:
+            self._shapes, self._labels = {}, {}
 
     @classmethod
     def read(cls, session: Session, queues: set[str], seen: tuple[str, list | None] | None = None) -> "_Config":
@@ -266,7 +322,7 @@ class _Config:
                 known.append(ClusterState(name, tier, site, dict(labels), allocatable, dict(allocatable),
                                           **snapshot.terms(spec, allocatable)))
         config = cls(classes, {name: (spec or {}).get("spec", {}) for name, spec in found.items()}, known or None)
-        config.seen = (digest, known)
+        config.seen, config.found = (digest, known), found
         return config
 
     def rows(self, principal: Principal, specs: list[JobSpec]) -> list[job_store.NewJob]:

@@ -6,6 +6,7 @@ transaction. The caller owns the transaction: these functions may flush, never c
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import struct
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Row, func, or_, select, text, update
+from sqlalchemy import Connection, Row, TextClause, func, or_, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
@@ -97,12 +98,31 @@ def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM) 
 def _insert(session: Session, jobs: list[NewJob]) -> list[int]:
     """One statement (one round trip), from one JSON array: for a few jobs, where COPY's four extra round
     trips would cost more than it saves."""
+    return list(session.scalars(_inserting("true"), _insert_params(jobs)))
+
+
+def submit_if(connection: Connection, jobs: list[NewJob], guard: str, params: dict) -> list[int] | None:
+    """Insert a few queued jobs as `submit` does, in one statement that is its own transaction on an
+    autocommit `connection` (one round trip in all, no BEGIN or COMMIT), but only if the SQL condition
+    `guard` (taking `params`) holds in that statement's snapshot. None, and nothing written or notified,
+    if it does not."""
+    return list(connection.scalars(_inserting(guard), {**params, **_insert_params(jobs)})) or None
+
+
+def _insert_params(jobs: list[NewJob]) -> dict:
     batch = _dumps([{"name": j.name, "queue": j.queue, "service_class": j.service_class,
-                         "class_priority": j.class_priority, "priority": j.priority, "max_retries": j.max_retries,
-                         "spec": j.spec, "requests": j.requests, "largest_pod": j.largest_pod,
-                         "placement": j.placement, "labels": j.labels, "submitted_by": j.submitted_by}
-                        for j in jobs]).decode()
-    ids = session.scalars(text(
+                     "class_priority": j.class_priority, "priority": j.priority, "max_retries": j.max_retries,
+                     "spec": j.spec, "requests": j.requests, "largest_pod": j.largest_pod,
+                     "placement": j.placement, "labels": j.labels, "submitted_by": j.submitted_by}
+                    for j in jobs]).decode()
+    return {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL}
+
+
+@functools.lru_cache(maxsize=8)
+def _inserting(guard: str) -> TextClause:
+    """The one statement of `_insert` and `submit_if`: it draws ids for the rows of :batch only where
+    `guard` holds (evaluated once, in the statement's snapshot), so nothing at all is written otherwise."""
+    return text(
         """WITH new AS (
                SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, u.* FROM (
                    SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(:batch AS jsonb)) AS (
@@ -110,6 +130,7 @@ def _insert(session: Session, jobs: list[NewJob]) -> list[int]:
                        spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text))
                    WITH ORDINALITY AS r(name, queue, service_class, class_priority, priority, max_retries, spec,
                                         requests, largest_pod, placement, labels, submitted_by, n)
+                   WHERE """ + guard + """
                    ORDER BY n) u),
            made AS (
                INSERT INTO jobs (id, name, queue, service_class, class_priority, priority, max_retries, spec,
@@ -123,9 +144,7 @@ def _insert(session: Session, jobs: list[NewJob]) -> list[int]:
            -- queue again even while the others stay parked (scheduling.Parking).
            notified AS (SELECT count(pg_notify(:wake, q.queue)) + count(pg_notify(:events, ''))
                         FROM (SELECT DISTINCT queue FROM new) q)
-           SELECT id FROM new, notified ORDER BY n"""),
-        {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL}).all()
-    return list(ids)
+           SELECT id FROM new, notified ORDER BY n""")
 
 
 def _copy(session: Session, jobs: list[NewJob]) -> list[int]:

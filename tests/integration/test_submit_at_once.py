@@ -1,0 +1,150 @@
+"""A small write in one round trip (dispatcher/submitting.py Submitter._write_at_once, store.jobs
+submit_if): validated against what the last write read, inserted by one statement that first checks that
+the classes, the queues named and the clusters are unchanged; otherwise the write goes the long way and
+every call gets the answer a fresh read gives."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import psycopg
+import pytest
+
+from dispatcher import administering, submitting
+from dispatcher.errors import InvalidRequest, PermissionDenied
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import jobs as job_store
+from sluice.objects import load_objects
+from tests.integration.test_spine import job_doc
+from tests.integration.test_submit_groups import ADMIN, ALICE, BOB, _specs, store  # noqa: F401 - a fixture
+
+
+@pytest.fixture
+def at_once(monkeypatch):
+    """How each small write went: True at once, False the long way (after trying, or not)."""
+    ways: list[bool] = []
+    original = submitting.Submitter._write_at_once
+
+    def spy(self, group):
+        went = original(self, group)
+        ways.append(went)
+        return went
+    monkeypatch.setattr(submitting.Submitter, "_write_at_once", spy)
+    return ways
+
+
+def _apply(sessions, yaml: str) -> None:
+    with sessions.begin() as session:
+        administering.apply(session, "root", load_objects(yaml))
+
+
+def _count(libpq: str, sql: str) -> int:
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        return conn.execute(sql).fetchone()[0]
+
+
+def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(store, at_once):
+    sessions, libpq = store
+    submitter = submitting.Submitter(sessions)
+    docs = [job_doc(name="x", cpu="2"), job_doc(name=None, cpu="500m", priority=-3, maxRetries=0)]
+    docs[1]["metadata"] = {"labels": {"team": "vision"}}
+    docs[1]["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["note"] = "é ✓ \"quoted\" \\ \n"
+    with psycopg.connect(libpq, autocommit=True) as listener:
+        listener.execute("LISTEN sluice_wake")
+        listener.execute("LISTEN sluice_events")
+        first = submitter.submit(ALICE, submitting.parse([json.dumps(d) for d in docs]))
+        list(listener.notifies(timeout=2, stop_after=2))
+        second = submitter.submit(ALICE, submitting.parse([json.dumps(d) for d in docs]))
+        notes = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=2))
+    assert at_once == [False, True]
+    assert notes == [("sluice_events", ""), ("sluice_wake", "default")]
+    assert second == sorted(second) and min(second) > max(first)
+    columns = """name, queue, service_class, class_priority, priority, max_retries, spec, requests, largest_pod,
+                 placement, labels, submitted_by, state, reason, cluster, attempt"""
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        rows = {ids[0]: conn.execute(f"SELECT {columns} FROM jobs WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+                for ids in (first, second)}
+        events = conn.execute("SELECT job_id, attempt, from_state, to_state, reason FROM job_events "
+                              "WHERE job_id = ANY(%s) ORDER BY id", (second,)).fetchall()
+    assert rows[first[0]] == rows[second[0]]
+    assert events == [(i, 0, "", "QUEUED", "submitted") for i in second]
+
+
+def test_a_membership_taken_away_is_seen_by_the_next_write(store, at_once):
+    sessions, libpq = store
+    submitter = submitting.Submitter(sessions)
+    assert submitter.submit(ALICE, _specs(["a-1"], queue="vision"))
+    _apply(sessions, "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [carol]}\n")
+    with pytest.raises(PermissionDenied, match="alice may not submit to queue 'vision'"):
+        submitter.submit(ALICE, _specs(["a-2"], queue="vision"))
+    assert at_once == [False, False]  # the statement found the queue changed and wrote nothing
+    assert _count(libpq, "SELECT count(*) FROM jobs") == 1
+    assert _count(libpq, "SELECT last_value FROM jobs_id_seq") == 1  # no id drawn for the refused write
+
+
+def test_a_membership_given_is_seen_by_the_next_write(store, at_once):
+    """A call the last read refuses is judged again on a fresh one."""
+    sessions, _ = store
+    submitter = submitting.Submitter(sessions)
+    with pytest.raises(PermissionDenied):
+        submitter.submit(BOB, _specs(["b-1"], queue="vision"))
+    _apply(sessions, "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [alice, bob]}\n")
+    assert submitter.submit(BOB, _specs(["b-2"], queue="vision"))
+    assert at_once == [False, False]
+
+
+def test_a_class_changed_is_seen_by_the_next_write(store, at_once):
+    sessions, libpq = store
+    submitter = submitting.Submitter(sessions)
+    submitter.submit(ADMIN, _specs(["a"]))
+    with sessions.begin() as session:
+        session.execute(job_store.text("UPDATE service_classes SET priority = priority + 7 WHERE name = 'standard'"))
+    ids = submitter.submit(ADMIN, _specs(["b"]))
+    assert at_once == [False, False]
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        priorities = conn.execute("SELECT class_priority FROM jobs ORDER BY id").fetchall()
+        assert priorities[1][0] == priorities[0][0] + 7 and len(ids) == 1
+
+
+def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
+    sessions, _ = store
+    submitter = submitting.Submitter(sessions)
+    assert submitter.submit(ADMIN, _specs(["fits"], cpu="32"))
+    node = {"cpu": 16_000, "memory": 256 << 30}
+    with sessions.begin() as session:
+        for cluster in cluster_store.list_clusters(session):
+            cluster_store.record_capacity(session, cluster.name, {"allocatable": node, "free": node,
+                                                                  "largestFreeNode": node},
+                                          0, datetime.now(timezone.utc))
+    with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
+        submitter.submit(ADMIN, _specs(["too-big-now"], cpu="32"))
+    assert at_once == [False, False]
+
+
+def test_a_new_queue_goes_the_long_way_and_many_jobs_go_by_copy(store, at_once):
+    sessions, _ = store
+    submitter = submitting.Submitter(sessions)
+    submitter.submit(ADMIN, _specs(["a"]))
+    submitter.submit(ALICE, _specs(["v"], queue="vision"))  # a queue the last write did not read
+    submitter.submit(ADMIN, _specs([f"n-{n}" for n in range(job_store.COPY_FROM)], queue="vision"))
+    submitter.submit(ALICE, _specs(["w"], queue="vision"))
+    assert at_once == [False, False, False, True]
+
+
+def test_a_group_postgres_refuses_at_once_fails_only_the_call_at_fault(store, at_once):
+    sessions, libpq = store
+    submitter = submitting.Submitter(sessions)
+    submitter.submit(ADMIN, _specs(["a"]))
+    bad = job_doc(name="bad")
+    bad["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["x"] = float("nan")
+    calls = [submitting._Ticket(ADMIN, _specs(["b-1", "b-2"])),
+             submitting._Ticket(ADMIN, submitting.parse([json.dumps(bad)])), submitting._Ticket(ADMIN, _specs(["c"]))]
+    submitter._write(calls)  # one group, as gathered calls are
+    # The group's statement raised (so it is not in at_once); then each call alone, at once: the two good
+    # ones wrote, the bad one's statement raised too.
+    assert at_once == [False, True, True]
+    assert [len(t.result()) for t in (calls[0], calls[2])] == [2, 1]
+    with pytest.raises(Exception) as err:
+        calls[1].result()
+    assert isinstance(getattr(err.value, "orig", err.value), psycopg.DataError)
+    assert _count(libpq, "SELECT count(*) FROM jobs") == 4
