@@ -371,12 +371,15 @@ class _Config:
 
     def _shape(self, spec: JobSpec) -> tuple[dict, dict, dict, str | None]:
         """(requests, largest pod, placement document, why no cluster could ever run it), judged once per
-        job shape and placement. Jobs of one shape share these objects, so each is encoded once per write."""
-        requests, largest, p = spec.total_requests(), spec.largest_pod(), spec.placement
-        key = (tuple(sorted(requests.items())), tuple(sorted(largest.items())),
+        job shape and placement. Jobs of one shape share these objects, so each is encoded once per write.
+        The shape is the pod sets' counts and per-pod requests as given (summing them for every job cost more
+        than the rest of judging it)."""
+        p = spec.placement
+        key = (tuple((ps.count, *ps.requests.items()) for ps in spec.pod_sets),
                tuple(sorted(p.cluster_selector.items())), p.tiers, p.sites)
         shape = self._shapes.get(key)
         if shape is None:
+            requests, largest = spec.total_requests(), spec.largest_pod()
             why = None
             if self.known is not None:
                 job = QueuedJob(0, requests, largest, dict(p.cluster_selector), tuple(p.tiers), tuple(p.sites))

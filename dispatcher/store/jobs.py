@@ -45,7 +45,7 @@ def notify_many(session: Session, notes: list[tuple[str, str]]) -> None:
 _NOTIFY = "SELECT pg_notify(n.c, n.p) FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__
 class NewJob:
     name: str | None
     queue: str
