@@ -88,7 +88,9 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
         views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
     if not events:
         return 0
-    job_store.apply_transitions(session, changed, events, wake=bool(ended))
+    # A job back in its queue may start again (""); one that finished only leaves room (ROOM).
+    wake = "" if any(c["requeued"] for c in changed.values()) else job_store.ROOM if ended else None
+    job_store.apply_transitions(session, changed, events, wake=wake)
     waits = job_store.start_attempts(session, started)
     job_store.end_attempts(session, ended)
     if metrics is not None:

@@ -67,6 +67,7 @@ class CycleResult:
     first_waits: tuple[float, ...] = ()
     planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
     more: bool = False  # a queue had more queued jobs than the cycle read: the next cycle may place them
+    idle: bool = False  # it planned every queue and left no job queued (it dispatched every one it read)
 
 
 class LostLeadership(Exception):
@@ -192,7 +193,10 @@ class Parking:
         self.waiting: dict[str, int] = {}  # per parked queue, how many of its heads wait
 
     def touch(self, queue: str = "") -> None:
-        """Plan `queue` in the next cycle (every queue when "")."""
+        """Plan `queue` in the next cycle (every queue when ""). ROOM names no queue: what changed (a
+        cluster's capacity, a queue's usage) is among the inputs `only` compares."""
+        if queue == job_store.ROOM:
+            return
         with self._lock:
             if not queue:
                 self._dirty = None
@@ -305,10 +309,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         waiting = parking.settle(inputs, only, heads, plan.waits, quiet, write_reasons, classes, now.timestamp())
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
-    read = Counter(r[1] for r in rows)
+    more = any(n >= settings.per_queue for n in Counter(r[1] for r in rows).values())
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
-                       first_waits, planned=len(heads) if only is not None else None,
-                       more=any(n >= settings.per_queue for n in read.values()))
+                       first_waits, planned=len(heads) if only is not None else None, more=more,
+                       idle=only is None and not more and len(dispatched) == len(rows))
 
 
 class Scheduler:
@@ -327,7 +331,8 @@ class Scheduler:
         self._on_leadership = on_leadership
         self._sessions = sessions
         self._settings = settings
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # any wake-up since the last cycle began
+        self._work = threading.Event()  # one other than ROOM (see store.jobs.ROOM) since the last cycle began
         self._stop = threading.Event()
         self.is_leader = threading.Event()
         self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
@@ -337,7 +342,9 @@ class Scheduler:
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
 
     def _woken(self, payload: str) -> None:
-        self._parking.touch(payload)  # a queue's name, or "" for anything
+        self._parking.touch(payload)  # a queue's name, ROOM, or "" for anything
+        if payload != job_store.ROOM:
+            self._work.set()
         self._wake.set()
 
     def start(self) -> None:
@@ -407,6 +414,7 @@ class Scheduler:
         reasons_at = 0.0
         while not self._stop.is_set():
             self._wake.clear()
+            self._work.clear()
             write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
@@ -422,10 +430,17 @@ class Scheduler:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 if result.more:
                     continue  # the heads it read are gone: the next ones in line may start too
-            wait = self._settings.idle_wait_s
+            due = ended + self._settings.idle_wait_s
             if not write_reasons:  # reasons were left unwritten: come back when they are due
-                wait = min(wait, max(0.0, reasons_at + self._settings.reason_interval_s - time.monotonic()))
-            if not self._wake.wait(wait):
+                due = min(due, reasons_at + self._settings.reason_interval_s)
+            while self._wake.wait(max(0.0, due - time.monotonic())) and result.idle and not self._work.is_set():
+                # Only room freed (a capacity change, an attempt that finished) and no job was queued at
+                # the last cycle: nothing could use it. A submit, or anything else, runs a cycle.
+                self._wake.clear()
+                if self._work.is_set():  # came in between: do not lose it
+                    self._wake.set()
+            woken = self._wake.is_set()
+            if not woken:
                 lock_conn.execute("SELECT 1")  # still leader: a dead lock connection raises here
             elif not result.dispatched:
                 # Woken (a submit, freed capacity) after a cycle that started nothing: the next one starts

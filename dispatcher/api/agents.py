@@ -189,7 +189,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             if heartbeat is not None:
                 cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(timezone.utc))
                 if heartbeat[0] != state.capacity:
-                    job_store.notify(session, job_store.WAKE_CHANNEL)
+                    job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
         state.acked = acked
         if heartbeat is not None:
             state.capacity = heartbeat[0]

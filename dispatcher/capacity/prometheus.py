@@ -212,7 +212,7 @@ class Refresher:
                 with self._sessions.begin() as session:
                     cluster_store.record_prometheus(session, cluster, document, reading.sampled_at)
                     if document != last:
-                        job_store.notify(session, job_store.WAKE_CHANNEL)
+                        job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
                 last = document
                 if failing:
                     log.warning("prometheus reading of %s works again", cluster, extra={"cluster": cluster})

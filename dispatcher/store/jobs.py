@@ -24,6 +24,10 @@ from dispatcher.store.models import Attempt, Job, JobEvent
 log = logging.getLogger(__name__)
 
 WAKE_CHANNEL = "sluice_wake"  # new work or freed capacity: the scheduler should run a cycle
+# Payloads of WAKE_CHANNEL: a queue's name (a job was submitted to it, or a queued one cancelled), ROOM
+# (room may have freed: a cluster's capacity changed or an attempt ended; no job became queued), or ""
+# (anything may have changed). Queue names never start with "+".
+ROOM = "+room"
 EVENTS_CHANNEL = "sluice_events"  # job events were written
 OUTBOX_CHANNEL = "sluice_outbox"  # payload: cluster name with new commands
 SUBMITTED = "submitted"  # the reason of a job no scheduling cycle has looked at yet
@@ -288,13 +292,14 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     notify(session, EVENTS_CHANNEL)
 
 
-def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple], *, wake: bool = False) -> None:
+def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple], *,
+                      wake: str | None = None) -> None:
     """Write state changes already checked against the jobs' rows, which the caller holds locked.
 
     changed: per job, its final {state, reason} and whether it started (started_at), finished
     (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
-    cluster) of every transition, in order: each becomes a job event. wake: capacity was freed, the
-    scheduler is woken too.
+    cluster) of every transition, in order: each becomes a job event. wake: the scheduler is woken too,
+    with this payload.
     """
     ids = list(changed)
     session.execute(text(
@@ -309,7 +314,7 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
         {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
             ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
             ("requeued", "requeued"))}})
-    notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, "")] if wake else [])]
+    notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
     session.execute(text(  # the events and their notifications in one round trip
         f"""WITH made AS (
                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)

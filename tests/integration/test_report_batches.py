@@ -108,7 +108,9 @@ def test_a_batch_and_a_dispatch_notify_once_per_channel_on_commit(sessions):
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "RUNNING")])) == \
         [("sluice_events", "")]  # nothing freed: the scheduler sleeps on
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "SUCCEEDED")])) == \
-        [("sluice_events", ""), ("sluice_wake", "")]
+        [("sluice_events", ""), ("sluice_wake", job_store.ROOM)]  # room freed, no job queued again
+    assert _notes(sessions, lambda s: reports.apply_many(s, "edge", [Report(ids[1], 1, "LOST", "gone")])) == \
+        [("sluice_events", ""), ("sluice_wake", "")]  # back in its queue: it may start again
 
 
 def test_an_attempt_whose_end_was_applied_but_not_acked_is_no_orphan(sessions):

@@ -15,6 +15,7 @@ from dispatcher import administering, submitting
 from dispatcher.scheduling import SchedulerSettings, run_cycle
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store import jobs as job_store
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
@@ -29,7 +30,14 @@ def _world(sessions) -> None:
         administering.apply(session, "test", [ServiceClassObject("standard", priority=500), QueueObject("q"),
                                               ClusterObject("c", tier="onprem", site="dc",
                                                             simulated=SimulatedSpec(1, NODE))])
-        cluster_store.record_capacity(session, "c", {"allocatable": NODE, "free": NODE, "largestFreeNode": NODE},
+    _heard(sessions, NODE)
+
+
+def _heard(sessions, free: dict) -> None:
+    """The cluster's capacity report, as its agent's heartbeat records it (a cluster unheard of for 5 s
+    takes no jobs)."""
+    with sessions.begin() as session:
+        cluster_store.record_capacity(session, "c", {"allocatable": NODE, "free": free, "largestFreeNode": free},
                                       0, datetime.now(timezone.utc))
 
 
@@ -44,7 +52,7 @@ def _states(sessions) -> list[str]:
         return [r[0] for r in session.execute(text("SELECT state FROM jobs ORDER BY id"))]
 
 
-def test_a_cycle_says_more_may_start_only_when_a_queue_had_more_jobs_than_it_read(db_url):
+def test_a_cycle_says_whether_more_may_start_and_whether_it_left_any_job_queued(db_url):
     d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
                                   database=DatabaseSettings(url=db_url))).start()
     try:
@@ -52,9 +60,14 @@ def test_a_cycle_says_more_may_start_only_when_a_queue_had_more_jobs_than_it_rea
         _submit(d.sessions, 5)
         settings = SchedulerSettings(per_queue=2)
         now = datetime.now(timezone.utc)
-        assert [(r.dispatched, r.more) for r in (run_cycle(d.sessions, settings, now) for _ in range(3))] == \
-            [(2, True), (2, True), (1, False)]
-        assert run_cycle(d.sessions, settings, now).more is False  # nothing queued at all
+        # (dispatched, more: a queue had more jobs than it read, idle: it left no job queued)
+        assert [(r.dispatched, r.more, r.idle) for r in (run_cycle(d.sessions, settings, now) for _ in range(3))] \
+            == [(2, True, False), (2, True, False), (1, False, True)]
+        last = run_cycle(d.sessions, settings, now)  # nothing queued at all
+        assert (last.more, last.idle) == (False, True)
+        _heard(d.sessions, {"cpu": 0, "memory": 0})
+        _submit(d.sessions, 1)
+        assert (run_cycle(d.sessions, settings, now).idle, run_cycle(d.sessions, settings, now).idle) == (False, False)
     finally:
         d.stop()
 
@@ -73,17 +86,84 @@ def test_the_leader_drains_a_queue_deeper_than_its_heads_on_one_wake_up_then_wai
             assert time.monotonic() < deadline, _states(d.sessions)
             time.sleep(0.05)
         # Then it waits: at most one more cycle (the one that writes reasons when they are due), none after.
-        cycles = d.metrics.cycles._value.get()
+        cycles = _cycles(d)
         time.sleep(2.5)
-        settled = d.metrics.cycles._value.get()
+        settled = _cycles(d)
         assert settled - cycles <= 1
         time.sleep(1.5)
-        assert d.metrics.cycles._value.get() == settled
+        assert _cycles(d) == settled
         # A wake-up after the quiet spell starts a cycle at once.
         began = time.monotonic()
         _submit(d.sessions, 1)
         while _states(d.sessions)[-1] != "DISPATCHED":
             assert time.monotonic() - began < 10
             time.sleep(0.01)
+    finally:
+        d.stop()
+
+
+def _cycles(d) -> float:
+    return d.metrics.registry.get_sample_value("sluice_scheduling_cycles_total")
+
+
+def _settled(d, quiet_s: float = 1.5, limit_s: float = 10.0) -> float:
+    """The cycle count once it stayed the same for quiet_s."""
+    deadline = time.monotonic() + limit_s
+    last = _cycles(d)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = _cycles(d)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("the scheduler kept cycling")
+
+
+def test_room_freed_while_nothing_is_queued_runs_no_cycle_and_anything_else_does(db_url):
+    settings = SchedulerSettings(idle_wait_s=60.0)
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
+                                  database=DatabaseSettings(url=db_url))).start()
+    try:
+        assert d.scheduler.is_leader.wait(10)
+        _world(d.sessions)
+        with d.sessions.begin() as session:
+            job_store.notify(session, job_store.WAKE_CHANNEL)  # the world changed: one cycle finds nothing queued
+        before = _settled(d)
+        for _ in range(5):  # what heartbeats and finished attempts send
+            with d.sessions.begin() as session:
+                job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+            time.sleep(0.1)
+        assert _settled(d) == before
+        with d.sessions.begin() as session:  # anything else (here: an admin apply's) runs a cycle
+            job_store.notify(session, job_store.WAKE_CHANNEL)
+        assert _settled(d) > before
+        _heard(d.sessions, NODE)
+        _submit(d.sessions, 1)
+        deadline = time.monotonic() + 10
+        while _states(d.sessions) != ["DISPATCHED"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        d.stop()
+
+
+def test_room_freed_while_a_job_waits_runs_a_cycle_that_places_it(db_url):
+    settings = SchedulerSettings(idle_wait_s=60.0)
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
+                                  database=DatabaseSettings(url=db_url))).start()
+    try:
+        assert d.scheduler.is_leader.wait(10)
+        _world(d.sessions)
+        _heard(d.sessions, {"cpu": 0, "memory": 0})
+        _submit(d.sessions, 1)
+        _settled(d)
+        assert _states(d.sessions) == ["QUEUED"]
+        _heard(d.sessions, NODE)
+        with d.sessions.begin() as session:  # room: as an agent's heartbeat sends it
+            job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+        deadline = time.monotonic() + 10
+        while _states(d.sessions) != ["DISPATCHED"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
     finally:
         d.stop()
