@@ -71,7 +71,9 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
         pipe.recv()  # anything: stop
     finally:
         stop()
-    pipe.send("stopped")
+    sample = server.metrics.registry.get_sample_value
+    pipe.send({"cycles": sample("sluice_scheduling_cycles_total") or 0,
+               "cycle_seconds": sample("sluice_scheduling_cycle_seconds_sum") or 0.0})
 
 
 def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
@@ -107,18 +109,21 @@ def _start(target, args: tuple, name: str, timeout_s: float = 120.0):
     return process, pipe, pipe.recv()
 
 
-def _stop(process, pipe) -> None:
+def _stop(process, pipe):
+    """Stop the child; what it said last (None if nothing)."""
+    said = None
     if process.is_alive():
         try:
             pipe.send("stop")
             if pipe.poll(60):
-                pipe.recv()
+                said = pipe.recv()
         except (OSError, EOFError):
             pass
         process.join(30)
         if process.is_alive():
             process.terminate()
             process.join(10)
+    return said
 
 
 class System:
@@ -139,6 +144,7 @@ class System:
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
         self._children = []
+        self.leader_stats: dict = {}
         process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split),
                                      "bench-dispatcher")
         self._children.append((process, pipe))
@@ -175,7 +181,9 @@ class System:
 
     def close(self) -> None:
         for process, pipe in reversed(self._children):  # the agents first, then the dispatcher
-            _stop(process, pipe)
+            said = _stop(process, pipe)
+            if (process, pipe) == self._children[0] and isinstance(said, dict):
+                self.leader_stats = said  # the leading dispatcher's cycle count and time, from its metrics
         self._children = []
 
     def __enter__(self) -> "System":
@@ -311,7 +319,7 @@ def _watch_events(pipe, address: str, token: str) -> None:
     from sluice.config import ClientConfig
 
     seen: dict[tuple[int, str], float] = {}
-    lags: list[float] = []
+    lags: dict[str, list[float]] = {}  # per state moved to: from its transaction's start to here, wall clock
     client = Client(ClientConfig(address, token, timeout_s=3600))
 
     def watch() -> None:
@@ -320,15 +328,14 @@ def _watch_events(pipe, address: str, token: str) -> None:
                 key = (event["jobId"], event["to"])
                 if key not in seen:
                     seen[key] = time.monotonic()
-                    if event["to"] == "DISPATCHED":  # from the dispatch's transaction start to here, wall clock
-                        lags.append(time.time() - datetime.fromisoformat(event["at"]).timestamp())
+                    lags.setdefault(event["to"], []).append(time.time() - datetime.fromisoformat(event["at"]).timestamp())
         except Exception:
             pass
 
     threading.Thread(target=watch, daemon=True).start()
     pipe.send("watching")
     while pipe.recv() != "stop":
-        pipe.send((dict(seen), list(lags)))
+        pipe.send((dict(seen), {k: list(v) for k, v in lags.items()}))
     pipe.send("stopped")
     client.close()
 
@@ -422,10 +429,16 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
         print(f"  database clocks (transaction start times): submit->dispatched p50/p99 "
               f"{_percentiles(db_d)[0] * 1000:.1f}/{_percentiles(db_d)[1] * 1000:.1f} ms, submit->running "
               f"{_percentiles(db_r)[0] * 1000:.1f}/{_percentiles(db_r)[1] * 1000:.1f} ms", flush=True)
-    if lags:  # what the cycle's transaction, its commit and the Watch stream add after the dispatch began
-        print(f"  dispatch transaction start -> DISPATCHED event on the stream p50/p99 "
-              f"{_percentiles(lags)[0] * 1000:.1f}/{_percentiles(lags)[1] * 1000:.1f} ms", flush=True)
+    # What the cycle's transaction, its commit and the Watch stream add after the dispatch began; and, to
+    # compare, what a report's transaction (a few statements) and the stream add to RUNNING.
+    for state, what in (("DISPATCHED", "dispatch"), ("RUNNING", "report")):
+        if lags.get(state):
+            print(f"  {what} transaction start -> {state} event on the stream p50/p99 "
+                  f"{_percentiles(lags[state])[0] * 1000:.1f}/{_percentiles(lags[state])[1] * 1000:.1f} ms", flush=True)
     _anatomy(submitted, walls, seen, db_rows)
+    if system.leader_stats.get("cycles"):
+        n, total = system.leader_stats["cycles"], system.leader_stats["cycle_seconds"]
+        print(f"  the leader ran {n:,.0f} cycles, {total / n * 1000:.1f} ms each on average", flush=True)
 
 
 def _anatomy(submitted: dict[int, float], walls: dict[int, float], seen: dict, db_rows: list) -> None:
