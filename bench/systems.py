@@ -61,6 +61,7 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
         embedded.wait_connected()
         server, stop = embedded.dispatcher, embedded.stop
         info = {"address": server.address, "token": embedded.admin_token}
+    cpu = 0.0
     try:
         if cordon:  # jobs stay queued: only the submit path (and the cycles it wakes) is measured
             with server.sessions.begin() as session:
@@ -68,12 +69,14 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
                     if isinstance(o, ClusterObject):
                         administering.set_cluster_state(session, "bench", o.name, "cordoned")
         pipe.send(info)
+        cpu = time.process_time()
         pipe.recv()  # anything: stop
+        cpu = time.process_time() - cpu
     finally:
         stop()
     sample = server.metrics.registry.get_sample_value
     pipe.send({"cycles": sample("sluice_scheduling_cycles_total") or 0,
-               "cycle_seconds": sample("sluice_scheduling_cycle_seconds_sum") or 0.0})
+               "cycle_seconds": sample("sluice_scheduling_cycle_seconds_sum") or 0.0, "cpu_seconds": cpu})
 
 
 def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
@@ -438,7 +441,8 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
     _anatomy(submitted, walls, seen, db_rows)
     if system.leader_stats.get("cycles"):
         n, total = system.leader_stats["cycles"], system.leader_stats["cycle_seconds"]
-        print(f"  the leader ran {n:,.0f} cycles, {total / n * 1000:.1f} ms each on average", flush=True)
+        print(f"  the leader ran {n:,.0f} cycles, {total / n * 1000:.1f} ms each on average; its process used "
+              f"{system.leader_stats['cpu_seconds'] / len(submitted) * 1000:.2f} ms of CPU per job", flush=True)
 
 
 def _anatomy(submitted: dict[int, float], walls: dict[int, float], seen: dict, db_rows: list) -> None:
