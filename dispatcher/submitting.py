@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 
 import orjson
@@ -134,6 +135,7 @@ class Submitter:
         self._clusters: tuple[str, list | None] | None = None  # what the last write read of the clusters
         self._config: _Config | None = None  # what the last write read, for small writes (_write_at_once)
         self._engine = sessions.kw["bind"]
+        self._kept = _KeptConnection(self._engine)  # small writes' autocommit connection (_write_at_once)
         self._parsing = threading.Lock()
         self._writes = threading.BoundedSemaphore(WRITES)
 
@@ -164,6 +166,8 @@ class Submitter:
                     self._write(group, hand_on)
                 finally:
                     hand_on()
+                    if not self._queued:  # no write follows at once: the kept connection goes back to the pool
+                        self._kept.release_if_idle()
         return ticket.result()
 
     def _hand_on(self) -> None:
@@ -234,7 +238,7 @@ class Submitter:
             return False
         config.forget_if_large()
         named = {name: config.found[name] for name in queues}
-        with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        with self._kept as connection:
             ids = job_store.submit_if(connection, [row for t in group for row in t.rows], _UNCHANGED, {
                 "classes": _json_text(config.classes), "queues": list(queues), "found": _json_text(named),
                 "digest": config.seen[0]})
@@ -244,6 +248,59 @@ class Submitter:
         for t in group:
             t.answer(ids=[next(it) for _ in t.rows])
         return True
+
+
+class _KeptConnection:
+    """An autocommit connection kept from one small write to the next while writes keep coming, so that a
+    write does not pay the pool's liveness ping (a round trip: pool_pre_ping) on every checkout. It goes
+    back to the pool once no call is queued after a write (`release_if_idle`), after any error, and if
+    unused for KEEP_S; the next write then takes one afresh, pinged. One write at a time uses it (a lock;
+    small writes hand on only after their statement anyway). (Single-job calls, 8 clients: the checkout
+    took 1.1 ms of a 4.2 ms write.)"""
+
+    KEEP_S = 1.0
+
+    def __init__(self, engine):
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._connection = None
+        self._used = 0.0
+
+    def __enter__(self):
+        self._lock.acquire()
+        try:
+            if self._connection is not None and time.monotonic() - self._used > self.KEEP_S:
+                self._drop()
+            if self._connection is None:
+                self._connection = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._connection
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            if kind is not None:
+                self._drop()
+            self._used = time.monotonic()
+        finally:
+            self._lock.release()
+
+    def release_if_idle(self) -> None:
+        """Back to the pool, unless a write is using it."""
+        if self._connection is not None and self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - a broken connection: the pool replaces it
+                pass
 
 
 def _json_text(value) -> str:

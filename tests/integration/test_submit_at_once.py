@@ -5,6 +5,7 @@ every call gets the answer a fresh read gives."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 
 import psycopg
@@ -148,3 +149,31 @@ def test_a_group_postgres_refuses_at_once_fails_only_the_call_at_fault(store, at
         calls[1].result()
     assert isinstance(getattr(err.value, "orig", err.value), psycopg.DataError)
     assert _count(libpq, "SELECT count(*) FROM jobs") == 4
+
+
+def test_the_connection_is_kept_only_while_writes_follow(store):
+    """Small writes keep one autocommit connection while writes follow each other (no pool ping per
+    write); it goes back to the pool once nothing is queued, after an error, and after KEEP_S unused."""
+    sessions, _ = store
+    submitter = submitting.Submitter(sessions)
+    pool = submitter._engine.pool
+    submitter.submit(ADMIN, _specs(["a"]))
+    submitter.submit(ADMIN, _specs(["b"]))  # at once; nothing queued after it
+    assert pool.checkedout() == 0
+    kept = submitter._kept
+    with kept as first:
+        pass
+    with kept as second:
+        assert second is first and pool.checkedout() == 1
+    with pytest.raises(RuntimeError):
+        with kept:
+            raise RuntimeError("a failed write")
+    assert pool.checkedout() == 0
+    with kept as third:
+        pass
+    kept.KEEP_S = 0.0
+    time.sleep(0.01)
+    with kept as fourth:
+        assert fourth is not third and pool.checkedout() == 1
+    kept.release_if_idle()
+    assert pool.checkedout() == 0
