@@ -37,6 +37,16 @@ def capacity_document(capacity: agents_pb2.Capacity) -> dict:
             "largestFreeNode": dict(capacity.largest_free_node.milli)}
 
 
+def more_room(before: dict | None, after: dict) -> bool:
+    """Whether a capacity report shows room the one before did not: more of some resource free, on the
+    largest free node, or allocatable. Less room (pods created, nodes gone) starts nothing."""
+    if before is None:
+        return True
+    return any(amount > before.get(part, {}).get(resource, 0)
+               for part in ("free", "largestFreeNode", "allocatable")
+               for resource, amount in after.get(part, {}).items())
+
+
 def report_of(status: agents_pb2.AttemptStatus) -> reports.Report:
     return reports.Report(status.job_id, status.attempt, status.state, status.reason, status.exit_code)
 
@@ -188,7 +198,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 outbox_store.ack(session, cluster, ids)
             if heartbeat is not None:
                 cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(timezone.utc))
-                if heartbeat[0] != state.capacity:
+                if more_room(state.capacity, heartbeat[0]):
                     job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
         state.acked = acked
         if heartbeat is not None:
