@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, exc, text
 
 from dispatcher.errors import SchemaBehind, StoreUnavailable
 
@@ -29,6 +30,9 @@ class DatabaseSettings:
     data_dir: pathlib.Path = pathlib.Path("~/.local/share/sluice").expanduser()
     pool_size: int = 10  # connections kept open per dispatcher process
     pool_overflow: int = 50  # more, opened under load (RPC threads, agent streams, the scheduler)
+    # A pooled connection idle this long is pinged (one round trip) before it is handed out, and replaced
+    # if the server dropped it; one in use more recently is handed out as it is (see _ping_when_idle).
+    ping_after_idle_s: float = 2.0
     # What happens to the embedded server when this process exits cleanly: "stop" it, or "delete" its
     # data too (throw-away demo runs). A killed process leaves it running; the next start reuses it.
     embedded_cleanup: str = "stop"
@@ -83,13 +87,42 @@ def connect(settings: DatabaseSettings) -> Database:
         url = sqlalchemy_url(settings.url)
     else:
         url, server = start_embedded(settings.data_dir, settings.embedded_cleanup)
-    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_overflow, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_overflow)
+    _ping_when_idle(engine, settings.ping_after_idle_s)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:
         raise StoreUnavailable(f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {exc}") from exc
     return Database(engine, server)
+
+
+def _ping_when_idle(engine: Engine, idle_s: float) -> None:
+    """Check a pooled connection before handing it out only when it has been idle idle_s or longer.
+
+    SQLAlchemy's pool_pre_ping costs a round trip on every checkout; the dispatcher checks connections
+    out for every cycle, report batch, Watch poll and API call, hundreds of times a second under load, a
+    connection back in the pool a few milliseconds earlier each time. One idle for longer (where a
+    restarted or failed-over server, or a dropped network, shows) is pinged, and replaced by a new one
+    if the ping finds it gone. One used within idle_s that the server dropped fails its statement; that
+    error invalidates the whole pool (SQLAlchemy does so on any disconnect), so the next checkouts get
+    new connections: one call or cycle fails, and the scheduler retries by itself.
+    """
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_connection, record) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection, record, proxy) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            if engine.dialect.is_disconnect(error, dbapi_connection, None):
+                raise exc.DisconnectionError() from error  # the pool replaces it and checks out again
+            raise
 
 
 def _alembic_config() -> Config:
