@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
+from sqlalchemy import func, text
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import PermissionDenied
@@ -56,9 +56,9 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
     one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
     capacity: the scheduler should look again)."""
     ids = sorted({r.job_id for r in reports})
-    views = {row.id: JobView(row.state, row.attempt, row.cluster, row.max_retries) for row in session.execute(
-        select(Job.id, Job.state, Job.attempt, Job.cluster, Job.max_retries)
-        .where(Job.id.in_(ids)).order_by(Job.id).with_for_update())}
+    views = {row.id: JobView(row.state, row.attempt, row.cluster, row.max_retries) for row in session.execute(text(
+        "SELECT id, state, attempt, cluster, max_retries FROM jobs WHERE id = ANY(:ids) ORDER BY id FOR UPDATE"),
+        {"ids": ids})}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
     started: list[tuple[int, int]] = []

@@ -252,6 +252,6 @@ def _pump(request_iterator, inbox: _Inbox) -> None:
 def _command(row) -> agents_pb2.Command:
     if row.kind == "dispatch":
         return agents_pb2.Command(id=row.id, dispatch=agents_pb2.DispatchAttempt(
-            job_id=row.job_id, attempt=row.attempt, spec_json=json.dumps(row.spec)))
+            job_id=row.job_id, attempt=row.attempt, spec_json=row.spec_json))
     return agents_pb2.Command(id=row.id, cancel=agents_pb2.CancelAttempt(
-        job_id=row.job_id, attempt=row.attempt, reason=row.payload.get("reason", "")))
+        job_id=row.job_id, attempt=row.attempt, reason=row.reason))

@@ -1,9 +1,10 @@
 """Clusters, queues and service classes: the admin objects, and the capacity agents report."""
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -72,9 +73,11 @@ def record_capacity(session: Session, name: str, capacity: dict, applied_through
                     first: bool = False) -> None:
     """Store an agent's capacity report. Within a connection the watermark only rises; the first
     report of a new connection (a new agent process) sets it afresh."""
-    watermark = applied_through if first else func.greatest(Cluster.applied_through, applied_through)
-    session.execute(update(Cluster).where(Cluster.name == name).values(
-        capacity=capacity, capacity_at=now, last_seen_at=now, applied_through=watermark))
+    session.execute(text(
+        f"""UPDATE clusters SET capacity = CAST(:capacity AS jsonb), capacity_at = :now, last_seen_at = :now,
+                   applied_through = {":applied" if first else "greatest(applied_through, :applied)"}
+            WHERE name = :name"""),
+        {"capacity": json.dumps(capacity), "now": now, "applied": applied_through, "name": name})
 
 
 def record_prometheus(session: Session, name: str, capacity: dict, sampled_at: datetime) -> None:

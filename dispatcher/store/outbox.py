@@ -1,11 +1,11 @@
 """The outbox: commands for agents, kept until each agent acks them (at-least-once delivery)."""
 from __future__ import annotations
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.orm import Session
 
 from dispatcher.store.jobs import OUTBOX_CHANNEL, notify
-from dispatcher.store.models import Job, OutboxCommand
+from dispatcher.store.models import OutboxCommand
 
 
 def lock_clusters(session: Session, clusters) -> None:
@@ -22,18 +22,21 @@ def lock_clusters(session: Session, clusters) -> None:
 
 def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500) -> list:
     """Unacked commands for a cluster in id order, after a cursor, each with its job's document (`spec`):
-    a dispatch command does not copy it, every attempt of a job runs the same document."""
-    return session.execute(
-        select(OutboxCommand.id, OutboxCommand.kind, OutboxCommand.job_id, OutboxCommand.attempt,
-               OutboxCommand.payload, Job.spec).join(Job, Job.id == OutboxCommand.job_id)
-        .where(OutboxCommand.cluster == cluster, OutboxCommand.acked_at.is_(None), OutboxCommand.id > after_id)
-        .order_by(OutboxCommand.id).limit(limit)).all()
+    a dispatch command does not copy it, every attempt of a job runs the same document. Rows: id, kind,
+    job_id, attempt, reason (a cancel's), spec_json (the document as JSON text, as the link sends it)."""
+    return session.execute(text(
+        """SELECT o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                  j.spec::text AS spec_json
+           FROM outbox o JOIN jobs j ON j.id = o.job_id
+           WHERE o.cluster = :cluster AND o.acked_at IS NULL AND o.id > :after
+           ORDER BY o.id LIMIT :limit"""), {"cluster": cluster, "after": after_id, "limit": limit}).all()
 
 
 def ack(session: Session, cluster: str, command_ids: list[int]) -> None:
     # Bound to the cluster: an agent can only ack its own commands.
-    session.execute(update(OutboxCommand).where(OutboxCommand.cluster == cluster, OutboxCommand.id.in_(command_ids),
-                                                OutboxCommand.acked_at.is_(None)).values(acked_at=func.now()))
+    session.execute(text("UPDATE outbox SET acked_at = now() "
+                         "WHERE cluster = :cluster AND id = ANY(:ids) AND acked_at IS NULL"),
+                    {"cluster": cluster, "ids": list(command_ids)})
 
 
 def acked_through(session: Session, cluster: str) -> int:
