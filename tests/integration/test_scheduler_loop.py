@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from sqlalchemy import text
@@ -52,6 +53,27 @@ def _states(sessions) -> list[str]:
         return [r[0] for r in session.execute(text("SELECT state FROM jobs ORDER BY id"))]
 
 
+def _until_dispatched(sessions, n: int, limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while _states(sessions) != ["DISPATCHED"] * n:
+        assert time.monotonic() < deadline, _states(sessions)
+        time.sleep(0.02)
+
+
+@contextmanager
+def _leading(db_url: str, settings: SchedulerSettings):
+    """A dispatcher that leads, in the small world (the safety-net wake-up a minute away: whatever
+    happens within seconds comes from the loop itself)."""
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
+                                  database=DatabaseSettings(url=db_url))).start()
+    try:
+        assert d.scheduler.is_leader.wait(10)
+        _world(d.sessions)
+        yield d
+    finally:
+        d.stop()
+
+
 def test_a_cycle_says_whether_more_may_start_and_whether_it_left_any_job_queued(db_url):
     d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
                                   database=DatabaseSettings(url=db_url))).start()
@@ -73,18 +95,9 @@ def test_a_cycle_says_whether_more_may_start_and_whether_it_left_any_job_queued(
 
 
 def test_the_leader_drains_a_queue_deeper_than_its_heads_on_one_wake_up_then_waits_for_the_next(db_url):
-    # The safety-net wake-up is a minute away: whatever happens within seconds comes from the loop itself.
-    settings = SchedulerSettings(per_queue=2, idle_wait_s=60.0)
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
-                                  database=DatabaseSettings(url=db_url))).start()
-    try:
-        assert d.scheduler.is_leader.wait(10)
-        _world(d.sessions)
+    with _leading(db_url, SchedulerSettings(per_queue=2, idle_wait_s=60.0)) as d:
         _submit(d.sessions, 5)  # one notification; 5 jobs, 2 read per cycle
-        deadline = time.monotonic() + 10
-        while _states(d.sessions) != ["DISPATCHED"] * 5:
-            assert time.monotonic() < deadline, _states(d.sessions)
-            time.sleep(0.05)
+        _until_dispatched(d.sessions, 5)
         # Then it waits: at most one more cycle (the one that writes reasons when they are due), none after.
         cycles = _cycles(d)
         time.sleep(2.5)
@@ -93,13 +106,8 @@ def test_the_leader_drains_a_queue_deeper_than_its_heads_on_one_wake_up_then_wai
         time.sleep(1.5)
         assert _cycles(d) == settled
         # A wake-up after the quiet spell starts a cycle at once.
-        began = time.monotonic()
         _submit(d.sessions, 1)
-        while _states(d.sessions)[-1] != "DISPATCHED":
-            assert time.monotonic() - began < 10
-            time.sleep(0.01)
-    finally:
-        d.stop()
+        _until_dispatched(d.sessions, 6)
 
 
 def _cycles(d) -> float:
@@ -120,12 +128,7 @@ def _settled(d, quiet_s: float = 1.5, limit_s: float = 10.0) -> float:
 
 
 def test_room_freed_while_nothing_is_queued_runs_no_cycle_and_anything_else_does(db_url):
-    settings = SchedulerSettings(idle_wait_s=60.0)
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
-                                  database=DatabaseSettings(url=db_url))).start()
-    try:
-        assert d.scheduler.is_leader.wait(10)
-        _world(d.sessions)
+    with _leading(db_url, SchedulerSettings(idle_wait_s=60.0)) as d:
         with d.sessions.begin() as session:
             job_store.notify(session, job_store.WAKE_CHANNEL)  # the world changed: one cycle finds nothing queued
         before = _settled(d)
@@ -139,21 +142,11 @@ def test_room_freed_while_nothing_is_queued_runs_no_cycle_and_anything_else_does
         assert _settled(d) > before
         _heard(d.sessions, NODE)
         _submit(d.sessions, 1)
-        deadline = time.monotonic() + 10
-        while _states(d.sessions) != ["DISPATCHED"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    finally:
-        d.stop()
+        _until_dispatched(d.sessions, 1)
 
 
 def test_room_freed_while_a_job_waits_runs_a_cycle_that_places_it(db_url):
-    settings = SchedulerSettings(idle_wait_s=60.0)
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
-                                  database=DatabaseSettings(url=db_url))).start()
-    try:
-        assert d.scheduler.is_leader.wait(10)
-        _world(d.sessions)
+    with _leading(db_url, SchedulerSettings(idle_wait_s=60.0)) as d:
         _heard(d.sessions, {"cpu": 0, "memory": 0})
         _submit(d.sessions, 1)
         _settled(d)
@@ -161,9 +154,4 @@ def test_room_freed_while_a_job_waits_runs_a_cycle_that_places_it(db_url):
         _heard(d.sessions, NODE)
         with d.sessions.begin() as session:  # room: as an agent's heartbeat sends it
             job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
-        deadline = time.monotonic() + 10
-        while _states(d.sessions) != ["DISPATCHED"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    finally:
-        d.stop()
+        _until_dispatched(d.sessions, 1)
