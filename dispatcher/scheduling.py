@@ -433,14 +433,14 @@ class Scheduler:
             due = ended + self._settings.idle_wait_s
             if not write_reasons:  # reasons were left unwritten: come back when they are due
                 due = min(due, reasons_at + self._settings.reason_interval_s)
-            while self._wake.wait(max(0.0, due - time.monotonic())) and result.idle and not self._work.is_set():
+            while (self._wake.wait(max(0.0, due - time.monotonic())) and result.idle and not self._work.is_set()
+                   and not self._stop.is_set()):
                 # Only room freed (a capacity change, an attempt that finished) and no job was queued at
                 # the last cycle: nothing could use it. A submit, or anything else, runs a cycle.
                 self._wake.clear()
-                if self._work.is_set():  # came in between: do not lose it
+                if self._work.is_set() or self._stop.is_set():  # came in between: do not lose it
                     self._wake.set()
-            woken = self._wake.is_set()
-            if not woken:
+            if not self._wake.is_set():
                 lock_conn.execute("SELECT 1")  # still leader: a dead lock connection raises here
             elif not result.dispatched:
                 # Woken (a submit, freed capacity) after a cycle that started nothing: the next one starts

@@ -155,3 +155,13 @@ def test_room_freed_while_a_job_waits_runs_a_cycle_that_places_it(db_url):
         with d.sessions.begin() as session:  # room: as an agent's heartbeat sends it
             job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
         _until_dispatched(d.sessions, 1)
+
+
+def test_a_leader_waiting_out_room_wake_ups_stops_when_asked(db_url):
+    with _leading(db_url, SchedulerSettings(idle_wait_s=60.0)) as d:
+        _settled(d)  # idle: nothing queued
+        with d.sessions.begin() as session:
+            job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+        time.sleep(0.3)
+        d.scheduler.stop()  # joins the loop for up to 10 s: it must not wait out the minute
+        assert not d.scheduler.is_leader.is_set()
