@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     run = figures.Run(command.strip())
     began = time.monotonic()
     def section(names: set[str], title: str) -> None:
+        pg.checkpoint()  # each benchmark starts on a server with no write-back of the last one's left
         load = os.getloadavg()[0]
         print(f"== {title} == (load average {load:.1f} on {os.cpu_count()} cpus)", flush=True)
         run.load[title] = f"{load:.1f}"

@@ -450,7 +450,7 @@ def _anatomy(submitted: dict[int, float], walls: dict[int, float], seen: dict, d
     call up to its transaction's start, then up to the dispatching cycle's transaction start, then up to
     the event's arrival on the Watch stream (wall clock: this machine's, which the database shares)."""
     parts = []
-    for job_id, _, created, dispatched in ((r[2], None, r[3], r[4]) for r in db_rows):
+    for _, _, job_id, created, dispatched in db_rows:
         if job_id in walls and (job_id, "DISPATCHED") in seen and created is not None and dispatched is not None:
             arrived = walls[job_id] + seen[(job_id, "DISPATCHED")] - submitted[job_id]
             parts.append((arrived - walls[job_id], float(created) - walls[job_id], float(dispatched) - float(created),
