@@ -157,12 +157,11 @@ def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
     batch document to take apart and no sort or CTE to spill past work_mem (measured alone at 8,000 jobs
     a write: about 60 -> 41-46 us of the backend's CPU per job; and each job's small documents are
     encoded once per shape)."""
+    notes = [(WAKE_CHANNEL, q) for q in sorted({j.queue for j in jobs})] + [(EVENTS_CHANNEL, "")]
     ids = sorted(session.scalars(text(
-        """WITH notified AS (SELECT count(pg_notify(:wake, q)) + count(pg_notify(:events, ''))
-                            FROM unnest(CAST(:queues AS text[])) q)
-           SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, :n), notified"""),
-        {"n": len(jobs), "queues": sorted({j.queue for j in jobs}), "wake": WAKE_CHANNEL,
-         "events": EVENTS_CHANNEL}))
+        f"""WITH notified AS (SELECT count(*) FROM ({_NOTIFY}) n)
+            SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, :n), notified"""),
+        {"n": len(jobs), "c": [c for c, _ in notes], "p": [p for _, p in notes]}))
     cursor = session.connection().connection.driver_connection.cursor()  # psycopg's, in the session's transaction
     with cursor:
         with cursor.copy(f"COPY jobs ({', '.join(_COPY_JOB_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
