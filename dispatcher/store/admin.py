@@ -55,7 +55,7 @@ def references(session: Session, kind: str, name: str) -> dict[str, int]:
     """Rows per table whose foreign key names this object: they keep it from being deleted."""
     target = MODELS[kind].__table__.c.name
     out = {}
-    for table in Base.metadata.sorted_tables:
+    for table in sorted(Base.metadata.sorted_tables, key=lambda t: t.name):  # a stable order to name them in
         for fk in table.foreign_keys:
             if fk.column is target:
                 n = session.scalar(select(func.count()).select_from(table).where(fk.parent == name))

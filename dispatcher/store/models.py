@@ -13,6 +13,11 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 ACTIVE_STATES = ("DISPATCHED", "RUNNING")
 
+# job_events, attempts and outbox name their job (job_id) with no foreign key (migration 0007). A key
+# would check every row written, with a locking read of the job, on every submit, dispatch and report,
+# and could never fail: jobs are never deleted, and each of those rows is written by a statement that
+# read or wrote its job's row in the same transaction.
+
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict: JSONB, datetime: DateTime(timezone=True)}
@@ -102,7 +107,7 @@ class Job(Base):
 class JobEvent(Base):
     __tablename__ = "job_events"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    job_id: Mapped[int] = mapped_column(BigInteger)  # no foreign key (see the top)
     attempt: Mapped[int] = mapped_column(Integer)
     from_state: Mapped[str] = mapped_column(Text, server_default="")
     to_state: Mapped[str] = mapped_column(Text)
@@ -117,7 +122,7 @@ class Attempt(Base):
     """One run of a job in one cluster: the unit of exactly-once and of accounting."""
 
     __tablename__ = "attempts"
-    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # no foreign key (see the top)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
     cluster: Mapped[str] = mapped_column(Text, ForeignKey("clusters.name"))
     state: Mapped[str] = mapped_column(Text)
@@ -139,7 +144,7 @@ class OutboxCommand(Base):
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     cluster: Mapped[str] = mapped_column(Text, ForeignKey("clusters.name"))
     kind: Mapped[str] = mapped_column(Text)  # dispatch | cancel
-    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    job_id: Mapped[int] = mapped_column(BigInteger)  # no foreign key (see the top)
     attempt: Mapped[int] = mapped_column(Integer)
     payload: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = _now()

@@ -234,7 +234,7 @@ def test_a_cluster_is_deletable_only_without_active_jobs_or_history(dispatcher):
         agent.status(1, job_id, command.dispatch.attempt, "SUCCEEDED")
         assert client.get(job_id)["state"] == "SUCCEEDED"
     assert refused(lambda: admin.delete("cluster", "alpha"), "FAILED_PRECONDITION") == (
-        "cluster alpha cannot be deleted: still referred to by 1 token, 1 job, 1 attempt, 1 outbox command; "
+        "cluster alpha cannot be deleted: still referred to by 1 token, 1 attempt, 1 job, 1 outbox command; "
         "cordon it instead")
     agent.close()
     # beta only has its agent token; a cluster nothing refers to goes.
