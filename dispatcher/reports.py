@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, text
+from sqlalchemy import func
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import PermissionDenied
@@ -56,13 +56,11 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
     one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
     capacity: the scheduler should look again)."""
     ids = sorted({r.job_id for r in reports})
-    views = {row.id: JobView(row.state, row.attempt, row.cluster, row.max_retries) for row in session.execute(text(
-        "SELECT id, state, attempt, cluster, max_retries FROM jobs WHERE id = ANY(:ids) ORDER BY id FOR UPDATE"),
-        {"ids": ids})}
+    views = {row[0]: JobView(*row[1:]) for row in job_store.lock_for_reports(session, ids)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
-    started: list[tuple[int, int]] = []
-    ended: list[tuple[int, int, str, str, int]] = []
+    attempts: dict[tuple[int, int], list] = {}  # (job, attempt) -> [started, end state, reason, exit code]
+    ended = 0
     for report in reports:
         job = views.get(report.job_id)
         if job is None:
@@ -79,24 +77,23 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
         events.append((report.job_id, job.attempt, job.state, outcome.to, outcome.reason, job.cluster))
         change = changed.setdefault(report.job_id, {"started": False, "finished": False, "requeued": False})
         change.update(state=outcome.to, reason=outcome.reason)
+        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0])
         if outcome.to == states.RUNNING:
-            change["started"] = True
-            started.append((report.job_id, job.attempt))
+            change["started"] = attempt[0] = True
         else:
             change["finished" if outcome.to in states.FINAL else "requeued"] = True
-            ended.append((report.job_id, job.attempt, report.state, report.reason, report.exit_code))
+            attempt[1:] = report.state, report.reason, report.exit_code
+            ended += 1
         views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
     if not events:
         return 0
     # A job back in its queue may start again (""); one that finished only leaves room (ROOM).
     wake = "" if any(c["requeued"] for c in changed.values()) else job_store.ROOM if ended else None
-    job_store.apply_transitions(session, changed, events, wake=wake)
-    waits = job_store.start_attempts(session, started)
-    job_store.end_attempts(session, ended)
+    waits = job_store.apply_transitions(session, changed, events, attempts, wake=wake)
     if metrics is not None:
         for waited in waits:
             metrics.observe_dispatch_to_running(waited)
-    return len(ended)
+    return ended
 
 
 def reconcile(session: Session, cluster: str, inventory: list[Report],

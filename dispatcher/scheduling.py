@@ -32,6 +32,7 @@ from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, Vic
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
+from dispatcher.store.database import driver
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_duration
 
@@ -143,11 +144,11 @@ _DIGEST_SQL = """md5(concat_ws('|',
            (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM queues),
            (SELECT string_agg(name || spec::text, ',' ORDER BY name) FROM burst_policies)))"""
 _POLICY_DIGEST = text(f"SELECT {_DIGEST_SQL}")
-# Leader fencing, and the digest in the same round trip: whether the backend :pid still holds the
-# session advisory lock :key (the leader's lock connection), then the policy documents' digest.
-_FENCED_DIGEST = text(
-    f"""SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-                       AND pid = :pid AND classid = 0 AND objid = :key AND objsubid = 1), {_DIGEST_SQL}""")
+# Leader fencing, and the digest in the same round trip: whether the backend %(pid)s still holds the
+# session advisory lock %(key)s (the leader's lock connection), then the policy documents' digest.
+_FENCED_DIGEST = f"""SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                                    AND pid = %(pid)s AND classid = 0 AND objid = %(key)s AND objsubid = 1),
+                            {_DIGEST_SQL}"""
 
 
 @dataclass
@@ -259,7 +260,8 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
         with sessions.begin() as session:
             digest = None
             if leader_pid is not None:
-                held, digest = session.execute(_FENCED_DIGEST, {"pid": leader_pid, "key": LEADER_LOCK}).one()
+                held, digest = driver(session).execute(_FENCED_DIGEST,
+                                                       {"pid": leader_pid, "key": LEADER_LOCK}).fetchone()
                 if not held:
                     raise LostLeadership("the leader lock is no longer held")
             read = snapshot.readings(session)

@@ -56,7 +56,7 @@ def readings(session: Session) -> tuple[dict[str, dict[str, int]], list]:
     """What `read` starts from: the in-flight sums, then the cluster rows, in that order. A capacity report
     committed in between then counts its attempts twice (in the sums and in the report), never not at
     all: free capacity can only be under-counted."""
-    return job_store.in_flight(session), cluster_store.list_clusters(session)
+    return job_store.in_flight(session), cluster_store.cluster_rows(session)
 
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,

@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
+from dispatcher.store.database import driver, named
 from dispatcher.store.models import BurstPolicy, Cluster, Job, Queue, ServiceClass
 from sluice.objects import BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject
 
@@ -69,14 +70,23 @@ def list_clusters(session: Session) -> list[Cluster]:
     return list(session.scalars(select(Cluster).order_by(Cluster.name)))
 
 
+def cluster_rows(session: Session) -> list:
+    """Every cluster's row, by name, as a named tuple with Cluster's attributes: what each scheduling cycle
+    reads (and changes nothing of), without making an ORM object of each."""
+    return named(session, _CLUSTER_ROWS)
+
+
+_CLUSTER_ROWS = f"SELECT {', '.join(c.name for c in Cluster.__table__.columns)} FROM clusters ORDER BY name"
+
+
 def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime, *,
                     first: bool = False) -> None:
     """Store an agent's capacity report. Within a connection the watermark only rises; the first
     report of a new connection (a new agent process) sets it afresh."""
-    session.execute(text(
-        f"""UPDATE clusters SET capacity = CAST(:capacity AS jsonb), capacity_at = :now, last_seen_at = :now,
-                   applied_through = {":applied" if first else "greatest(applied_through, :applied)"}
-            WHERE name = :name"""),
+    driver(session).execute(
+        f"""UPDATE clusters SET capacity = %(capacity)s::jsonb, capacity_at = %(now)s, last_seen_at = %(now)s,
+                   applied_through = {"%(applied)s" if first else "greatest(applied_through, %(applied)s)"}
+            WHERE name = %(name)s""",
         {"capacity": json.dumps(capacity), "now": now, "applied": applied_through, "name": name})
 
 

@@ -15,7 +15,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Engine, create_engine, event, exc, text
+from sqlalchemy.orm import Session
 
 from dispatcher.errors import SchemaBehind, StoreUnavailable
 
@@ -95,6 +98,21 @@ def connect(settings: DatabaseSettings) -> Database:
     except Exception as exc:
         raise StoreUnavailable(f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {exc}") from exc
     return Database(engine, server)
+
+
+def driver(session: Session) -> psycopg.Connection:
+    """The psycopg connection under the session's transaction (begun if it was not yet). The hot paths
+    (a job's agent reports, the Watch polls, the cycle's statements) run their plain SQL on it, with
+    psycopg's %(name)s parameters: SQLAlchemy's handling of a text() statement costs about 100 us of
+    CPU more than psycopg's own here (225 against 120 us for a one-row SELECT), and a job takes dozens.
+    Errors are psycopg's; a dropped connection still renews the pool, through the session's rollback."""
+    return session.connection().connection.driver_connection
+
+
+def named(session: Session, sql: str, params: dict | None = None) -> list:
+    """The rows of a plain SQL query run on `driver(session)`, as named tuples (row.column)."""
+    with driver(session).cursor(row_factory=namedtuple_row) as cursor:
+        return cursor.execute(sql, params).fetchall()
 
 
 def _ping_when_idle(engine: Engine, idle_s: float) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
 from dispatcher.policy import states
+from dispatcher.store.database import driver, named
 from dispatcher.store.models import Attempt, Job, JobEvent
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,16 @@ def notify(session: Session, channel: str, payload: str = "") -> None:
 def notify_many(session: Session, notes: list[tuple[str, str]]) -> None:
     """Queue several NOTIFYs, (channel, payload) each, in one round trip; delivered as notify's are."""
     if notes:
-        session.execute(text(_NOTIFY), {"c": [c for c, _ in notes], "p": [p for _, p in notes]})
+        driver(session).execute(_NOTIFY, _notes(notes))
 
 
-# NOTIFY each (channel, payload) of the arrays :c and :p; also the last part of a statement that writes
-# first (WITH ... AS (INSERT ...) then this), to save a round trip.
-_NOTIFY = "SELECT pg_notify(n.c, n.p) FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS n(c, p)"
+# NOTIFY each (channel, payload) of the arrays %(c)s and %(p)s (psycopg's parameters: see
+# database.driver); also a part of a statement that writes first, to save a round trip.
+_NOTIFY = "SELECT pg_notify(n.c, n.p) FROM unnest(%(c)s::text[], %(p)s::text[]) AS n(c, p)"
+
+
+def _notes(notes: list[tuple[str, str]]) -> dict:
+    return {"c": [c for c, _ in notes], "p": [p for _, p in notes]}
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__
@@ -158,12 +163,12 @@ def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
     a write: about 60 -> 41-46 us of the backend's CPU per job; and each job's small documents are
     encoded once per shape)."""
     notes = [(WAKE_CHANNEL, q) for q in sorted({j.queue for j in jobs})] + [(EVENTS_CHANNEL, "")]
-    ids = sorted(session.scalars(text(
+    conn = driver(session)
+    ids = sorted(r[0] for r in conn.execute(
         f"""WITH notified AS (SELECT count(*) FROM ({_NOTIFY}) n)
-            SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, :n), notified"""),
-        {"n": len(jobs), "c": [c for c, _ in notes], "p": [p for _, p in notes]}))
-    cursor = session.connection().connection.driver_connection.cursor()  # psycopg's, in the session's transaction
-    with cursor:
+            SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s), notified""",
+        {"n": len(jobs), **_notes(notes)}))
+    with conn.cursor() as cursor:
         with cursor.copy(f"COPY jobs ({', '.join(_COPY_JOB_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.write(_copy_jobs(ids, jobs))
         with cursor.copy(f"COPY job_events ({', '.join(_COPY_EVENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
@@ -251,14 +256,21 @@ def list_jobs(session: Session, *, queue: str | None = None, state: str | None =
 
 
 def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000,
-           also: list[int] = ()) -> list[JobEvent]:
-    """Events after `after_id` in id order, and those of the ids in `also` (gaps below it) that exist now."""
-    after = JobEvent.id > after_id
-    stmt = select(JobEvent).where(after | JobEvent.id.in_(list(also)) if also else after)
-    stmt = stmt.order_by(JobEvent.id).limit(limit)
+           also: list[int] = ()) -> list:
+    """Events after `after_id` in id order, and those of the ids in `also` (gaps below it) that exist now.
+    Rows with JobEvent's fields (id, job_id, attempt, from_state, to_state, reason, cluster, at)."""
+    where = ["id > %(after)s"]
+    if also:  # the range bound lets the primary key's index start at the oldest gap (gaps are recent),
+        # whatever the planner makes of the OR (on a table not yet analyzed it read the whole table)
+        where = ["id >= %(oldest)s AND (id > %(after)s OR id = ANY(%(also)s))"]
     if job_id:
-        stmt = stmt.where(JobEvent.job_id == job_id)
-    return list(session.scalars(stmt))
+        where.append("job_id = %(job)s")
+    return named(session, f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE {' AND '.join(where)} "
+                          "ORDER BY id LIMIT %(limit)s",
+                 {"after": after_id, "oldest": min(also, default=0), "also": list(also), "job": job_id, "limit": limit})
+
+
+_EVENT_COLUMNS = "id, job_id, attempt, from_state, to_state, reason, cluster, at"
 
 
 def queue_position(session: Session, job: Job) -> int:
@@ -291,53 +303,74 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     notify(session, EVENTS_CHANNEL)
 
 
-def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple], *,
-                      wake: str | None = None) -> None:
-    """Write state changes already checked against the jobs' rows, which the caller holds locked.
+def lock_for_reports(session: Session, ids: list[int]) -> list[tuple]:
+    """(id, state, attempt, cluster, max_retries) of these jobs, locked (in id order) until the transaction ends."""
+    return driver(session).execute(
+        "SELECT id, state, attempt, cluster, max_retries FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+        {"ids": ids}).fetchall()
+
+
+def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple],
+                      attempts: dict[tuple[int, int], tuple[bool, str, str, int]], *,
+                      wake: str | None = None) -> list[float]:
+    """Write state changes already checked against the jobs' rows, which the caller holds locked, all in
+    one statement (one round trip).
 
     changed: per job, its final {state, reason} and whether it started (started_at), finished
     (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
-    cluster) of every transition, in order: each becomes a job event. wake: the scheduler is woken too,
-    with this payload.
+    cluster) of every transition, in order: each becomes a job event. attempts: per (job, attempt),
+    (started, end state, reason, exit code): started marks it RUNNING from now; an end state ("" for
+    none) ends it, unless it already ended. wake: the scheduler is woken too, with this payload.
+    Returns the seconds from each started attempt's dispatch to now.
     """
     ids = list(changed)
-    session.execute(text(
-        """UPDATE jobs SET state = c.state, reason = c.reason,
-                  started_at = CASE WHEN c.started THEN now() ELSE jobs.started_at END,
-                  finished_at = CASE WHEN c.finished THEN now() ELSE jobs.finished_at END,
-                  cluster = CASE WHEN c.requeued THEN NULL ELSE jobs.cluster END
-           FROM unnest(CAST(:ids AS bigint[]), CAST(:states AS text[]), CAST(:reasons AS text[]),
-                       CAST(:started AS boolean[]), CAST(:finished AS boolean[]), CAST(:requeued AS boolean[]))
-                AS c(id, state, reason, started, finished, requeued)
-           WHERE jobs.id = c.id"""),
-        {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
-            ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
-            ("requeued", "requeued"))}})
+    keys = list(attempts)
     notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
-    session.execute(text(  # the events and their notifications in one round trip
-        f"""WITH made AS (
-               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
-               SELECT job_id, attempt, from_state, to_state, reason, cluster
-               FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[]), CAST(:froms AS text[]),
-                           CAST(:tos AS text[]), CAST(:reasons AS text[]), CAST(:clusters AS text[]))
-                    WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
-               ORDER BY n)
-            {_NOTIFY}"""),
-        {**dict(zip(("jobs", "attempts", "froms", "tos", "reasons", "clusters"), map(list, zip(*events)))),
-         "c": [c for c, _ in notes], "p": [p for _, p in notes]})
+    params = {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
+        ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
+        ("requeued", "requeued"))},
+        **dict(zip(("e_jobs", "e_attempts", "e_froms", "e_tos", "e_reasons", "e_clusters"), map(list, zip(*events)))),
+        "a_jobs": [k[0] for k in keys], "a_attempts": [k[1] for k in keys],
+        **dict(zip(("a_started", "a_states", "a_reasons", "a_codes"),
+                   map(list, zip(*attempts.values())) if attempts else ([], [], [], []))),
+        **_notes(notes)}
+    row = driver(session).execute(_TRANSITIONS, params).fetchone()
+    return [float(w) for w in row[0]]
 
 
-def start_attempts(session: Session, started: list[tuple[int, int]]) -> list[float]:
-    """Mark these (job, attempt) running; returns the seconds from each one's dispatch to now."""
-    if not started:
-        return []
-    jobs, attempts = zip(*started)
-    return [float(s) for s in session.scalars(text(
-        """UPDATE attempts SET state = 'RUNNING', started_at = now()
-           FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[])) AS s(job_id, attempt)
-           WHERE attempts.job_id = s.job_id AND attempts.attempt = s.attempt
-           RETURNING extract(epoch FROM now() - attempts.dispatched_at)"""),
-        {"jobs": list(jobs), "attempts": list(attempts)})]
+_TRANSITIONS = f"""
+    WITH c AS (
+        SELECT * FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(reasons)s::text[], %(started)s::boolean[],
+                             %(finished)s::boolean[], %(requeued)s::boolean[])
+                      AS c(id, state, reason, started, finished, requeued)),
+    moved AS (
+        UPDATE jobs SET state = c.state, reason = c.reason,
+               started_at = CASE WHEN c.started THEN now() ELSE jobs.started_at END,
+               finished_at = CASE WHEN c.finished THEN now() ELSE jobs.finished_at END,
+               cluster = CASE WHEN c.requeued THEN NULL ELSE jobs.cluster END
+        FROM c WHERE jobs.id = c.id),
+    made AS (
+        INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+        SELECT job_id, attempt, from_state, to_state, reason, cluster
+        FROM unnest(%(e_jobs)s::bigint[], %(e_attempts)s::int[], %(e_froms)s::text[], %(e_tos)s::text[],
+                    %(e_reasons)s::text[], %(e_clusters)s::text[])
+             WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
+        ORDER BY n),
+    marked AS (  -- each SET sees the row as it was: an attempt that had ended stays as it ended
+        UPDATE attempts SET
+               started_at = CASE WHEN a.started THEN now() ELSE attempts.started_at END,
+               state = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.state
+                            WHEN a.started THEN 'RUNNING' ELSE attempts.state END,
+               reason = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.reason ELSE attempts.reason END,
+               exit_code = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.exit_code
+                                ELSE attempts.exit_code END,
+               finished_at = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN now()
+                                  ELSE attempts.finished_at END
+        FROM unnest(%(a_jobs)s::bigint[], %(a_attempts)s::int[], %(a_started)s::boolean[], %(a_states)s::text[],
+                    %(a_reasons)s::text[], %(a_codes)s::int[]) AS a(job_id, attempt, started, state, reason, exit_code)
+        WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt
+        RETURNING a.started, extract(epoch FROM now() - attempts.dispatched_at) AS waited)
+    SELECT array(SELECT waited FROM marked WHERE started), (SELECT count(*) FROM ({_NOTIFY}) n)"""
 
 
 def end_attempts(session: Session, ended: list[tuple[int, int, str, str, int | None]]) -> None:
@@ -394,9 +427,9 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
         return []
     from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
     lock_clusters(session, [cluster for _, cluster in decisions])
-    rows = session.execute(text(
-        """WITH d AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:clusters AS text[])) AS d(id, cluster)),
-           b AS (SELECT * FROM unnest(CAST(:burst_ids AS bigint[]), CAST(:burst_docs AS jsonb[])) AS b(id, doc)),
+    rows = driver(session).execute(
+        """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
+           b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
            moved AS (
                UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
                       cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
@@ -418,24 +451,24 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
                RETURNING id, job_id),
            -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
            notified AS (
-               SELECT (SELECT count(pg_notify(:outbox, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
-                      + (SELECT count(pg_notify(:events, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
+               SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
+                      + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
            SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
-           FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id"""),
+           FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
         {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
          "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
-         "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL}).all()
-    return [Dispatched(r.id, r.attempt, r.cluster, r.command_id, r.created_at, r.dispatched_at) for r in rows]
+         "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL}).fetchall()
+    return [Dispatched(*r) for r in rows]
 
 
 def set_reasons(session: Session, reasons: dict[int, str]) -> None:
     """Update the pending reason of queued jobs whose reason changed (one statement)."""
     if not reasons:
         return
-    session.execute(text(
+    driver(session).execute(
         """UPDATE jobs SET reason = r.reason
-           FROM unnest(CAST(:ids AS bigint[]), CAST(:reasons AS text[])) AS r(id, reason)
-           WHERE jobs.id = r.id AND jobs.state = 'QUEUED' AND jobs.reason IS DISTINCT FROM r.reason"""),
+           FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS r(id, reason)
+           WHERE jobs.id = r.id AND jobs.state = 'QUEUED' AND jobs.reason IS DISTINCT FROM r.reason""",
         {"ids": list(reasons), "reasons": list(reasons.values())})
 
 
@@ -447,14 +480,15 @@ def queue_heads(session: Session, per_queue: int, queues: list[str] | None = Non
     caller decodes once each."""
     if queues is not None and not queues:
         return []
-    return [tuple(r) for r in session.execute(text(
+    return driver(session).execute(
         f"""SELECT h.* FROM queues q CROSS JOIN LATERAL (
                SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
                       placement::text, reason, extract(epoch FROM created_at)::float8, preempted_by, attempt,
                       spec->'spec'->>'maxRuntime' AS max_runtime
                FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
-               ORDER BY class_priority DESC, priority DESC, id LIMIT :n) h
-            {"" if queues is None else "WHERE q.name = ANY(:queues)"}"""), {"n": per_queue, "queues": queues})]
+               ORDER BY class_priority DESC, priority DESC, id LIMIT %(n)s) h
+            {"" if queues is None else "WHERE q.name = ANY(%(queues)s)"}""",
+        {"n": per_queue, "queues": queues}).fetchall()
 
 
 def active_attempts(session: Session, *, clusters=None, timed: bool = False, preemptible=(),
@@ -490,11 +524,11 @@ def recently_unschedulable(session: Session, job_ids: list[int], within_s: float
     """Per job, the clusters where one of its attempts could not start (UNSCHEDULABLE) in the last `within_s`."""
     if not job_ids:
         return {}
-    rows = session.execute(text(
+    rows = driver(session).execute(
         """SELECT job_id, array_agg(DISTINCT cluster) FROM attempts
-           WHERE job_id = ANY(:ids) AND state = 'UNSCHEDULABLE'
-             AND finished_at > now() - make_interval(secs => :s)
-           GROUP BY job_id"""), {"ids": job_ids, "s": within_s}).all()
+           WHERE job_id = ANY(%(ids)s) AND state = 'UNSCHEDULABLE'
+             AND finished_at > now() - make_interval(secs => %(s)s)
+           GROUP BY job_id""", {"ids": job_ids, "s": within_s}).fetchall()
     return {r[0]: tuple(sorted(r[1])) for r in rows}
 
 
@@ -537,7 +571,7 @@ def in_flight(session: Session) -> dict[str, dict[str, int]]:
     are made in Postgres (a cluster's free capacity only ever loses their total).
     """
     out: dict[str, dict[str, int]] = {}
-    for cluster, resource, amount in session.execute(text(
+    for cluster, resource, amount in driver(session).execute(
             """SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM clusters c
                CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
                                    WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
@@ -546,7 +580,7 @@ def in_flight(session: Session) -> dict[str, dict[str, int]]:
                                    WHERE jobs.id = o.job_id AND jobs.attempt = o.attempt AND jobs.cluster = c.name
                                      AND jobs.state IN ('DISPATCHED', 'RUNNING') OFFSET 0) j
                CROSS JOIN LATERAL jsonb_each_text(j.requests) r
-               GROUP BY c.name, r.key""")):
+               GROUP BY c.name, r.key"""):
         out.setdefault(cluster, {})[resource] = int(amount)
     return out
 
@@ -590,9 +624,8 @@ def attempt_runs(session: Session, *, ended_after: datetime | None = None) -> li
 
 # -- the scheduling cycle's reads of what runs -----------------------------------------------------------
 
-def active_usage(session: Session) -> list[Row]:
+def active_usage(session: Session) -> list[tuple[str, dict, int]]:
     """(queue, requests, jobs): dispatched and running jobs counted per queue and distinct request, so that
     the queues' usage is summed from a few rows (a handful of job shapes per queue), not one per job."""
-    return session.execute(text(
-        """SELECT queue, requests, count(*) AS jobs FROM jobs
-           WHERE state IN ('DISPATCHED', 'RUNNING') GROUP BY queue, requests""")).all()
+    return named(session, """SELECT queue, requests, count(*) AS jobs FROM jobs
+                             WHERE state IN ('DISPATCHED', 'RUNNING') GROUP BY queue, requests""")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.orm import Session
 
+from dispatcher.store.database import driver, named
 from dispatcher.store.jobs import OUTBOX_CHANNEL, notify
 from dispatcher.store.models import OutboxCommand
 
@@ -15,28 +16,28 @@ def lock_clusters(session: Session, clusters) -> None:
     commands in id order and the agent's applied_through is a watermark over them. Locks are taken in
     name order so two writers never deadlock.
     """
-    session.execute(text("SELECT pg_advisory_xact_lock(7303, hashtext(c)) "
-                         "FROM (SELECT c FROM unnest(CAST(:cs AS text[])) AS c ORDER BY c) ordered"),
-                    {"cs": sorted(set(clusters))})  # one round trip; volatile calls run in the sorted order
+    driver(session).execute("SELECT pg_advisory_xact_lock(7303, hashtext(c)) "
+                            "FROM (SELECT c FROM unnest(%(cs)s::text[]) AS c ORDER BY c) ordered",
+                            {"cs": sorted(set(clusters))})  # one round trip; volatile calls run in the sorted order
 
 
 def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500) -> list:
     """Unacked commands for a cluster in id order, after a cursor, each with its job's document (`spec`):
     a dispatch command does not copy it, every attempt of a job runs the same document. Rows: id, kind,
     job_id, attempt, reason (a cancel's), spec_json (the document as JSON text, as the link sends it)."""
-    return session.execute(text(
-        """SELECT o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
-                  j.spec::text AS spec_json
-           FROM outbox o JOIN jobs j ON j.id = o.job_id
-           WHERE o.cluster = :cluster AND o.acked_at IS NULL AND o.id > :after
-           ORDER BY o.id LIMIT :limit"""), {"cluster": cluster, "after": after_id, "limit": limit}).all()
+    return named(session,
+                 """SELECT o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                           j.spec::text AS spec_json
+                    FROM outbox o JOIN jobs j ON j.id = o.job_id
+                    WHERE o.cluster = %(cluster)s AND o.acked_at IS NULL AND o.id > %(after)s
+                    ORDER BY o.id LIMIT %(limit)s""", {"cluster": cluster, "after": after_id, "limit": limit})
 
 
 def ack(session: Session, cluster: str, command_ids: list[int]) -> None:
     # Bound to the cluster: an agent can only ack its own commands.
-    session.execute(text("UPDATE outbox SET acked_at = now() "
-                         "WHERE cluster = :cluster AND id = ANY(:ids) AND acked_at IS NULL"),
-                    {"cluster": cluster, "ids": list(command_ids)})
+    driver(session).execute("UPDATE outbox SET acked_at = now() "
+                            "WHERE cluster = %(cluster)s AND id = ANY(%(ids)s) AND acked_at IS NULL",
+                            {"cluster": cluster, "ids": list(command_ids)})
 
 
 def acked_through(session: Session, cluster: str) -> int:

@@ -7,6 +7,7 @@ import time
 import psycopg
 import pytest
 from sqlalchemy import exc, text
+from sqlalchemy.orm import sessionmaker
 
 from dispatcher.store import database
 
@@ -45,6 +46,25 @@ def test_a_connection_used_just_now_is_not_pinged_and_one_failure_renews_the_who
         with pytest.raises(exc.OperationalError) as failed:
             _pid(db)
         assert failed.value.connection_invalidated
+        assert _pid(db) not in pids and _pid(db) not in pids  # every pooled connection was replaced
+    finally:
+        db.close()
+
+
+def test_a_failure_on_the_driver_connection_renews_the_pool_too(db_url):
+    """The hot paths run psycopg statements under a session (database.driver), past SQLAlchemy's error
+    handling; the session's rollback on the dead connection still tells the pool (and is the error raised)."""
+    db = database.connect(database.DatabaseSettings(url=db_url, pool_size=2, pool_overflow=0, ping_after_idle_s=60))
+    sessions = sessionmaker(db.engine)
+    try:
+        with db.engine.connect() as a, db.engine.connect() as b:
+            pids = {a.execute(text("SELECT pg_backend_pid()")).scalar_one(),
+                    b.execute(text("SELECT pg_backend_pid()")).scalar_one()}
+        for pid in pids:
+            _end(db_url, pid)
+        with pytest.raises((psycopg.OperationalError, exc.OperationalError)):  # the rollback's, or the statement's
+            with sessions.begin() as session:
+                database.driver(session).execute("SELECT 1")
         assert _pid(db) not in pids and _pid(db) not in pids  # every pooled connection was replaced
     finally:
         db.close()
