@@ -22,6 +22,7 @@ from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.notifying import Notifier
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
 from sluice.v1 import agents_pb2, agents_pb2_grpc
@@ -56,6 +57,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                  metrics: DispatcherMetrics | None = None):
         self._metrics = metrics
         self._sessions = sessions
+        self._polls = database.autocommit(sessions)
         self._auth = auth
         self._notifier = notifier
         self._heartbeat_s = heartbeat_s
@@ -86,7 +88,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 if item is not _POLL:
                     yield item
                     continue
-                with self._sessions() as session:
+                with self._polls() as session:
                     commands = outbox_store.pending(session, cluster, after_id=sent, limit=BATCH)
                 for command in commands:
                     sent = command.id
