@@ -57,7 +57,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                  metrics: DispatcherMetrics | None = None):
         self._metrics = metrics
         self._sessions = sessions
-        self._polls = database.autocommit(sessions)
+        self._one_statement = database.autocommit(sessions)
         self._auth = auth
         self._notifier = notifier
         self._heartbeat_s = heartbeat_s
@@ -88,7 +88,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 if item is not _POLL:
                     yield item
                     continue
-                with self._polls() as session:
+                with self._one_statement() as session:
                     commands = outbox_store.pending(session, cluster, after_id=sent, limit=BATCH)
                 for command in commands:
                     sent = command.id
@@ -178,7 +178,10 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
     def _apply_in_one_transaction(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
         acked, ids, seq, statuses = state.acked, [], 0, []
         heartbeat: tuple[dict, int] | None = None
-        with self._sessions.begin() as session:
+        # Acks alone (one per command, the commonest batch at light load) are one statement: autocommitted,
+        # without a BEGIN and a COMMIT round trip around it.
+        acks_only = all(message.WhichOneof("kind") == "ack" for message in batch)
+        with self._one_statement() if acks_only else self._sessions.begin() as session:
             for message in batch:
                 kind = message.WhichOneof("kind")
                 if kind == "heartbeat":

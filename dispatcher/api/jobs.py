@@ -35,7 +35,7 @@ MAX_GAPS = 10_000  # a longer jump of ids (a resumed cursor far behind) is not w
 class JobsService(jobs_pb2_grpc.JobsServicer):
     def __init__(self, sessions: sessionmaker, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float):
         self._sessions = sessions
-        self._polls = database.autocommit(sessions)
+        self._one_statement = database.autocommit(sessions)
         self._auth = auth
         self._notifier = notifier
         self._unreachable_after_s = unreachable_after_s
@@ -118,7 +118,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         try:
             while context.is_active():
                 wake.clear()
-                with self._polls() as session:
+                with self._one_statement() as session:
                     batch = job_store.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
                 now = time.monotonic()
                 for row in batch:

@@ -110,9 +110,9 @@ def driver(session: Session) -> psycopg.Connection:
 
 
 def autocommit(sessions: sessionmaker) -> sessionmaker:
-    """Sessions like `sessions`' whose statements each commit by themselves, for a poll that is one read
-    (a Watch poll, the agent link's read of its commands): no BEGIN before it and no ROLLBACK after,
-    one round trip instead of three."""
+    """Sessions like `sessions`' whose statements each commit by themselves, for work that is one statement
+    (a Watch poll, the agent link's read of its commands, a batch of acks alone): no BEGIN before it and
+    no COMMIT or ROLLBACK after, one round trip instead of three."""
     return sessionmaker(sessions.kw["bind"].execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False)
 
 
