@@ -32,6 +32,7 @@ from dispatcher.policy.planning import Active, Candidate, ClassPolicy, Hold, Vic
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
+from dispatcher.store import outbox as outbox_store
 from dispatcher.store.database import driver
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_duration
@@ -54,6 +55,12 @@ class SchedulerSettings:
     unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
     prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
     avoid_unschedulable_s: float = 600.0  # a cluster where a job's attempt could not start is left out this long
+    # The leader deletes acked outbox commands older than this that nothing reads any more (outbox.prune),
+    # at most every outbox_prune_interval_s, up to outbox_prune_limit per cluster each time: one row per
+    # dispatch and cancel would otherwise stay for ever.
+    outbox_retention_s: float = 3600.0
+    outbox_prune_interval_s: float = 60.0
+    outbox_prune_limit: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -403,6 +410,17 @@ class Scheduler:
             raise
         return conn
 
+    def _prune_outbox(self) -> None:
+        """Between cycles, in a short transaction of its own; a failure is logged and tried again later."""
+        try:
+            with self._sessions.begin() as session:
+                pruned = outbox_store.prune(session, self._settings.outbox_retention_s,
+                                            self._settings.outbox_prune_limit)
+            if pruned:
+                log.info("outbox pruned", extra={"commands": pruned})
+        except Exception:
+            log.exception("outbox pruning failed")
+
     def _leadership(self, leading: bool) -> None:
         if self._metrics is not None:
             self._metrics.leader.set(1 if leading else 0)
@@ -414,6 +432,7 @@ class Scheduler:
 
     def _lead(self, lock_conn: psycopg.Connection) -> None:
         reasons_at = 0.0
+        pruned_at = time.monotonic()
         while not self._stop.is_set():
             self._wake.clear()
             self._work.clear()
@@ -428,6 +447,9 @@ class Scheduler:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
                                             result.first_waits)
             ended = time.monotonic()
+            if ended - pruned_at >= self._settings.outbox_prune_interval_s:
+                pruned_at = ended
+                self._prune_outbox()
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
                 if result.more:

@@ -67,3 +67,23 @@ def unacked_per_cluster(session: Session) -> list:
                   coalesce(extract(epoch FROM now() - min(o.created_at)), 0) AS oldest_age_s
            FROM clusters c LEFT JOIN outbox o ON o.cluster = c.name AND o.acked_at IS NULL
            GROUP BY c.name ORDER BY c.name""")).all()
+
+
+def prune(session: Session, older_than_s: float, limit: int) -> int:
+    """Delete up to `limit` commands per cluster that nothing reads any more; returns how many went.
+
+    Such a command was acked, is at or below its cluster's applied_through (the capacity the agent last
+    reported shows it: the cycle's in-flight sums read only the commands above), is not its cluster's
+    newest acked command (acked_through, which a reconnecting agent's watermark starts from), and was
+    made more than `older_than_s` ago. Oldest first, along ix_outbox_cluster_id."""
+    return driver(session).execute(
+        """DELETE FROM outbox WHERE id IN (
+               SELECT o.id FROM clusters c
+               CROSS JOIN LATERAL (SELECT max(id) AS id FROM outbox
+                                   WHERE outbox.cluster = c.name AND acked_at IS NOT NULL) newest
+               CROSS JOIN LATERAL (SELECT id FROM outbox
+                                   WHERE outbox.cluster = c.name AND outbox.id <= c.applied_through
+                                     AND outbox.id < newest.id AND acked_at IS NOT NULL
+                                     AND created_at < now() - make_interval(secs => %(s)s)
+                                   ORDER BY id LIMIT %(limit)s) o)""",
+        {"s": older_than_s, "limit": limit}).rowcount
