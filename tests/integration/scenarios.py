@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from datetime import datetime
+
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher import administering
+from dispatcher.store import database
 
 TIME_SCALE = 0.1
 ACTIVE = ("DISPATCHED", "RUNNING")
@@ -100,3 +106,14 @@ def wait_final(client, ids, timeout: float) -> list[dict]:
                              f"{[(j['id'], j['state'], j['reason']) for j in (client.get(i) for i in ids)]}") from None
 
 
+@contextmanager
+def store_with(db_url: str, objects: list):
+    """Sessions on the test's database (a pool of two) once these objects are applied; closed at the end."""
+    db = database.connect(database.DatabaseSettings(url=db_url, pool_size=2, pool_overflow=0))
+    try:
+        made = sessionmaker(db.engine, expire_on_commit=False)
+        with made.begin() as session:
+            administering.apply(session, "test", objects)
+        yield made
+    finally:
+        db.close()

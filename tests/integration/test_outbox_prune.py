@@ -8,14 +8,12 @@ import time
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering
 from dispatcher.scheduling import SchedulerSettings
-from dispatcher.store import database
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
+from tests.integration.scenarios import store_with
 from tests.integration.test_scheduler_loop import _leading, _submit, _until_dispatched
 
 CLUSTERS = ("c0", "c1", "c2")
@@ -23,15 +21,11 @@ CLUSTERS = ("c0", "c1", "c2")
 
 @pytest.fixture
 def sessions(db_url):
-    db = database.connect(database.DatabaseSettings(url=db_url, pool_size=2, pool_overflow=0))
-    made = sessionmaker(db.engine, expire_on_commit=False)
-    with made.begin() as session:
-        administering.apply(session, "test", [
+    with store_with(db_url, [
             ServiceClassObject("standard", priority=500), QueueObject("q"),
             *(ClusterObject(name, tier="onprem", site="dc", simulated=SimulatedSpec(1, {"cpu": 64000}))
-              for name in CLUSTERS)])
-    yield made
-    db.close()
+              for name in CLUSTERS)]) as made:
+        yield made
 
 
 def _fill(session, rnd: random.Random, n: int) -> None:

@@ -9,15 +9,13 @@ from datetime import datetime, timezone
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering
 from dispatcher.policy.planning import ActiveNeeds, needed
 from dispatcher.scheduling import _active, _candidates, candidate, class_policies
-from dispatcher.store import database
 from dispatcher.store import jobs as job_store
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from sluice.quantity import add
+from tests.integration.scenarios import store_with
 
 CLASSES = (ServiceClassObject("critical", priority=1000, can_preempt=True),
            ServiceClassObject("standard", priority=500),
@@ -27,15 +25,11 @@ SHAPES = ({"cpu": 1000, "memory": 2048}, {"cpu": 2000, "memory": 4096}, {"cpu": 
 
 @pytest.fixture
 def sessions(db_url):
-    db = database.connect(database.DatabaseSettings(url=db_url, pool_size=2, pool_overflow=0))
-    made = sessionmaker(db.engine, expire_on_commit=False)
-    with made.begin() as session:
-        administering.apply(session, "test", [
+    with store_with(db_url, [
             *CLASSES, QueueObject("org"), *(QueueObject(f"q{i}", parent="org") for i in range(4)),
             *(ClusterObject(f"c{i}", tier="onprem", site="dc", simulated=SimulatedSpec(1, {"cpu": 64000}))
-              for i in range(3))])
-    yield made
-    db.close()
+              for i in range(3))]) as made:
+        yield made
 
 
 def _load(session, n: int, seed: int) -> None:
