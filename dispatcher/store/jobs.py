@@ -311,7 +311,7 @@ def lock_for_reports(session: Session, ids: list[int]) -> list[tuple]:
 
 
 def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple],
-                      attempts: dict[tuple[int, int], tuple[bool, str, str, int]], *,
+                      attempts: dict[tuple[int, int], list], *,
                       wake: str | None = None) -> list[float]:
     """Write state changes already checked against the jobs' rows, which the caller holds locked, all in
     one statement (one round trip).
