@@ -33,7 +33,7 @@ from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
-from dispatcher.store.database import driver
+from dispatcher.store import database
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_duration
 
@@ -265,14 +265,20 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     dirty = parking.take() if parking is not None else None
     try:
         with sessions.begin() as session:
+            # The first reads in one round trip: leader fencing and the policy digest, then the in-flight
+            # sums, then the cluster rows (in snapshot.readings' order), then what runs per queue.
+            fencing = [(_FENCED_DIGEST, {"pid": leader_pid, "key": LEADER_LOCK})] if leader_pid is not None else []
+            *fenced, flights, rows, running = database.at_once(
+                session, *fencing, (job_store.IN_FLIGHT, None), (cluster_store.CLUSTER_ROWS, None),
+                (job_store.ACTIVE_USAGE, None))
             digest = None
-            if leader_pid is not None:
-                held, digest = driver(session).execute(_FENCED_DIGEST,
-                                                       {"pid": leader_pid, "key": LEADER_LOCK}).fetchone()
+            if fenced:
+                held, digest = fenced[0][0]
                 if not held:
                     raise LostLeadership("the leader lock is no longer held")
-            read = snapshot.readings(session)
-            reports.expire_leases(session, now, read[1])  # after the in-flight sums: see snapshot.readings
+            read = (job_store.in_flight_sums(flights), rows)
+            if reports.expire_leases(session, now, rows):  # after the in-flight sums: see snapshot.readings
+                running = job_store.active_usage(session)  # some went back to their queues
             capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                        staleness_s=settings.prometheus_staleness_s, read=read)
             clusters = [c.state for c in capacities]
@@ -281,7 +287,7 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
             # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
             # attempts it may need (planning.active_needs): the victims only once a search for them starts.
             usage: dict[str, dict[str, int]] = {}
-            for r in job_store.active_usage(session):
+            for r in running:
                 usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
             spend = budgets.spend(session, now) if rules else {}
             inputs = _inputs(config.digest, capacities, usage, spend)

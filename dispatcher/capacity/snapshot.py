@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from dispatcher.policy.placing import ClusterState
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database
 from dispatcher.store import jobs as job_store
 from sluice.objects import object_from_document
 from sluice.quantity import add, subtract
@@ -56,7 +57,8 @@ def readings(session: Session) -> tuple[dict[str, dict[str, int]], list]:
     """What `read` starts from: the in-flight sums, then the cluster rows, in that order. A capacity report
     committed in between then counts its attempts twice (in the sums and in the report), never not at
     all: free capacity can only be under-counted."""
-    return job_store.in_flight(session), cluster_store.cluster_rows(session)
+    flights, rows = database.at_once(session, (job_store.IN_FLIGHT, None), (cluster_store.CLUSTER_ROWS, None))
+    return job_store.in_flight_sums(flights), rows
 
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,

@@ -73,10 +73,10 @@ def list_clusters(session: Session) -> list[Cluster]:
 def cluster_rows(session: Session) -> list:
     """Every cluster's row, by name, as a named tuple with Cluster's attributes: what each scheduling cycle
     reads (and changes nothing of), without making an ORM object of each."""
-    return named(session, _CLUSTER_ROWS)
+    return named(session, CLUSTER_ROWS)
 
 
-_CLUSTER_ROWS = f"SELECT {', '.join(c.name for c in Cluster.__table__.columns)} FROM clusters ORDER BY name"
+CLUSTER_ROWS = f"SELECT {', '.join(c.name for c in Cluster.__table__.columns)} FROM clusters ORDER BY name"
 
 
 def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime, *,

@@ -116,6 +116,20 @@ def autocommit(sessions: sessionmaker) -> sessionmaker:
     return sessionmaker(sessions.kw["bind"].execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False)
 
 
+def at_once(session: Session, *reads: tuple[str, dict | None]) -> list[list]:
+    """Several plain SQL reads (sql, params) on `driver(session)`, sent together in one round trip
+    (psycopg's pipeline mode) and run in their order in the session's transaction: each one's rows, as
+    named tuples."""
+    conn = driver(session)
+    with conn.pipeline():
+        cursors = [conn.cursor(row_factory=namedtuple_row).execute(sql, params) for sql, params in reads]
+    out = []
+    for cursor in cursors:
+        with cursor:
+            out.append(cursor.fetchall())
+    return out
+
+
 def named(session: Session, sql: str, params: dict | None = None) -> list:
     """The rows of a plain SQL query run on `driver(session)`, as named tuples (row.column)."""
     with driver(session).cursor(row_factory=namedtuple_row) as cursor:

@@ -570,9 +570,18 @@ def in_flight(session: Session) -> dict[str, dict[str, int]]:
     planner from a scan of the whole outbox, which only grows), so it costs what is in flight; the sums
     are made in Postgres (a cluster's free capacity only ever loses their total).
     """
+    return in_flight_sums(driver(session).execute(IN_FLIGHT).fetchall())
+
+
+def in_flight_sums(rows) -> dict[str, dict[str, int]]:
+    """in_flight's result from the rows of IN_FLIGHT (which a caller may read together with others)."""
     out: dict[str, dict[str, int]] = {}
-    for cluster, resource, amount in driver(session).execute(
-            """SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM clusters c
+    for cluster, resource, amount in rows:
+        out.setdefault(cluster, {})[resource] = int(amount)
+    return out
+
+
+IN_FLIGHT = """SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM clusters c
                CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
                                    WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
                                      AND outbox.kind = 'dispatch' OFFSET 0) o
@@ -580,9 +589,7 @@ def in_flight(session: Session) -> dict[str, dict[str, int]]:
                                    WHERE jobs.id = o.job_id AND jobs.attempt = o.attempt AND jobs.cluster = c.name
                                      AND jobs.state IN ('DISPATCHED', 'RUNNING') OFFSET 0) j
                CROSS JOIN LATERAL jsonb_each_text(j.requests) r
-               GROUP BY c.name, r.key"""):
-        out.setdefault(cluster, {})[resource] = int(amount)
-    return out
+               GROUP BY c.name, r.key"""
 
 
 # -- totals for /metrics (dispatcher/metrics.py): one GROUP BY each, read at scrape time --------------
@@ -627,5 +634,8 @@ def attempt_runs(session: Session, *, ended_after: datetime | None = None) -> li
 def active_usage(session: Session) -> list[tuple[str, dict, int]]:
     """(queue, requests, jobs): dispatched and running jobs counted per queue and distinct request, so that
     the queues' usage is summed from a few rows (a handful of job shapes per queue), not one per job."""
-    return named(session, """SELECT queue, requests, count(*) AS jobs FROM jobs
-                             WHERE state IN ('DISPATCHED', 'RUNNING') GROUP BY queue, requests""")
+    return named(session, ACTIVE_USAGE)
+
+
+ACTIVE_USAGE = """SELECT queue, requests, count(*) AS jobs FROM jobs
+                  WHERE state IN ('DISPATCHED', 'RUNNING') GROUP BY queue, requests"""
