@@ -9,7 +9,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
-from dispatcher.store.database import driver, named
+from dispatcher.store.database import driver
 from dispatcher.store.models import BurstPolicy, Cluster, Job, Queue, ServiceClass
 from sluice.objects import BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject
 
@@ -70,12 +70,8 @@ def list_clusters(session: Session) -> list[Cluster]:
     return list(session.scalars(select(Cluster).order_by(Cluster.name)))
 
 
-def cluster_rows(session: Session) -> list:
-    """Every cluster's row, by name, as a named tuple with Cluster's attributes: what each scheduling cycle
-    reads (and changes nothing of), without making an ORM object of each."""
-    return named(session, CLUSTER_ROWS)
-
-
+# Every cluster's row, by name, as a named tuple (database.at_once) with Cluster's attributes: what each
+# scheduling cycle reads (and changes nothing of), without making an ORM object of each.
 CLUSTER_ROWS = f"SELECT {', '.join(c.name for c in Cluster.__table__.columns)} FROM clusters ORDER BY name"
 
 
