@@ -33,7 +33,6 @@ from dispatcher.policy.quotas import QueueQuota
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
-from dispatcher.store import database
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_duration
 
@@ -265,18 +264,16 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     dirty = parking.take() if parking is not None else None
     try:
         with sessions.begin() as session:
-            # The first reads in one round trip: leader fencing and the policy digest, then the in-flight
-            # sums, then the cluster rows (in snapshot.readings' order), then what runs per queue.
+            # The first reads in one round trip: the in-flight sums and the cluster rows, then what runs
+            # per queue, then leader fencing with the policy digest.
             fencing = [(_FENCED_DIGEST, {"pid": leader_pid, "key": LEADER_LOCK})] if leader_pid is not None else []
-            *fenced, flights, rows, running = database.at_once(
-                session, *fencing, (job_store.IN_FLIGHT, None), (cluster_store.CLUSTER_ROWS, None),
-                (job_store.ACTIVE_USAGE, None))
+            after_report, rows, running, *fenced = snapshot.readings(session, (job_store.ACTIVE_USAGE, None), *fencing)
             digest = None
             if fenced:
                 held, digest = fenced[0][0]
                 if not held:
                     raise LostLeadership("the leader lock is no longer held")
-            read = (job_store.in_flight_sums(flights), rows)
+            read = (after_report, rows)
             if reports.expire_leases(session, now, rows):  # after the in-flight sums: see snapshot.readings
                 running = job_store.active_usage(session)  # some went back to their queues
             capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,

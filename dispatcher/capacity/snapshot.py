@@ -53,12 +53,14 @@ def _less(capacity: dict, requests: dict[str, int]) -> tuple[dict[str, int], dic
     return free, largest
 
 
-def readings(session: Session) -> tuple[dict[str, dict[str, int]], list]:
+def readings(session: Session, *also: tuple[str, dict | None]) -> tuple:
     """What `read` starts from: the in-flight sums, then the cluster rows, in that order. A capacity report
     committed in between then counts its attempts twice (in the sums and in the report), never not at
-    all: free capacity can only be under-counted."""
-    flights, rows = database.at_once(session, (job_store.IN_FLIGHT, None), (cluster_store.CLUSTER_ROWS, None))
-    return job_store.in_flight_sums(flights), rows
+    all: free capacity can only be under-counted. `also`: more reads (sql, params) sent in the same round
+    trip (database.at_once), after those two; their rows follow them in what is returned."""
+    flights, rows, *more = database.at_once(session, (job_store.IN_FLIGHT, None), (cluster_store.CLUSTER_ROWS, None),
+                                            *also)
+    return job_store.in_flight_sums(flights), rows, *more
 
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,

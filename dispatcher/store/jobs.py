@@ -338,6 +338,25 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
     return [float(w) for w in row[0]]
 
 
+# Start (a.started: RUNNING from now) and end (a.state, unless "": that state, unless it ended already)
+# the attempts of the arrays %(a_jobs)s, %(a_attempts)s, ...; each SET sees the row as it was, so an
+# attempt that had ended stays as it ended.
+_MARK_ATTEMPTS = """
+        UPDATE attempts SET
+               started_at = CASE WHEN a.started THEN now() ELSE attempts.started_at END,
+               state = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.state
+                            WHEN a.started THEN 'RUNNING' ELSE attempts.state END,
+               reason = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.reason ELSE attempts.reason END,
+               exit_code = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.exit_code
+                                ELSE attempts.exit_code END,
+               finished_at = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN now()
+                                  ELSE attempts.finished_at END
+        FROM unnest(%(a_jobs)s::bigint[], %(a_attempts)s::int[], %(a_started)s::boolean[], %(a_states)s::text[],
+                    %(a_reasons)s::text[], %(a_codes)s::int[]) AS a(job_id, attempt, started, state, reason, exit_code)
+        WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt
+        RETURNING a.started, extract(epoch FROM now() - attempts.dispatched_at) AS waited"""
+
+
 _TRANSITIONS = f"""
     WITH c AS (
         SELECT * FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(reasons)s::text[], %(started)s::boolean[],
@@ -356,34 +375,8 @@ _TRANSITIONS = f"""
                     %(e_reasons)s::text[], %(e_clusters)s::text[])
              WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
         ORDER BY n),
-    marked AS (  -- each SET sees the row as it was: an attempt that had ended stays as it ended
-        UPDATE attempts SET
-               started_at = CASE WHEN a.started THEN now() ELSE attempts.started_at END,
-               state = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.state
-                            WHEN a.started THEN 'RUNNING' ELSE attempts.state END,
-               reason = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.reason ELSE attempts.reason END,
-               exit_code = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.exit_code
-                                ELSE attempts.exit_code END,
-               finished_at = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN now()
-                                  ELSE attempts.finished_at END
-        FROM unnest(%(a_jobs)s::bigint[], %(a_attempts)s::int[], %(a_started)s::boolean[], %(a_states)s::text[],
-                    %(a_reasons)s::text[], %(a_codes)s::int[]) AS a(job_id, attempt, started, state, reason, exit_code)
-        WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt
-        RETURNING a.started, extract(epoch FROM now() - attempts.dispatched_at) AS waited)
+    marked AS ({_MARK_ATTEMPTS})
     SELECT array(SELECT waited FROM marked WHERE started), (SELECT count(*) FROM ({_NOTIFY}) n)"""
-
-
-def end_attempts(session: Session, ended: list[tuple[int, int, str, str, int | None]]) -> None:
-    """End these (job, attempt, state, reason, exit code) attempts, unless already ended."""
-    if not ended:
-        return
-    jobs, attempts, states_, reasons, codes = map(list, zip(*ended))
-    session.execute(text(
-        """UPDATE attempts SET state = e.state, reason = e.reason, exit_code = e.exit_code, finished_at = now()
-           FROM unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[]), CAST(:states AS text[]),
-                       CAST(:reasons AS text[]), CAST(:codes AS int[])) AS e(job_id, attempt, state, reason, exit_code)
-           WHERE attempts.job_id = e.job_id AND attempts.attempt = e.attempt AND attempts.finished_at IS NULL"""),
-        {"jobs": jobs, "attempts": attempts, "states": states_, "reasons": reasons, "codes": codes})
 
 
 def ended_by_report(session: Session, pairs: list[tuple[int, int]]) -> set[tuple[int, int]]:
@@ -401,7 +394,9 @@ def ended_by_report(session: Session, pairs: list[tuple[int, int]]) -> set[tuple
 
 def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,
                 exit_code: int | None = None) -> None:
-    end_attempts(session, [(job_id, attempt, state, reason, exit_code)])
+    """End this attempt in `state`, unless it ended already."""
+    driver(session).execute(_MARK_ATTEMPTS, {"a_jobs": [job_id], "a_attempts": [attempt], "a_started": [False],
+                                             "a_states": [state], "a_reasons": [reason], "a_codes": [exit_code]})
 
 
 @dataclass(frozen=True)
