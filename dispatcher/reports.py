@@ -7,7 +7,6 @@ whose dispatch the agent had acked but which it no longer holds, are lost.
 """
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -16,16 +15,16 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func
 from sqlalchemy.orm import Session
 
+from dispatcher.capacity import snapshot
 from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import jobs as job_store
 from dispatcher.store import outbox as outbox_store
-from dispatcher.store.models import Cluster, Job
+from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
-from sluice.objects import default_lease_duration_s
-from sluice.quantity import format_duration, parse_duration
+from sluice.quantity import format_duration
 
 if TYPE_CHECKING:
     from dispatcher.metrics import DispatcherMetrics
@@ -170,17 +169,17 @@ def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
     return True
 
 
-def expire_leases(session: Session, now: datetime, clusters: list[Cluster]) -> int:
+def expire_leases(session: Session, now: datetime, clusters: list) -> int:
     """Jobs on clusters unheard of for longer than their lease are lost: each goes back to the queue as a
     new attempt (or fails, past its retries). Before that an unreachable cluster only takes no new jobs.
-    Returns how many attempts were given up. Every cycle runs this, on the cluster rows it read already."""
+    Returns how many attempts were given up. Every cycle runs this, on the cluster rows it read already
+    (store.clusters.CLUSTER_ROWS)."""
     given_up = 0
     for c in clusters:
         if c.last_seen_at is None:
             continue
-        name, tier, seen = c.name, c.tier, c.last_seen_at
-        lease_text = ((c.spec or {}).get("spec") or {}).get("leaseDuration")
-        lease = _lease_s(None if lease_text is None else str(lease_text), tier)
+        name, seen = c.name, c.last_seen_at
+        lease = snapshot.cluster_object(c.spec).lease_duration_s
         silent = (now - seen).total_seconds()
         if silent <= lease:
             continue
@@ -188,9 +187,3 @@ def expire_leases(session: Session, now: datetime, clusters: list[Cluster]) -> i
         given_up += apply_many(session, name, [Report(job.id, job.attempt, "LOST", reason)
                                                for job in job_store.active_on_cluster(session, name)])
     return given_up
-
-
-@functools.lru_cache(maxsize=256)
-def _lease_s(text: str | None, tier: str) -> float:
-    """A stored Cluster document's spec.leaseDuration in seconds (its tier's default when it has none)."""
-    return parse_duration(text) if text else default_lease_duration_s(tier)

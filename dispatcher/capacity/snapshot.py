@@ -20,6 +20,8 @@ free + headroom is what the cluster could still take at its maximum size.
 """
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,7 +31,7 @@ from dispatcher.policy.placing import ClusterState
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
 from dispatcher.store import jobs as job_store
-from sluice.objects import object_from_document
+from sluice.objects import ClusterObject, object_from_document
 from sluice.quantity import add, subtract
 
 DEFAULT_STALENESS_S = 10.0  # a Prometheus reading older than this is not trusted
@@ -111,10 +113,22 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
     return out
 
 
-def terms(document: dict, allocatable: dict[str, int]) -> dict:
+def cluster_object(document: dict | str) -> ClusterObject:
+    """The Cluster object of a stored document, or of its JSON text (as the cycle reads it: CLUSTER_ROWS).
+    Each distinct text is parsed once, not every cycle, and its object shared: callers never change it."""
+    return _parsed(document) if isinstance(document, str) else object_from_document(document)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> ClusterObject:
+    return object_from_document(json.loads(text))
+
+
+def terms(document: dict | str, allocatable: dict[str, int]) -> dict:
     """What a cluster's object adds to its ClusterState: paid (tier cloud), prices and, when elastic with a
-    known node shape, its headroom (maxNodes x node shape less what it has now), node shape and delay."""
-    obj = object_from_document(document)
+    known node shape, its headroom (maxNodes x node shape less what it has now), node shape and delay.
+    `document`: the object's document, or its JSON text (see cluster_object)."""
+    obj = cluster_object(document)
     out = {"paid": obj.tier == "cloud", "price": dict(obj.price)}
     if obj.elastic and obj.elastic.get("node"):
         node = dict(obj.elastic["node"])

@@ -71,8 +71,10 @@ def list_clusters(session: Session) -> list[Cluster]:
 
 
 # Every cluster's row, by name, as a named tuple (database.at_once) with Cluster's attributes: what each
-# scheduling cycle reads (and changes nothing of), without making an ORM object of each.
-CLUSTER_ROWS = f"SELECT {', '.join(c.name for c in Cluster.__table__.columns)} FROM clusters ORDER BY name"
+# scheduling cycle reads (and changes nothing of), without making an ORM object of each. The Cluster
+# object's document comes as its JSON text (snapshot.terms parses each text once, not every cycle).
+CLUSTER_ROWS = "SELECT {} FROM clusters ORDER BY name".format(
+    ", ".join("spec::text AS spec" if c.name == "spec" else c.name for c in Cluster.__table__.columns))
 
 
 def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime, *,

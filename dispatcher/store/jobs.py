@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
-from sqlalchemy import Connection, Row, TextClause, func, or_, select, text, update
+from sqlalchemy import Connection, Row, TextClause, func, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import Conflict, NotFound
@@ -486,33 +486,38 @@ def queue_heads(session: Session, per_queue: int, queues: list[str] | None = Non
         {"n": per_queue, "queues": queues}).fetchall()
 
 
+# What active_attempts reads of each dispatched or running job (the columns of an Active, and its maxRuntime).
+_ACTIVE_ATTEMPTS = """SELECT id, attempt, queue, service_class, class_priority, priority, cluster, requests,
+                             coalesce(started_at, dispatched_at) AS since, spec -> 'spec' ->> 'maxRuntime' AS max_runtime
+                        FROM jobs WHERE state IN ('DISPATCHED', 'RUNNING')"""
+
+
 def active_attempts(session: Session, *, clusters=None, timed: bool = False, preemptible=(),
-                    below: int | None = None, queues=()) -> list[Row]:
+                    below: int | None = None, queues=()) -> list:
     """Dispatched or running jobs: what each holds, where, and as which attempt (preemption candidates,
-    expected ends, and the attempts a capacity reading may not show yet). Every one without filters;
-    with `clusters`, only those on these clusters, and then, if any of the others is given, only those
-    that are `timed` (have a maxRuntime), or of a `preemptible` class with a class priority `below`, or of
-    one of `queues`."""
-    max_runtime = Job.spec["spec"]["maxRuntime"].astext
-    stmt = select(Job.id, Job.attempt, Job.queue, Job.service_class, Job.class_priority, Job.priority, Job.cluster,
-                  Job.requests, func.coalesce(Job.started_at, Job.dispatched_at).label("since"),
-                  max_runtime.label("max_runtime")).where(Job.state.in_(states.ACTIVE))
+    expected ends, and the attempts a capacity reading may not show yet), as named tuples. Every one
+    without filters; with `clusters`, only those on these clusters, and then, if any of the others is
+    given, only those that are `timed` (have a maxRuntime), or of a `preemptible` class with a class
+    priority `below`, or of one of `queues`. Plain SQL: a cycle asks for them once or twice."""
+    where = []
     if clusters is not None:
         if not clusters:
             return []
-        stmt = stmt.where(Job.cluster.in_(list(clusters)))
+        where.append("cluster = ANY(%(clusters)s)")
     which = []
     if timed:
-        which.append(max_runtime.is_not(None))
+        which.append("spec -> 'spec' ->> 'maxRuntime' IS NOT NULL")
     if preemptible and below is not None:
-        which.append(Job.service_class.in_(list(preemptible)) & (Job.class_priority < below))
+        which.append("(service_class = ANY(%(preemptible)s) AND class_priority < %(below)s)")
     if queues:
-        which.append(Job.queue.in_(list(queues)))
+        which.append("queue = ANY(%(queues)s)")
     if which:
-        stmt = stmt.where(or_(*which))
+        where.append(f"({' OR '.join(which)})")
     elif preemptible or queues:  # asked for some, and none can match
         return []
-    return session.execute(stmt).all()
+    return named(session, " AND ".join([_ACTIVE_ATTEMPTS, *where]),
+                 {"clusters": list(clusters or ()), "preemptible": list(preemptible), "below": below,
+                  "queues": list(queues)})
 
 
 def recently_unschedulable(session: Session, job_ids: list[int], within_s: float) -> dict[int, tuple[str, ...]]:
