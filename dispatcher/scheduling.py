@@ -216,10 +216,14 @@ class Parking:
             dirty, self._dirty = self._dirty, set()
             return dirty
 
+    def plans_all(self, dirty: set[str] | None, now: float) -> bool:
+        """Whether the cycle will plan every queue whatever its inputs turn out to be (only() is then None)."""
+        return dirty is None or self.inputs is None or now >= self.until
+
     def only(self, dirty: set[str] | None, inputs: tuple, now: float) -> list[str] | None:
         """The queues this cycle must plan: those touched, when the parked ones may stay parked; else None
         (every queue)."""
-        if dirty is None or self.inputs is None or inputs != self.inputs or now >= self.until:
+        if self.plans_all(dirty, now) or inputs != self.inputs:
             return None
         return sorted(dirty)
 
@@ -265,17 +269,23 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     try:
         with sessions.begin() as session:
             # The first reads in one round trip: the in-flight sums and the cluster rows, then what runs
-            # per queue, then leader fencing with the policy digest.
-            fencing = [(_FENCED_DIGEST, {"pid": leader_pid, "key": LEADER_LOCK})] if leader_pid is not None else []
-            after_report, rows, running, *fenced = snapshot.readings(session, (job_store.ACTIVE_USAGE, None), *fencing)
+            # per queue, then (when every queue will be planned, as while jobs keep starting) the heads of
+            # every queue, then leader fencing with the policy digest.
+            everything = parking is None or bool(holds) or parking.plans_all(dirty, now.timestamp())
+            also = [job_store.heads_query(settings.per_queue)] if everything else []
+            if leader_pid is not None:
+                also.append((_FENCED_DIGEST, {"pid": leader_pid, "key": LEADER_LOCK}))
+            after_report, rows, running, *also = snapshot.readings(session, (job_store.ACTIVE_USAGE, None), *also)
+            heads_read = also.pop(0) if everything else None
             digest = None
-            if fenced:
-                held, digest = fenced[0][0]
+            if also:
+                held, digest = also[0][0]
                 if not held:
                     raise LostLeadership("the leader lock is no longer held")
             read = (after_report, rows)
             if reports.expire_leases(session, now, rows):  # after the in-flight sums: see snapshot.readings
                 running = job_store.active_usage(session)  # some went back to their queues
+                heads_read = None
             capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                        staleness_s=settings.prometheus_staleness_s, read=read)
             clusters = [c.state for c in capacities]
@@ -289,7 +299,7 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
             spend = budgets.spend(session, now) if rules else {}
             inputs = _inputs(config.digest, capacities, usage, spend)
             only = parking.only(dirty, inputs, now.timestamp()) if parking is not None and not holds else None
-            rows = job_store.queue_heads(session, settings.per_queue, only)
+            rows = heads_read if heads_read is not None else job_store.queue_heads(session, settings.per_queue, only)
             avoid = job_store.recently_unschedulable(session, [r[0] for r in rows if r[11] > 0],
                                                      settings.avoid_unschedulable_s)
             heads, current = _candidates(rows, now.timestamp(), avoid)

@@ -421,39 +421,43 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
     if not decisions:
         return []
     from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
-    lock_clusters(session, [cluster for _, cluster in decisions])
-    rows = driver(session).execute(
-        """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
-           b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
-           moved AS (
-               UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
-                      cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
-                      started_at = NULL, finished_at = NULL
-               FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
-               RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
-           attempts_made AS (
-               INSERT INTO attempts (job_id, attempt, cluster, state, burst)
-               SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
-           events_made AS (
-               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
-               SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
-                      'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
-               FROM moved m LEFT JOIN b ON b.id = m.id),
-           commands AS (
-               INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
-               SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
-               FROM moved m ORDER BY m.id
-               RETURNING id, job_id),
-           -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
-           notified AS (
-               SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
-                      + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
-           SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
-           FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
-        {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
-         "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
-         "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL}).fetchall()
-    return [Dispatched(*r) for r in rows]
+    conn = driver(session)
+    with conn.pipeline():  # the locks and the statement in one round trip, run in that order
+        lock_clusters(session, [cluster for _, cluster in decisions])
+        cursor = conn.execute(
+            """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[]))
+                         AS d(id, cluster)),
+               b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[]))
+                         AS b(id, doc)),
+               moved AS (
+                   UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
+                          cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
+                          started_at = NULL, finished_at = NULL
+                   FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
+                   RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
+               attempts_made AS (
+                   INSERT INTO attempts (job_id, attempt, cluster, state, burst)
+                   SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
+               events_made AS (
+                   INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+                   SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
+                          'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
+                   FROM moved m LEFT JOIN b ON b.id = m.id),
+               commands AS (
+                   INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
+                   SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
+                   FROM moved m ORDER BY m.id
+                   RETURNING id, job_id),
+               -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
+               notified AS (
+                   SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
+                          + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
+               SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
+               FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
+            {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
+             "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
+             "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
+    return [Dispatched(*r) for r in cursor.fetchall()]
 
 
 def set_reasons(session: Session, reasons: dict[int, str]) -> None:
@@ -469,26 +473,30 @@ def set_reasons(session: Session, reasons: dict[int, str]) -> None:
 
 def queue_heads(session: Session, per_queue: int, queues: list[str] | None = None) -> list[tuple]:
     """The first `per_queue` queued jobs of every queue (or of these `queues`), in queue order (one index
-    range per queue), as plain tuples: (id, queue, service_class, class_priority, priority, requests,
-    largest_pod, placement, reason, created (epoch seconds), preempted_by, attempt, max_runtime).
-    requests, largest_pod and placement come as JSON text: a cycle's heads repeat a few shapes, which the
-    caller decodes once each."""
+    range per queue): (id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
+    reason, created (epoch seconds), preempted_by, attempt, max_runtime). requests, largest_pod and
+    placement come as JSON text: a cycle's heads repeat a few shapes, which the caller decodes once each."""
     if queues is not None and not queues:
         return []
-    return driver(session).execute(
-        f"""SELECT h.* FROM queues q CROSS JOIN LATERAL (
-               SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
-                      placement::text, reason, extract(epoch FROM created_at)::float8, preempted_by, attempt,
-                      spec->'spec'->>'maxRuntime' AS max_runtime
-               FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
-               ORDER BY class_priority DESC, priority DESC, id LIMIT %(n)s) h
-            {"" if queues is None else "WHERE q.name = ANY(%(queues)s)"}""",
-        {"n": per_queue, "queues": queues}).fetchall()
+    return driver(session).execute(*heads_query(per_queue, queues)).fetchall()
+
+
+def heads_query(per_queue: int, queues: list[str] | None = None) -> tuple[str, dict]:
+    """queue_heads' statement and parameters, to send with other reads (database.at_once)."""
+    return (f"""SELECT h.* FROM queues q CROSS JOIN LATERAL (
+                   SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
+                          placement::text, reason, extract(epoch FROM created_at)::float8 AS created, preempted_by,
+                          attempt, spec->'spec'->>'maxRuntime' AS max_runtime
+                   FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
+                   ORDER BY class_priority DESC, priority DESC, id LIMIT %(n)s) h
+                {"" if queues is None else "WHERE q.name = ANY(%(queues)s)"}""",
+            {"n": per_queue, "queues": queues})
 
 
 # What active_attempts reads of each dispatched or running job (the columns of an Active, and its maxRuntime).
 _ACTIVE_ATTEMPTS = """SELECT id, attempt, queue, service_class, class_priority, priority, cluster, requests,
-                             coalesce(started_at, dispatched_at) AS since, spec -> 'spec' ->> 'maxRuntime' AS max_runtime
+                             coalesce(started_at, dispatched_at) AS since,
+                             spec -> 'spec' ->> 'maxRuntime' AS max_runtime
                         FROM jobs WHERE state IN ('DISPATCHED', 'RUNNING')"""
 
 
