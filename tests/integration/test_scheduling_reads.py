@@ -1,6 +1,7 @@
 """The cycle's reads of what runs, in real Postgres, against their plain definitions over every active
 attempt: usage summed per queue (store.jobs.active_usage), the filtered active_attempts a cycle asks for
-(planning.needed), and the heads as tuples (queue_heads) making the candidates candidate() makes."""
+(planning.needed), and the heads as tuples (queue_heads) making the candidates candidate() makes, read
+alone or with the cycle's first reads."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from sqlalchemy import text
 
 from dispatcher.policy.planning import ActiveNeeds, needed
 from dispatcher.scheduling import _active, _candidates, candidate, class_policies
+from dispatcher.store import database
 from dispatcher.store import jobs as job_store
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from sluice.quantity import add
@@ -106,6 +108,15 @@ def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
             for got, want in zip(heads[queue], jobs, strict=True):
                 assert got.waited_s == pytest.approx(want.waited_s, abs=1e-3)
                 assert got == type(want)(**{**want.__dict__, "waited_s": got.waited_s})
+
+
+def test_heads_read_with_the_first_reads_are_queue_heads(sessions):
+    """The heads a cycle reads in its first round trip (heads_query through database.at_once) are the rows
+    queue_heads reads later in the cycle, in the same order."""
+    with sessions.begin() as session:
+        _load(session, 200, 4)
+        early, = database.at_once(session, job_store.heads_query(5))
+        assert [tuple(r) for r in early] == job_store.queue_heads(session, 5) != []
 
 
 PLAIN_IN_FLIGHT = """SELECT j.cluster, j.requests, j.largest_pod FROM outbox o
