@@ -298,7 +298,7 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
                 usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
             spend = budgets.spend(session, now) if rules else {}
             inputs = _inputs(config.digest, capacities, usage, spend)
-            only = parking.only(dirty, inputs, now.timestamp()) if parking is not None and not holds else None
+            only = None if everything else parking.only(dirty, inputs, now.timestamp())
             rows = heads_read if heads_read is not None else job_store.queue_heads(session, settings.per_queue, only)
             avoid = job_store.recently_unschedulable(session, [r[0] for r in rows if r[11] > 0],
                                                      settings.avoid_unschedulable_s)

@@ -568,21 +568,16 @@ def active_on_cluster(session: Session, cluster: str) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
 
 
-def in_flight(session: Session) -> dict[str, dict[str, int]]:
+def in_flight_sums(rows) -> dict[str, dict[str, int]]:
     """Per cluster, the requests summed of the active attempts whose dispatch command came after its latest
-    capacity report.
+    capacity report, from the rows of IN_FLIGHT (snapshot.readings reads them with the cluster rows).
 
     Those are not yet in the report, so the scheduler subtracts them; every other active attempt is
-    already in it. Each attempt is therefore counted exactly once. Every cycle runs this: per cluster,
+    already in it. Each attempt is therefore counted exactly once. Every cycle reads them: per cluster,
     one range of ix_outbox_cluster_id above its watermark, then each job by its key (OFFSET 0 keeps the
-    planner from a scan of the whole outbox, which only grows), so it costs what is in flight; the sums
-    are made in Postgres (a cluster's free capacity only ever loses their total).
+    planner from a scan of the whole outbox), so it costs what is in flight; the sums are made in Postgres
+    (a cluster's free capacity only ever loses their total).
     """
-    return in_flight_sums(driver(session).execute(IN_FLIGHT).fetchall())
-
-
-def in_flight_sums(rows) -> dict[str, dict[str, int]]:
-    """in_flight's result from the rows of IN_FLIGHT (which a caller may read together with others)."""
     out: dict[str, dict[str, int]] = {}
     for cluster, resource, amount in rows:
         out.setdefault(cluster, {})[resource] = int(amount)
