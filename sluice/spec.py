@@ -187,7 +187,7 @@ def job_from_document(doc: dict, *, queue: str | None = None, service_class: str
         api_version, kind = doc.get("apiVersion"), doc.get("kind")
         _check_kind(api_version, kind)
         if api_version == API_VERSION:
-            job, queue_path = _sluice_job(doc, owned), "spec.queue"
+            job, queue_path = _plain_job(doc, owned) or _sluice_job(doc, owned), "spec.queue"
         else:
             job, queue_path = _kubernetes_job(doc, owned), f"metadata.annotations[{QUEUE_ANNOTATION}]"
         if queue is not None:
@@ -232,6 +232,167 @@ def _sluice_job(doc: dict, owned: bool = False) -> JobSpec:
         max_retries=v.integer(v.get(spec, "maxRetries", DEFAULT_MAX_RETRIES), "spec.maxRetries", 0, MAX_RETRIES),
         max_runtime_s=v.optional(v.duration, spec.get("maxRuntime"), "spec.maxRuntime", positive=True),
     )
+
+
+def _plain_job(doc: dict, owned: bool) -> JobSpec | None:
+    """The JobSpec of a Sluice Job in its plain form, checked in a few straight lines; None for any other
+    document (a field of an unusual type, init containers, pod overhead, a name, label or quantity not seen
+    before...), which _sluice_job then reads, wording any error. A server reads thousands of documents a
+    second, and _sluice_job's layers (each check a call, each field's path made in case it is wrong) cost
+    several times this. Whatever this takes, _sluice_job takes to the same JobSpec
+    (tests/unit/test_spec.py: test_plain_documents_read_as_the_full_checks_read_them)."""
+    metadata, spec = doc.get("metadata"), doc.get("spec")
+    if (type(spec) is not dict or not doc.keys() <= _TOP_SET or not spec.keys() <= _SPEC_SET
+            or metadata is not None and (type(metadata) is not dict or not metadata.keys() <= _METADATA_SET)):
+        return None
+    name = labels = None
+    if metadata:
+        name, labels = metadata.get("name"), metadata.get("labels")
+    queue, service_class = spec.get("queue"), spec.get("serviceClass")
+    priority, max_retries = spec.get("priority"), spec.get("maxRetries")
+    priority = 0 if priority is None else priority
+    max_retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries
+    if (name is not None and (type(name) is not str or not 0 < len(name) <= MAX_NAME_LENGTH)
+            or type(queue) is not str or queue not in _NAMES and not _passes(_NAMES, v.name, queue)
+            or service_class is not None and (type(service_class) is not str or service_class not in _NAMES
+                                              and not _passes(_NAMES, v.name, service_class))
+            or type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+            or type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES):
+        return None
+    labels = _plain_labels(labels)
+    pod_sets = _plain_pod_sets(spec.get("podSets"), owned)
+    placement = _plain_placement(spec.get("placement"))
+    if labels is None or pod_sets is None or placement is None:
+        return None
+    max_runtime = spec.get("maxRuntime")
+    if max_runtime is not None:
+        try:
+            max_runtime = v.duration(max_runtime, "", positive=True)
+        except SpecError:
+            return None
+    return _new(JobSpec, name=name, labels=labels, queue=queue, service_class=service_class, priority=priority,
+                pod_sets=pod_sets, placement=placement, max_retries=max_retries, max_runtime_s=max_runtime)
+
+
+def _plain_placement(placement: object) -> Placement | None:
+    if placement is None:
+        return _ANYWHERE
+    if type(placement) is not dict or not placement.keys() <= _PLACEMENT_SET:
+        return None
+    selector, tiers, sites = (_plain_labels(placement.get("clusterSelector")), placement.get("tiers"),
+                              placement.get("sites"))
+    tiers, sites = [] if tiers is None else tiers, [] if sites is None else sites
+    if (selector is None or type(tiers) is not list or any(t not in TIERS for t in tiers)
+            or type(sites) is not list or any(type(s) is not str or not s for s in sites)):
+        return None
+    return Placement(selector, tuple(tiers), tuple(sites))
+
+
+def _plain_labels(labels: object) -> dict[str, str] | None:
+    if labels is None:
+        return {}
+    if type(labels) is not dict:
+        return None
+    for key, value in labels.items():
+        if (type(key) is not str or key not in _LABEL_KEYS and not _passes(_LABEL_KEYS, v.label_key, key)
+                or type(value) is not str or len(value) > 63):
+            return None
+    return dict(labels)
+
+
+def _plain_pod_sets(value: object, owned: bool) -> tuple[PodSet, ...] | None:
+    if type(value) is not list or not 0 < len(value) <= MAX_POD_SETS:
+        return None
+    pod_sets, names, pods = [], set(), 0
+    for item in value:
+        if type(item) is not dict or not item.keys() <= _POD_SET_SET:
+            return None
+        name, count, template = item.get("name"), item.get("count"), item.get("template")
+        if (type(name) is not str or name not in _DNS_LABELS and not _passes(_DNS_LABELS, v.dns_label, name)
+                or name in names or type(count) is not int
+                or not 1 <= count <= MAX_POD_SET_COUNT or type(template) is not dict):
+            return None
+        requests = _plain_requests(template.get("spec"))
+        if requests is None:
+            return None
+        names.add(name)
+        pods += count
+        pod_sets.append(_new(PodSet, name=name, count=count, template=template if owned else json_copy(template),
+                             requests=requests))
+    return tuple(pod_sets) if pods <= MAX_PODS else None
+
+
+def _plain_requests(spec: object) -> dict[str, int] | None:
+    """pod_requests of a pod spec without init containers or overhead, whose containers' quantities are
+    all ones seen before (v._QUANTITIES); None for any other."""
+    if (type(spec) is not dict or spec.get("initContainers") is not None or spec.get("overhead") is not None
+            or type(containers := spec.get("containers")) is not list or not containers):
+        return None
+    total: dict[str, int] = {}
+    names = set()
+    for container in containers:
+        if type(container) is not dict:
+            return None
+        name, image, resources = container.get("name"), container.get("image"), container.get("resources")
+        if type(name) is not str or not name or name in names or type(image) is not str or not image:
+            return None
+        names.add(name)
+        if resources is None:
+            continue
+        if type(resources) is not dict:
+            return None
+        requests, limits = _plain_quantities(resources.get("requests")), _plain_quantities(resources.get("limits"))
+        if requests is None or limits is None:
+            return None
+        for resource, limit in limits.items():
+            if requests.setdefault(resource, limit) > limit:
+                return None
+        for resource, amount in requests.items():
+            total[resource] = total.get(resource, 0) + amount
+    return total
+
+
+def _plain_quantities(value: object) -> dict[str, int] | None:
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        return None
+    out = {}
+    for key, amount in value.items():
+        milli = v._QUANTITIES.get(amount) if type(amount) is str else None
+        if milli is None or type(key) is not str or not key:
+            return None
+        out[key] = milli
+    return out
+
+
+def _passes(seen: set, check, value: object) -> bool:
+    """Whether `check` passes the string `value`, remembered in `seen` (at most 4,096 of them: the names
+    and label keys documents repeat)."""
+    try:
+        check(value, "")
+    except SpecError:
+        return False
+    if len(seen) < 4096:
+        seen.add(value)
+    return True
+
+
+def _new(cls, **fields):
+    """A frozen dataclass made without its __init__, which sets each field through object.__setattr__ (about
+    twice the cost); every field must be given."""
+    made = object.__new__(cls)
+    made.__dict__.update(fields)
+    return made
+
+
+_ANYWHERE = Placement()  # shared by the plain jobs without a placement (nothing changes a Placement)
+_TOP_SET, _METADATA_SET = frozenset(_TOP_FIELDS), frozenset(_METADATA_FIELDS)
+_SPEC_SET, _POD_SET_SET = frozenset(_SPEC_FIELDS), frozenset(_POD_SET_FIELDS)
+_PLACEMENT_SET = frozenset(_PLACEMENT_FIELDS)
+_NAMES: set[str] = set()  # passed v.name
+_DNS_LABELS: set[str] = set()  # passed v.dns_label
+_LABEL_KEYS: set[str] = set()  # passed v.label_key
 
 
 def _kubernetes_job(doc: dict, owned: bool = False) -> JobSpec:

@@ -8,6 +8,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice import spec as spec_module
 from sluice.spec import (
     JobSpec, Placement, PodSet, SpecError, job_from_document, load_jobs, parse_documents,
     parse_numbered_documents, pod_requests,
@@ -300,8 +301,10 @@ CONTAINER = "spec.podSets.0.template.spec.containers.0"
     ("spec.maxRuntime", float("inf"), "spec.maxRuntime", "must be a finite duration"),
 ])
 def test_sluice_job_validation(where, value, path, message):
-    err = error(edit(sluice_doc(), where, value))
+    doc = edit(sluice_doc(), where, value)
+    err = error(copy.deepcopy(doc))
     assert (err.path, err.message) == (path, message)
+    assert spec_module._plain_job(doc, False) is None  # the full checks word the error (after the quantities are seen)
     assert str(err) == f"{path}: {message}" if path else message
 
 
@@ -712,3 +715,67 @@ def test_dataclasses_are_frozen():
     with pytest.raises(AttributeError):
         job.queue = "other"  # type: ignore[misc]
     assert isinstance(job, JobSpec) and isinstance(job.pod_sets[0], PodSet)
+
+
+# -- the plain path ----------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2, 20_000), st.floats(allow_nan=False), st.text(max_size=5),
+              st.sampled_from(["", "worker", "onprem", "moon", "Bad", "1", "2Gi", "1GB", "10m", "x" * 64])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=6)
+
+
+def paths(value, here=()):
+    """Every place in a JSON document: mapping keys and list positions, at any depth."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        yield here + (key,)
+        yield from paths(item, here + (key,))
+
+
+@st.composite
+def edited_documents(draw):
+    """A valid job document with one place changed: a value replaced, a key removed, or a key added."""
+    doc = draw(job_documents())
+    *parents, last = draw(st.sampled_from(list(paths(doc))))
+    target = doc
+    for key in parents:
+        target = target[key]
+    how = draw(st.sampled_from(["replace", "remove", "add"] if isinstance(target, dict) else ["replace"]))
+    if how == "remove":
+        del target[last]
+    elif how == "add":
+        target[draw(st.sampled_from(["extra", "initContainers", "overhead", "limits", "placement", "tiers"]))] = (
+            draw(json_values))
+    else:
+        target[last] = draw(json_values)
+    return doc
+
+
+def full_checks(doc):
+    try:
+        return spec_module._sluice_job(copy.deepcopy(doc))
+    except SpecError:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(job_documents(), edited_documents()))
+def test_plain_documents_read_as_the_full_checks_read_them(doc):
+    """Whatever the plain path takes (it passes the rest to the full checks), the full checks take to the
+    same JobSpec; the full checks run first, as they do for the first document with a new quantity."""
+    expected = full_checks(doc)
+    got = spec_module._plain_job(copy.deepcopy(doc), False)
+    assert got is None or got == expected
+
+
+def test_the_plain_path_takes_the_usual_documents():
+    plain = sluice_doc(serviceClass="gold", priority=3, maxRetries=1, maxRuntime="2h",
+                       placement={"tiers": ["onprem"], "clusterSelector": {"zone": "a"}, "sites": ["dc-1"]})
+    plain["metadata"]["labels"] = {"team": "ml"}
+    plain["spec"]["podSets"][0]["template"]["spec"]["containers"].append(
+        container("side", requests={"cpu": "1"}, limits={"cpu": "2", "memory": "2Gi"}))
+    job = job_from_document(copy.deepcopy(plain))  # the full checks, which see the quantities first
+    assert spec_module._plain_job(copy.deepcopy(plain), False) == job
+    assert job.pod_sets[0].requests == {"cpu": 2000, "memory": 2 * GI}
