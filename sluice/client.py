@@ -9,13 +9,26 @@ import json
 from typing import Iterable, Iterator
 
 import grpc
+import orjson
 
 from sluice.config import ClientConfig
 from sluice.spec import JobSpec
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
 SUBMIT_BATCH = 1000
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _encode(document) -> str:
+    """Compact JSON: orjson, several times faster, unless it would write the document otherwise than `json`
+    does: it writes NaN and infinities as null (`json` as NaN, which the dispatcher refuses), so any null
+    sends the document through `json`, as does anything orjson refuses (keys that are not strings,
+    integers past 64 bits, lone surrogates)."""
+    try:
+        data = orjson.dumps(document)
+    except TypeError:  # orjson.JSONEncodeError too
+        return _json(document)
+    return _json(document) if b"null" in data else data.decode()
 
 
 class ClientError(Exception):
