@@ -255,16 +255,23 @@ def resources(value: object, path: str) -> dict[str, int]:
     for key, amount in mapping(value, path).items():
         if not isinstance(key, str) or not key:
             raise SpecError(path, f"resource names must be non-empty strings, got {describe(key)}")
-        milli = _QUANTITIES.get(amount) if type(amount) is str else None
-        if milli is None:
-            try:
-                milli = parse_quantity(amount)
-            except QuantityError as err:
-                raise SpecError(join(path, key), str(err)) from err
-            if type(amount) is str and len(_QUANTITIES) < _MAX_QUANTITIES:
-                _QUANTITIES[amount] = milli
-        out[key] = milli
+        try:
+            out[key] = milli_units(amount)
+        except QuantityError as err:
+            raise SpecError(join(path, key), str(err)) from err
     return out
+
+
+def milli_units(amount: object) -> int:
+    """sluice.quantity.parse_quantity, remembered for strings; raises QuantityError."""
+    milli = _QUANTITIES.get(amount) if type(amount) is str else None
+    if milli is None:
+        milli = parse_quantity(amount)
+        if type(amount) is str:
+            if len(_QUANTITIES) >= _MAX_QUANTITIES:
+                _QUANTITIES.clear()
+            _QUANTITIES[amount] = milli
+    return milli
 
 
 # Quantities as written ("500m", "2Gi") -> milli-units. Job documents repeat a few quantities, and the

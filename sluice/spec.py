@@ -19,7 +19,7 @@ import yaml
 
 from sluice import _validate as v
 from sluice._validate import SpecError
-from sluice.quantity import add, format_duration_exact, format_quantity
+from sluice.quantity import QuantityError, add, format_duration_exact, format_quantity
 
 __all__ = [
     "SpecError", "PodSet", "Placement", "JobSpec", "parse_documents", "parse_numbered_documents",
@@ -236,8 +236,8 @@ def _sluice_job(doc: dict, owned: bool = False) -> JobSpec:
 
 def _plain_job(doc: dict, owned: bool) -> JobSpec | None:
     """The JobSpec of a Sluice Job in its plain form, checked in a few straight lines; None for any other
-    document (a field of an unusual type, init containers, pod overhead, a name, label or quantity not seen
-    before...), which _sluice_job then reads, wording any error. A server reads thousands of documents a
+    document (a field of an unusual type, init containers, pod overhead, anything not valid...), which
+    _sluice_job then reads, wording any error. A server reads thousands of documents a
     second, and _sluice_job's layers (each check a call, each field's path made in case it is wrong) cost
     several times this. Whatever this takes, _sluice_job takes to the same JobSpec
     (tests/unit/test_spec.py: test_plain_documents_read_as_the_full_checks_read_them)."""
@@ -323,8 +323,8 @@ def _plain_pod_sets(value: object, owned: bool) -> tuple[PodSet, ...] | None:
 
 
 def _plain_requests(spec: object) -> dict[str, int] | None:
-    """pod_requests of a pod spec without init containers or overhead, whose containers' quantities are
-    all ones seen before (v._QUANTITIES); None for any other."""
+    """pod_requests of a pod spec without init containers or overhead; None for any other, and for one
+    that is not valid."""
     if (type(spec) is not dict or spec.get("initContainers") is not None or spec.get("overhead") is not None
             or type(containers := spec.get("containers")) is not list or not containers):
         return None
@@ -359,22 +359,25 @@ def _plain_quantities(value: object) -> dict[str, int] | None:
         return None
     out = {}
     for key, amount in value.items():
-        milli = v._QUANTITIES.get(amount) if type(amount) is str else None
-        if milli is None or type(key) is not str or not key:
+        if type(key) is not str or not key:
             return None
-        out[key] = milli
+        try:
+            out[key] = v.milli_units(amount)
+        except QuantityError:
+            return None
     return out
 
 
 def _passes(seen: set, check, value: object) -> bool:
-    """Whether `check` passes the string `value`, remembered in `seen` (at most 4,096 of them: the names
-    and label keys documents repeat)."""
+    """Whether `check` passes the string `value`, remembered in `seen` (the names and label keys documents
+    repeat; emptied when it holds 4,096)."""
     try:
         check(value, "")
     except SpecError:
         return False
-    if len(seen) < 4096:
-        seen.add(value)
+    if len(seen) >= 4096:
+        seen.clear()
+    seen.add(value)
     return True
 
 
