@@ -304,7 +304,7 @@ def test_sluice_job_validation(where, value, path, message):
     doc = edit(sluice_doc(), where, value)
     err = error(copy.deepcopy(doc))
     assert (err.path, err.message) == (path, message)
-    assert spec_module._plain_job(doc, False) is None  # the full checks word the error (after the quantities are seen)
+    assert spec_module._plain_job(doc, False) is None  # and the full checks word the error
     assert str(err) == f"{path}: {message}" if path else message
 
 
@@ -764,7 +764,7 @@ def full_checks(doc):
 @given(st.one_of(job_documents(), edited_documents()))
 def test_plain_documents_read_as_the_full_checks_read_them(doc):
     """Whatever the plain path takes (it passes the rest to the full checks), the full checks take to the
-    same JobSpec; the full checks run first, as they do for the first document with a new quantity."""
+    same JobSpec."""
     expected = full_checks(doc)
     got = spec_module._plain_job(copy.deepcopy(doc), False)
     assert got is None or got == expected
@@ -776,6 +776,6 @@ def test_the_plain_path_takes_the_usual_documents():
     plain["metadata"]["labels"] = {"team": "ml"}
     plain["spec"]["podSets"][0]["template"]["spec"]["containers"].append(
         container("side", requests={"cpu": "1"}, limits={"cpu": "2", "memory": "2Gi"}))
-    job = job_from_document(copy.deepcopy(plain))  # the full checks, which see the quantities first
-    assert spec_module._plain_job(copy.deepcopy(plain), False) == job
+    assert spec_module._plain_job(copy.deepcopy(plain), False) == spec_module._sluice_job(copy.deepcopy(plain))
+    job = job_from_document(plain)
     assert job.pod_sets[0].requests == {"cpu": 2000, "memory": 2 * GI}
