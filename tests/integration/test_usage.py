@@ -326,10 +326,17 @@ def test_cli_json_and_csv(recorded):
     assert lines[blank - 1].split()[0] == "TOTAL"
     assert lines[blank + 1] == "burst spend against budgets (USD; the budget day is the UTC day)"
     assert lines[blank + 2].split()[:5] == ["POLICY", "QUEUE", "ATTEMPTS", "SPENT", "IN"]
-    # Today's spend counts by dispatch time, and the test dispatched them all today (then moved their run times).
+    # Today's spend counts the bursts dispatched today (the test dispatched them all today) that had not
+    # finished before the UTC day began: the fixture moved their run times back, so in the first hours of a
+    # day they finished yesterday (j2 half an hour before the base time, j3's second attempt three hours).
+    day = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    ended = {(row[0], row[1]): row[7] for row in ATTEMPTS}
+    vision, nlp = (cost if recorded.base_now - timedelta(hours=ended[attempt]) >= day else 0.0
+                   for cost, attempt in ((19.0, ("j2", 1)), (0.2, ("j3", 2))))
     assert [line.split()[:7] for line in lines[blank + 3:]] == [
-        ["beta", "(all)", "2", "19.20", "19.20", "/", "-"], ["beta", "nlp", "1", "0.20", "0.20", "/", "-"],
-        ["beta", "vision", "1", "19.00", "19.00", "/", "-"]]
+        ["beta", "(all)", "2", "19.20", f"{vision + nlp:.2f}", "/", "-"],
+        ["beta", "nlp", "1", "0.20", f"{nlp:.2f}", "/", "-"],
+        ["beta", "vision", "1", "19.00", f"{vision:.2f}", "/", "-"]]
 
 
 @pytest.mark.parametrize("args, why", [
