@@ -238,7 +238,7 @@ def _plain_job(doc: dict, owned: bool) -> JobSpec | None:
     """The JobSpec of a Sluice Job in its plain form, checked in a few straight lines; None for any other
     document (a field of an unusual type, init containers, pod overhead, anything not valid...), which
     _sluice_job then reads, wording any error. A server reads thousands of documents a second, and
-    _sluice_job's layers (each check a call, each field's path made in case it is wrong) cost about three
+    _sluice_job's layers (each check a call, each field's path made in case it is wrong) cost two to three
     times this. Whatever this takes, _sluice_job takes to the same JobSpec (tests/unit/test_spec.py:
     test_plain_documents_read_as_the_full_checks_read_them)."""
     metadata, spec = doc.get("metadata"), doc.get("spec")
