@@ -19,7 +19,7 @@ import yaml
 
 from sluice import _validate as v
 from sluice._validate import SpecError
-from sluice.quantity import QuantityError, add, format_duration_exact, format_quantity
+from sluice.quantity import add, format_duration_exact, format_quantity
 
 __all__ = [
     "SpecError", "PodSet", "Placement", "JobSpec", "parse_documents", "parse_numbered_documents",
@@ -353,19 +353,10 @@ def _plain_requests(spec: object) -> dict[str, int] | None:
 
 
 def _plain_quantities(value: object) -> dict[str, int] | None:
-    if value is None:
-        return {}
-    if type(value) is not dict:
+    try:
+        return v.resources(value, "")
+    except SpecError:
         return None
-    out = {}
-    for key, amount in value.items():
-        if type(key) is not str or not key:
-            return None
-        try:
-            out[key] = v.milli_units(amount)
-        except QuantityError:
-            return None
-    return out
 
 
 def _passes(seen: set, check, value: object) -> bool:

@@ -481,12 +481,15 @@ def queue_heads(session: Session, per_queue: int, queues: list[str] | None = Non
     return driver(session).execute(*heads_query(per_queue, queues)).fetchall()
 
 
+_MAX_RUNTIME = "spec -> 'spec' ->> 'maxRuntime'"  # a job document's maxRuntime, as given
+
+
 def heads_query(per_queue: int, queues: list[str] | None = None) -> tuple[str, dict]:
     """queue_heads' statement and parameters, to send with other reads (database.at_once)."""
     return (f"""SELECT h.* FROM queues q CROSS JOIN LATERAL (
                    SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
                           placement::text, reason, extract(epoch FROM created_at)::float8 AS created, preempted_by,
-                          attempt, spec->'spec'->>'maxRuntime' AS max_runtime
+                          attempt, {_MAX_RUNTIME} AS max_runtime
                    FROM jobs WHERE jobs.queue = q.name AND state = 'QUEUED'
                    ORDER BY class_priority DESC, priority DESC, id LIMIT %(n)s) h
                 {"" if queues is None else "WHERE q.name = ANY(%(queues)s)"}""",
@@ -494,9 +497,8 @@ def heads_query(per_queue: int, queues: list[str] | None = None) -> tuple[str, d
 
 
 # What active_attempts reads of each dispatched or running job (the columns of an Active, and its maxRuntime).
-_ACTIVE_ATTEMPTS = """SELECT id, attempt, queue, service_class, class_priority, priority, cluster, requests,
-                             coalesce(started_at, dispatched_at) AS since,
-                             spec -> 'spec' ->> 'maxRuntime' AS max_runtime
+_ACTIVE_ATTEMPTS = f"""SELECT id, attempt, queue, service_class, class_priority, priority, cluster, requests,
+                             coalesce(started_at, dispatched_at) AS since, {_MAX_RUNTIME} AS max_runtime
                         FROM jobs WHERE state IN ('DISPATCHED', 'RUNNING')"""
 
 
@@ -514,7 +516,7 @@ def active_attempts(session: Session, *, clusters=None, timed: bool = False, pre
         where.append("cluster = ANY(%(clusters)s)")
     which = []
     if timed:
-        which.append("spec -> 'spec' ->> 'maxRuntime' IS NOT NULL")
+        which.append(f"{_MAX_RUNTIME} IS NOT NULL")
     if preemptible and below is not None:
         which.append("(service_class = ANY(%(preemptible)s) AND class_priority < %(below)s)")
     if queues:
