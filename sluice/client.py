@@ -138,11 +138,21 @@ class Client:
         return [job_dict(j) for j in self._call(self._jobs.Cancel, jobs_pb2.CancelRequest(ids=job_ids)).jobs]
 
     def watch(self, job_id: int = 0, after_event_id: int = 0) -> Iterator[dict]:
-        """Job events as they happen; resume after a known event id. Ends only on error or close."""
+        """Job events as they happen; resume after a known event id. Ends only on error or close.
+
+        The events come from WatchBatches (those the server reads together in one message); a dispatcher
+        older than it answers UNIMPLEMENTED before any event, and the same events then come from Watch."""
+        request = jobs_pb2.WatchRequest(job_id=job_id, after_event_id=after_event_id)
         try:
-            for event in self._jobs.Watch(jobs_pb2.WatchRequest(job_id=job_id, after_event_id=after_event_id),
-                                          metadata=self._metadata):
-                yield event_dict(event)
+            try:
+                for batch in self._jobs.WatchBatches(request, metadata=self._metadata):
+                    for event in batch.events:
+                        yield event_dict(event)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                for event in self._jobs.Watch(request, metadata=self._metadata):
+                    yield event_dict(event)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return

@@ -103,6 +103,18 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
 
     def Watch(self, request, context):
+        for batch in self._polls(request, context):
+            yield from batch
+
+    def WatchBatches(self, request, context):
+        for batch in self._polls(request, context):
+            yield jobs_pb2.JobEvents(events=batch)
+
+    def _polls(self, request, context):
+        """The events after request.after_event_id (of request.job_id, or every job), one list per poll
+        that found any, for as long as the stream is open. Watch sends them one message an event;
+        WatchBatches one message a poll: each message sent costs the server's stream a round of thread
+        hand-offs (about 2 ms at 100 jobs/s), so one an event queued them behind each other."""
         try:
             self._auth.require(context, *READERS)
         except DispatcherError as exc:  # streams abort the same way unary calls do
@@ -119,19 +131,20 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             while context.is_active():
                 wake.clear()
                 with self._one_statement() as session:
-                    batch = job_store.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
+                    rows = job_store.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
                 now = time.monotonic()
-                for row in batch:
+                for row in rows:
                     if row.id in gaps:
                         del gaps[row.id]
                     else:
                         if not request.job_id and row.id - cursor <= MAX_GAPS:
                             gaps.update(dict.fromkeys(range(cursor + 1, row.id), now))
                         cursor = row.id
-                    yield convert.event(row)
                 for gap in [g for g, since in gaps.items() if now - since > GAP_WAIT_S]:
                     del gaps[gap]
-                if not batch:
+                if rows:
+                    yield [convert.event(row) for row in rows]
+                else:
                     wake.wait(1.0 if not gaps else 0.1)
         finally:
             unsubscribe()

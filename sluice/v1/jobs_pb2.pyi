@@ -180,6 +180,12 @@ class CancelResponse(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
 
+class JobEvents(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[JobEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ...) -> None: ...
+
 class WatchRequest(_message.Message):
     __slots__ = ("job_id", "after_event_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

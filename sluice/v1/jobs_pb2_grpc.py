@@ -69,6 +69,11 @@ class JobsStub:
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.WatchRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_jobs__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.WatchBatches = channel.unary_stream(
+                '/sluice.v1.Jobs/WatchBatches',
+                request_serializer=sluice_dot_v1_dot_jobs__pb2.WatchRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_jobs__pb2.JobEvents.FromString,
+                _registered_method=True)
         self.ListClusters = channel.unary_unary(
                 '/sluice.v1.Jobs/ListClusters',
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.ListClustersRequest.SerializeToString,
@@ -126,7 +131,15 @@ class JobsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Watch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """one message per event
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchBatches(self, request, context):
+        """the same events, those read together in one message
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -186,6 +199,11 @@ def add_JobsServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=sluice_dot_v1_dot_jobs__pb2.WatchRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
+            ),
+            'WatchBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatches,
+                    request_deserializer=sluice_dot_v1_dot_jobs__pb2.WatchRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_jobs__pb2.JobEvents.SerializeToString,
             ),
             'ListClusters': grpc.unary_unary_rpc_method_handler(
                     servicer.ListClusters,
@@ -392,6 +410,33 @@ class Jobs:
             '/sluice.v1.Jobs/Watch',
             sluice_dot_v1_dot_jobs__pb2.WatchRequest.SerializeToString,
             sluice_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sluice.v1.Jobs/WatchBatches',
+            sluice_dot_v1_dot_jobs__pb2.WatchRequest.SerializeToString,
+            sluice_dot_v1_dot_jobs__pb2.JobEvents.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from concurrent import futures
 
 import grpc
 import pytest
@@ -16,10 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
-from sluice.client import Client, ClientError
+from sluice.client import Client, ClientError, event_dict
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
-from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
+from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 from tests.integration.test_spine import job_doc
 
@@ -204,14 +205,32 @@ def test_objects_of_a_job_the_dispatcher_never_had_are_left_alone_and_the_agent_
     agent.close()
 
 
-def test_watch_delivers_an_event_that_commits_after_a_later_one(dispatcher):
+def _raw_watch(dispatcher, rpc: str, token: str | None = None, **request):
+    """The stream of Jobs.Watch or Jobs.WatchBatches itself, as each message arrives; and its channel."""
+    channel = grpc.insecure_channel(dispatcher.address)
+    call = getattr(jobs_pb2_grpc.JobsStub(channel), rpc)(
+        jobs_pb2.WatchRequest(**request), metadata=[("authorization", f"Bearer {token or dispatcher.admin}")])
+    return call, channel
+
+
+@pytest.mark.parametrize("rpc", ["WatchBatches", "Watch"])
+def test_watch_delivers_an_event_that_commits_after_a_later_one(dispatcher, rpc):
     # Event ids are taken at insert: a longer transaction can commit a lower id after a later one.
     from dispatcher.store import jobs as job_store
     from dispatcher.store.models import JobEvent
     [a, b] = dispatcher.client.submit([job_doc(cpu="100"), job_doc(cpu="100")])  # fit nowhere: stay queued
     seen: queue.Queue = queue.Queue()
-    watcher = Client(ClientConfig(dispatcher.address, dispatcher.admin, timeout_s=30))
-    threading.Thread(target=lambda: [seen.put(e) for e in watcher.watch()], daemon=True).start()
+    call, channel = _raw_watch(dispatcher, rpc)
+
+    def read() -> None:
+        try:
+            for message in call:
+                for event in message.events if rpc == "WatchBatches" else [message]:
+                    seen.put(event_dict(event))
+        except grpc.RpcError:  # cancelled at the end
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
 
     def reasons_until(wanted: str) -> list[str]:
         got = []
@@ -232,7 +251,57 @@ def test_watch_delivers_an_event_that_commits_after_a_later_one(dispatcher):
     slow.commit()
     slow.close()
     assert reasons_until("slow")[-1] == "slow"
-    watcher.close()
+    call.cancel()
+    channel.close()
+
+
+def test_watch_batches_sends_the_events_read_together_in_one_message(dispatcher):
+    ids = dispatcher.client.submit([job_doc(cpu="100") for _ in range(3)])  # one commit; they stay queued
+    call, channel = _raw_watch(dispatcher, "WatchBatches")
+    first = next(call)
+    assert [(e.job_id, e.to_state) for e in first.events] == [(i, "QUEUED") for i in ids]
+    # Resumed after the second, the stream starts at the third; and one job's events only.
+    resumed, again = _raw_watch(dispatcher, "WatchBatches", after_event_id=first.events[1].id)
+    assert [e.job_id for e in next(resumed).events] == [ids[2]]
+    one, alone = _raw_watch(dispatcher, "WatchBatches", job_id=ids[1])
+    assert [e.job_id for e in next(one).events] == [ids[1]]
+    for c, ch in ((call, channel), (resumed, again), (one, alone)):
+        c.cancel()
+        ch.close()
+
+
+@pytest.mark.parametrize("rpc", ["WatchBatches", "Watch"])
+def test_watch_refuses_a_bad_token(dispatcher, rpc):
+    call, channel = _raw_watch(dispatcher, rpc, token="sl_wrong")
+    with pytest.raises(grpc.RpcError) as err:
+        next(call)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    channel.close()
+    with Client(ClientConfig(dispatcher.address, "sl_wrong", timeout_s=10)) as bad:  # not taken for an old server
+        with pytest.raises(ClientError) as refused:
+            next(bad.watch())
+    assert refused.value.code == "UNAUTHENTICATED"
+
+
+class _OlderJobs(jobs_pb2_grpc.JobsServicer):
+    """A dispatcher from before WatchBatches: its Watch streams one message per event."""
+
+    def Watch(self, request, context):
+        for n in range(request.after_event_id + 1, request.after_event_id + 3):
+            yield jobs_pb2.JobEvent(id=n, job_id=7, to_state="QUEUED", reason=f"event {n}")
+
+
+def test_client_watch_reads_an_older_dispatchers_watch():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    jobs_pb2_grpc.add_JobsServicer_to_server(_OlderJobs(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with Client(ClientConfig(f"127.0.0.1:{port}", "sl_any", timeout_s=10)) as client:
+            events = client.watch(after_event_id=4)
+            assert [(e["id"], e["reason"]) for e in (next(events), next(events))] == [(5, "event 5"), (6, "event 6")]
+    finally:
+        server.stop(None)
 
 
 def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
