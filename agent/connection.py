@@ -154,7 +154,7 @@ class Agent:
         with self._lock:
             hello = agents_pb2.Hello(cluster=self.settings.cluster, agent_version=VERSION,
                                      inventory=[_status_message(s) for s in self._inventory()],
-                                     capacity=self._capacity())
+                                     capacity=self._capacity(), reads_batches=True)
             out.put(agents_pb2.AgentMessage(hello=hello))
             self._heartbeat_queued = False
             for seq in sorted(self._unacked):
@@ -163,25 +163,29 @@ class Agent:
         channel = grpc.insecure_channel(self.address, options=[
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.max_receive_message_length", 64 << 20)])
+        batches = threading.Event()  # the dispatcher's welcome said it reads batches
         try:
             call = agents_pb2_grpc.AgentsStub(channel).Connect(
-                self._outgoing(out), metadata=[("authorization", f"Bearer {self.settings.token}")])
+                self._outgoing(out, batches), metadata=[("authorization", f"Bearer {self.settings.token}")])
             with self._lock:
                 self._call = call
-            for message in call:
-                kind = message.WhichOneof("kind")
-                if kind == "welcome":
-                    self._configure(message.welcome.cluster_spec_json)
-                    self.connected.set()
-                    self.metrics.connected.set(1)
-                    log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster,
-                                                                  "address": self.address})
-                elif kind == "command":
-                    self._apply(message.command, out)
-                elif kind == "status_ack":
-                    with self._lock:
-                        for seq in [s for s in self._unacked if s <= message.status_ack.seq]:
-                            del self._unacked[seq]
+            for received in call:
+                for message in received.batch.messages if received.WhichOneof("kind") == "batch" else (received,):
+                    kind = message.WhichOneof("kind")
+                    if kind == "welcome":
+                        self._configure(message.welcome.cluster_spec_json)
+                        if message.welcome.reads_batches:
+                            batches.set()
+                        self.connected.set()
+                        self.metrics.connected.set(1)
+                        log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster,
+                                                                      "address": self.address})
+                    elif kind == "command":
+                        self._apply(message.command, out)
+                    elif kind == "status_ack":
+                        with self._lock:
+                            for seq in [s for s in self._unacked if s <= message.status_ack.seq]:
+                                del self._unacked[seq]
         finally:
             with self._lock:
                 self._out = None
@@ -189,19 +193,31 @@ class Agent:
             out.put(None)
             channel.close()
 
-    def _outgoing(self, out: queue.Queue):
+    def _outgoing(self, out: queue.Queue, batches: threading.Event):
+        """The stream's messages: what is queued on `out`, a heartbeat after heartbeat_s of silence. Once
+        the dispatcher said it reads batches, everything queued at that moment goes as one message."""
         while True:
             try:
-                item = out.get(timeout=self.settings.heartbeat_s)
+                ready = [out.get(timeout=self.settings.heartbeat_s)]
             except queue.Empty:
-                item = _HEARTBEAT
-            if item is None:
+                ready = [_HEARTBEAT]
+            while batches.is_set() and ready[-1] is not None:
+                try:
+                    ready.append(out.get_nowait())
+                except queue.Empty:
+                    break
+            messages = [self._heartbeat() if item is _HEARTBEAT else item for item in ready if item is not None]
+            if len(messages) > 1:
+                yield agents_pb2.AgentMessage(batch=agents_pb2.AgentMessages(messages=messages))
+            else:
+                yield from messages
+            if ready[-1] is None:
                 return
-            if item is _HEARTBEAT:
-                with self._lock:
-                    self._heartbeat_queued = False
-                    item = agents_pb2.AgentMessage(heartbeat=agents_pb2.Heartbeat(capacity=self._capacity()))
-            yield item
+
+    def _heartbeat(self) -> agents_pb2.AgentMessage:
+        with self._lock:
+            self._heartbeat_queued = False
+            return agents_pb2.AgentMessage(heartbeat=agents_pb2.Heartbeat(capacity=self._capacity()))
 
     def _apply(self, command: agents_pb2.Command, out: queue.Queue) -> None:
         kind = command.WhichOneof("kind")

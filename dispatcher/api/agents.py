@@ -64,7 +64,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
 
     def Connect(self, request_iterator, context):
         try:
-            cluster, acked, document = self._hello(request_iterator, context)
+            cluster, acked, document, batches = self._hello(request_iterator, context)
         except DispatcherError as exc:
             context.abort(status_for(exc), str(exc))
         log.info("agent connected", extra={"cluster": cluster})
@@ -77,30 +77,40 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         reader.start()
         yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
             cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
-            cluster_spec_json=json.dumps(document)))
+            cluster_spec_json=json.dumps(document), reads_batches=True))
         out.put(_POLL)
         sent = 0
         try:
             while True:
-                item = out.get()
-                if item is _END:
+                # Everything ready goes out together: status acks, and the commands of one outbox read.
+                ready = [out.get()]
+                while ready[-1] is not _END:
+                    try:
+                        ready.append(out.get_nowait())
+                    except queue.Empty:
+                        break
+                messages = [item for item in ready if item is not _POLL and item is not _END]
+                if _POLL in ready:
+                    with self._one_statement() as session:
+                        commands = outbox_store.pending(session, cluster, after_id=sent, limit=BATCH)
+                    if commands:
+                        sent = commands[-1].id
+                        messages += [agents_pb2.DispatcherMessage(command=_command(c)) for c in commands]
+                    if len(commands) == BATCH:
+                        out.put(_POLL)
+                if batches and len(messages) > 1:
+                    yield agents_pb2.DispatcherMessage(batch=agents_pb2.DispatcherMessages(messages=messages))
+                else:
+                    yield from messages
+                if ready[-1] is _END:
                     return
-                if item is not _POLL:
-                    yield item
-                    continue
-                with self._one_statement() as session:
-                    commands = outbox_store.pending(session, cluster, after_id=sent, limit=BATCH)
-                for command in commands:
-                    sent = command.id
-                    yield agents_pb2.DispatcherMessage(command=_command(command))
-                if len(commands) == BATCH:
-                    out.put(_POLL)
         finally:
             unsubscribe()
             log.info("agent disconnected", extra={"cluster": cluster})
 
-    def _hello(self, request_iterator, context) -> tuple[str, int, dict]:
-        """Check and reconcile the hello; (cluster, highest acked command id, the Cluster object's document)."""
+    def _hello(self, request_iterator, context) -> tuple[str, int, dict, bool]:
+        """Check and reconcile the hello; (cluster, highest acked command id, the Cluster object's document,
+        whether the agent reads batches)."""
         who = self._auth.require(context, "agent", "admin")
         try:
             first = next(request_iterator)
@@ -123,7 +133,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             job_store.notify(session, job_store.WAKE_CHANNEL)
-        return hello.cluster, acked, document
+        return hello.cluster, acked, document, hello.reads_batches
 
     def _read(self, cluster: str, acked: int, request_iterator, out: queue.Queue) -> None:
         """Apply what the agent sends, in order, several messages per transaction.
@@ -244,11 +254,13 @@ class _Inbox(queue.Queue):
 
 
 def _pump(request_iterator, inbox: _Inbox) -> None:
-    """Move the agent's messages off the stream as they arrive; _END (and the error, if any) when it ends."""
+    """Move the agent's messages off the stream as they arrive, those of a batch one by one; _END (and the
+    error, if any) when it ends."""
     try:
         for message in request_iterator:
-            if not inbox.offer(message):
-                return
+            for one in message.batch.messages if message.WhichOneof("kind") == "batch" else (message,):
+                if not inbox.offer(one):
+                    return
     except Exception as exc:  # grpc.RpcError when the agent goes away: the reader re-raises it
         inbox.error = exc
     inbox.offer(_END)

@@ -39,16 +39,18 @@ class AttemptStatus(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("cluster", "agent_version", "inventory", "capacity")
+    __slots__ = ("cluster", "agent_version", "inventory", "capacity", "reads_batches")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    READS_BATCHES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     agent_version: str
     inventory: _containers.RepeatedCompositeFieldContainer[AttemptStatus]
     capacity: Capacity
-    def __init__(self, cluster: _Optional[str] = ..., agent_version: _Optional[str] = ..., inventory: _Optional[_Iterable[_Union[AttemptStatus, _Mapping]]] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ...) -> None: ...
+    reads_batches: bool
+    def __init__(self, cluster: _Optional[str] = ..., agent_version: _Optional[str] = ..., inventory: _Optional[_Iterable[_Union[AttemptStatus, _Mapping]]] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., reads_batches: _Optional[bool] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("capacity",)
@@ -71,16 +73,24 @@ class CommandAck(_message.Message):
     def __init__(self, command_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "status", "ack")
+    __slots__ = ("hello", "heartbeat", "status", "ack", "batch")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     status: StatusReport
     ack: CommandAck
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ...) -> None: ...
+    batch: AgentMessages
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ...) -> None: ...
+
+class AgentMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[AgentMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[AgentMessage, _Mapping]]] = ...) -> None: ...
 
 class DispatchAttempt(_message.Message):
     __slots__ = ("job_id", "attempt", "spec_json")
@@ -113,14 +123,16 @@ class Command(_message.Message):
     def __init__(self, id: _Optional[int] = ..., dispatch: _Optional[_Union[DispatchAttempt, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json")
+    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json", "reads_batches")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    READS_BATCHES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     heartbeat_seconds: int
     cluster_spec_json: str
-    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ...) -> None: ...
+    reads_batches: bool
+    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ..., reads_batches: _Optional[bool] = ...) -> None: ...
 
 class StatusAck(_message.Message):
     __slots__ = ("seq",)
@@ -129,11 +141,19 @@ class StatusAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class DispatcherMessage(_message.Message):
-    __slots__ = ("welcome", "command", "status_ack")
+    __slots__ = ("welcome", "command", "status_ack", "batch")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     STATUS_ACK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     command: Command
     status_ack: StatusAck
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ...) -> None: ...
+    batch: DispatcherMessages
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ...) -> None: ...
+
+class DispatcherMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[DispatcherMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[DispatcherMessage, _Mapping]]] = ...) -> None: ...

@@ -5,6 +5,7 @@ reconnection of real agents, and the health service.
 """
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -65,12 +66,15 @@ def dispatcher(db_url):
 class ScriptedAgent:
     """A hand-driven agent: every message is sent by the test; replies are collected."""
 
-    def __init__(self, address: str, token: str, cluster: str, capacity=CPU8, applied_through=0, inventory=()):
+    def __init__(self, address: str, token: str, cluster: str, capacity=CPU8, applied_through=0, inventory=(),
+                 reads_batches=False):
         self.channel = grpc.insecure_channel(address)
         self.outgoing: queue.Queue = queue.Queue()
-        self.replies: queue.Queue = queue.Queue()
+        self.replies: queue.Queue = queue.Queue()  # a batch's messages one by one
+        self.received: list[str] = []  # the kind of each stream message, a batch as "batch"
         self.send(hello=agents_pb2.Hello(cluster=cluster, inventory=list(inventory),
-                                         capacity=self.capacity(capacity, applied_through)))
+                                         capacity=self.capacity(capacity, applied_through),
+                                         reads_batches=reads_batches))
         self.call = agents_pb2_grpc.AgentsStub(self.channel).Connect(
             iter(self.outgoing.get, None), metadata=[("authorization", f"Bearer {token}")])
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -84,7 +88,9 @@ class ScriptedAgent:
     def _read(self):
         try:
             for message in self.call:
-                self.replies.put(message)
+                self.received.append(message.WhichOneof("kind"))
+                for one in message.batch.messages if message.WhichOneof("kind") == "batch" else (message,):
+                    self.replies.put(one)
         except grpc.RpcError as exc:
             self.replies.put(exc)
 
@@ -302,6 +308,36 @@ def test_client_watch_reads_an_older_dispatchers_watch():
             assert [(e["id"], e["reason"]) for e in (next(events), next(events))] == [(5, "event 5"), (6, "event 6")]
     finally:
         server.stop(None)
+
+
+def test_an_agents_batch_is_applied_as_its_messages_in_order(dispatcher):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
+    assert agent.next("welcome").reads_batches
+    [job_id] = dispatcher.client.submit([job_doc(cpu="3")])
+    command = agent.next("command")
+    status = lambda seq, state: agents_pb2.AgentMessage(status=agents_pb2.StatusReport(
+        seq=seq, status=agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state=state)))
+    agent.send(batch=agents_pb2.AgentMessages(messages=[
+        agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])),
+        status(1, "PENDING"), status(2, "RUNNING"),
+        agents_pb2.AgentMessage(heartbeat=agents_pb2.Heartbeat(
+            capacity=agent.capacity({"cpu": 5000}, applied_through=command.id)))]))
+    assert agent.next("status_ack").seq == 2
+    assert dispatcher.client.get(job_id)["state"] == "RUNNING"
+    free = {c["name"]: c["free"] for c in dispatcher.client.clusters()}["alpha"]
+    assert free.get("cpu") == "5"  # the heartbeat's report holds the acked command: counted once
+    assert "batch" not in agent.received  # this agent's hello did not ask for batches
+    agent.close()
+
+
+def test_an_agent_that_reads_batches_gets_the_commands_of_one_read_in_one_message(dispatcher):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8,
+                          reads_batches=True)
+    agent.next("welcome")
+    ids = dispatcher.client.submit([job_doc(cpu="1") for _ in range(3)])  # one commit, one cycle
+    assert sorted(agent.next("command").dispatch.job_id for _ in ids) == ids
+    assert agent.received == ["welcome", "batch"]
+    agent.close()
 
 
 def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
@@ -536,3 +572,74 @@ def test_a_replica_that_does_not_schedule_never_leads_and_its_agents_get_the_lea
         client.close()
     finally:
         api.stop()
+
+
+class _OlderDispatcher(agents_pb2_grpc.AgentsServicer):
+    """A dispatcher from before batches: its welcome does not say it reads them; it sends two commands,
+    then keeps what the agent sends."""
+
+    def __init__(self):
+        self.hello = None
+        self.received: queue.Queue = queue.Queue()
+
+    def Connect(self, request_iterator, context):
+        self.hello = next(request_iterator).hello
+        yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(cluster="alpha", heartbeat_seconds=1))
+        for n in (1, 2):
+            yield agents_pb2.DispatcherMessage(command=agents_pb2.Command(id=n, dispatch=agents_pb2.DispatchAttempt(
+                job_id=n, attempt=1, spec_json=json.dumps(job_doc(cpu="1", duration="1h")))))
+
+        def keep() -> None:
+            try:
+                for message in request_iterator:
+                    self.received.put(message)
+            except grpc.RpcError:  # the agent went away
+                pass
+
+        threading.Thread(target=keep, daemon=True).start()
+        while context.is_active():
+            time.sleep(0.05)
+
+
+def test_an_agent_sends_an_older_dispatcher_one_message_at_a_time():
+    from agent.backends.sim import SimCluster, SimConfig
+    from agent.connection import Agent, AgentSettings
+    older = _OlderDispatcher()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    agents_pb2_grpc.add_AgentsServicer_to_server(older, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    agent = Agent(AgentSettings("alpha", f"127.0.0.1:{port}", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
+    try:
+        agent.start()
+        kinds, acked = [], set()
+        while acked != {1, 2} or "status" not in kinds:  # both commands applied and acked, a report sent
+            message = older.received.get(timeout=10)
+            kinds.append(message.WhichOneof("kind"))
+            acked.update(message.ack.command_ids)
+        assert older.hello.reads_batches
+        assert "batch" not in kinds
+    finally:
+        agent.stop()
+        server.stop(None)
+
+
+def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batches():
+    """Agent._outgoing, the generator the agent's stream sends from, with messages already queued."""
+    from agent.backends.sim import SimCluster, SimConfig
+    from agent.connection import _HEARTBEAT, Agent, AgentSettings
+    agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
+    ack = lambda n: agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
+    out, batches = queue.Queue(), threading.Event()
+    for item in (ack(1), ack(2), _HEARTBEAT, ack(3), None):
+        out.put(item)
+    sent = agent._outgoing(out, batches)
+    assert next(sent) == ack(1)  # not yet welcomed: one at a time
+    batches.set()
+    batch = next(sent)
+    assert [m.WhichOneof("kind") for m in batch.batch.messages] == ["ack", "heartbeat", "ack"]
+    assert batch.batch.messages[1].heartbeat.capacity.allocatable.milli == CPU8
+    assert next(sent, "ended") == "ended"  # None: the stream ends after what came before it
+    out.put(ack(4))
+    out.put(None)
+    assert list(agent._outgoing(out, batches)) == [ack(4)]  # one message alone is sent as itself
