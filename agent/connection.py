@@ -26,6 +26,7 @@ from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 _HEARTBEAT = object()
+MAX_BATCH = 100  # messages sent as one at most (the dispatcher applies up to 100 in one transaction)
 
 
 # gRPC's own address-list targets ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv6:..."): passed through whole.
@@ -195,13 +196,15 @@ class Agent:
 
     def _outgoing(self, out: queue.Queue, batches: threading.Event):
         """The stream's messages: what is queued on `out`, a heartbeat after heartbeat_s of silence. Once
-        the dispatcher said it reads batches, everything queued at that moment goes as one message."""
+        the dispatcher said it reads batches, what is queued at that moment goes as one message (up to
+        MAX_BATCH: after a long outage thousands of reports wait, and one message must stay far under
+        gRPC's limit)."""
         while True:
             try:
                 ready = [out.get(timeout=self.settings.heartbeat_s)]
             except queue.Empty:
                 ready = [_HEARTBEAT]
-            while batches.is_set() and ready[-1] is not None:
+            while batches.is_set() and ready[-1] is not None and len(ready) < MAX_BATCH:
                 try:
                     ready.append(out.get_nowait())
                 except queue.Empty:

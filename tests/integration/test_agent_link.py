@@ -68,7 +68,7 @@ class ScriptedAgent:
 
     def __init__(self, address: str, token: str, cluster: str, capacity=CPU8, applied_through=0, inventory=(),
                  reads_batches=False):
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
         self.outgoing: queue.Queue = queue.Queue()
         self.replies: queue.Queue = queue.Queue()  # a batch's messages one by one
         self.received: list[str] = []  # the kind of each stream message, a batch as "batch"
@@ -337,6 +337,25 @@ def test_an_agent_that_reads_batches_gets_the_commands_of_one_read_in_one_messag
     ids = dispatcher.client.submit([job_doc(cpu="1") for _ in range(3)])  # one commit, one cycle
     assert sorted(agent.next("command").dispatch.job_id for _ in ids) == ids
     assert agent.received == ["welcome", "batch"]
+    agent.close()
+
+
+def test_commands_of_large_documents_are_split_over_messages(dispatcher):
+    from dispatcher.api.agents import BATCH_BYTES, _runs
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8,
+                          reads_batches=True)
+    agent.next("welcome")
+    big = job_doc(cpu="1")
+    big["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["args"] = ["x" * 900_000]
+    ids = dispatcher.client.submit([big] * 5)  # 4.5 MB of commands in one outbox read
+    assert sorted(agent.next("command").dispatch.job_id for _ in ids) == ids
+    assert agent.received == ["welcome", "batch", "command"]  # 4 in one message, under BATCH_BYTES; then 1
+    # A message larger than the limit goes alone; the runs keep the order.
+    small = lambda n: agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=n))
+    huge = agents_pb2.DispatcherMessage(command=agents_pb2.Command(id=9, dispatch=agents_pb2.DispatchAttempt(
+        spec_json="x" * 100)))
+    assert _runs([small(1), small(2), huge, small(3)], limit=50) == [[small(1), small(2)], [huge], [small(3)]]
+    assert _runs([]) == [] and BATCH_BYTES < 64 << 20
     agent.close()
 
 
@@ -627,7 +646,7 @@ def test_an_agent_sends_an_older_dispatcher_one_message_at_a_time():
 def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batches():
     """Agent._outgoing, the generator the agent's stream sends from, with messages already queued."""
     from agent.backends.sim import SimCluster, SimConfig
-    from agent.connection import _HEARTBEAT, Agent, AgentSettings
+    from agent.connection import _HEARTBEAT, MAX_BATCH, Agent, AgentSettings
     agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
     ack = lambda n: agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
     out, batches = queue.Queue(), threading.Event()
@@ -643,3 +662,8 @@ def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batche
     out.put(ack(4))
     out.put(None)
     assert list(agent._outgoing(out, batches)) == [ack(4)]  # one message alone is sent as itself
+    for n in range(250):  # after a long outage: many reports wait; a message holds MAX_BATCH at most
+        out.put(ack(n))
+    out.put(None)
+    sizes = [len(m.batch.messages) for m in agent._outgoing(out, batches)]
+    assert sizes == [MAX_BATCH, MAX_BATCH, 50]
