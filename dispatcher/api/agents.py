@@ -16,6 +16,7 @@ import grpc
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher import reports
+from dispatcher.api import streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
@@ -30,7 +31,6 @@ from sluice.v1 import agents_pb2, agents_pb2_grpc
 log = logging.getLogger(__name__)
 _POLL, _END = object(), object()
 BATCH = 500  # outbox commands read per query
-BATCH_BYTES = 4 << 20  # a DispatcherMessages batch at most (a job's document alone may be 1 MiB; the agent takes 64)
 READ_BATCH = 100  # agent messages applied in one transaction at most (and the job rows it locks)
 
 
@@ -99,7 +99,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                         messages += [agents_pb2.DispatcherMessage(command=_command(c)) for c in commands]
                     if len(commands) == BATCH:
                         out.put(_POLL)
-                for run in _runs(messages) if batches else [[m] for m in messages]:
+                for run in streams.runs(messages) if batches else [[m] for m in messages]:
                     yield run[0] if len(run) == 1 else agents_pb2.DispatcherMessage(
                         batch=agents_pb2.DispatcherMessages(messages=run))
                 if ready[-1] is _END:
@@ -264,22 +264,6 @@ def _pump(request_iterator, inbox: _Inbox) -> None:
     except Exception as exc:  # grpc.RpcError when the agent goes away: the reader re-raises it
         inbox.error = exc
     inbox.offer(_END)
-
-
-def _runs(messages: list, limit: int = BATCH_BYTES) -> list[list]:
-    """The messages in order, in runs of at most `limit` bytes each (a larger message is a run alone): 500
-    commands of large job documents in one message would pass gRPC's limit, and the stream would fail
-    on it at every reconnect."""
-    runs: list[list] = []
-    size = 0
-    for message in messages:
-        n = message.ByteSize()
-        if not runs or size + n > limit:
-            runs.append([])
-            size = 0
-        runs[-1].append(message)
-        size += n
-    return runs
 
 
 def _command(row) -> agents_pb2.Command:

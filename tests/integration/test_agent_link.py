@@ -214,8 +214,9 @@ def test_objects_of_a_job_the_dispatcher_never_had_are_left_alone_and_the_agent_
 def _raw_watch(dispatcher, rpc: str, token: str | None = None, **request):
     """The stream of Jobs.Watch or Jobs.WatchBatches itself, as each message arrives; and its channel."""
     channel = grpc.insecure_channel(dispatcher.address)
-    call = getattr(jobs_pb2_grpc.JobsStub(channel), rpc)(
-        jobs_pb2.WatchRequest(**request), metadata=[("authorization", f"Bearer {token or dispatcher.admin}")])
+    call = getattr(jobs_pb2_grpc.JobsStub(channel), rpc)(  # a deadline: a test waiting for too many never hangs
+        jobs_pb2.WatchRequest(**request), metadata=[("authorization", f"Bearer {token or dispatcher.admin}")],
+        timeout=30)
     return call, channel
 
 
@@ -274,6 +275,25 @@ def test_watch_batches_sends_the_events_read_together_in_one_message(dispatcher)
     for c, ch in ((call, channel), (resumed, again), (one, alone)):
         c.cancel()
         ch.close()
+
+
+def test_watch_batches_splits_a_poll_of_long_events_over_messages(dispatcher):
+    from dispatcher.store import jobs as job_store
+    from dispatcher.store.models import JobEvent
+    [job_id] = dispatcher.client.submit([job_doc(cpu="100")])
+    with dispatcher.sessions.begin() as session:  # 4 events of 1.5 MB each: 6 MB in one poll
+        for n in range(4):
+            session.add(JobEvent(job_id=job_id, attempt=0, from_state="QUEUED", to_state="QUEUED",
+                                 reason=str(n) * 1_500_000))
+        job_store.notify(session, job_store.EVENTS_CHANNEL)
+    call, channel = _raw_watch(dispatcher, "WatchBatches", job_id=job_id)
+    sizes = [len(next(call).events) for _ in range(2)]
+    assert sizes == [3, 2]  # one poll of 5 events: the submit's and two long ones under 4 MiB, then two
+    call.cancel()
+    channel.close()
+    with Client(ClientConfig(dispatcher.address, dispatcher.admin, timeout_s=10)) as client:
+        events = client.watch(job_id)
+        assert [e["reason"][:1] for e in (next(events) for _ in range(5))][1:] == ["0", "1", "2", "3"]
 
 
 @pytest.mark.parametrize("rpc", ["WatchBatches", "Watch"])
@@ -341,7 +361,7 @@ def test_an_agent_that_reads_batches_gets_the_commands_of_one_read_in_one_messag
 
 
 def test_commands_of_large_documents_are_split_over_messages(dispatcher):
-    from dispatcher.api.agents import BATCH_BYTES, _runs
+    from dispatcher.api.streams import RUN_BYTES, runs
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8,
                           reads_batches=True)
     agent.next("welcome")
@@ -349,13 +369,13 @@ def test_commands_of_large_documents_are_split_over_messages(dispatcher):
     big["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["args"] = ["x" * 900_000]
     ids = dispatcher.client.submit([big] * 5)  # 4.5 MB of commands in one outbox read
     assert sorted(agent.next("command").dispatch.job_id for _ in ids) == ids
-    assert agent.received == ["welcome", "batch", "command"]  # 4 in one message, under BATCH_BYTES; then 1
+    assert agent.received == ["welcome", "batch", "command"]  # 4 in one message, under RUN_BYTES; then 1
     # A message larger than the limit goes alone; the runs keep the order.
     small = lambda n: agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=n))
     huge = agents_pb2.DispatcherMessage(command=agents_pb2.Command(id=9, dispatch=agents_pb2.DispatchAttempt(
         spec_json="x" * 100)))
-    assert _runs([small(1), small(2), huge, small(3)], limit=50) == [[small(1), small(2)], [huge], [small(3)]]
-    assert _runs([]) == [] and BATCH_BYTES < 64 << 20
+    assert runs([small(1), small(2), huge, small(3)], limit=50) == [[small(1), small(2)], [huge], [small(3)]]
+    assert runs([]) == [] and RUN_BYTES < 64 << 20
     agent.close()
 
 
