@@ -317,10 +317,13 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
                 plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
                                   spend, usage=usage)
             preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
+            reasons = {i: r for i, r in plan.waits.items() if current.get(i) != r} \
+                if write_reasons or plan.preemptions else {}
+            # The reasons, the dispatches and, when the cycle began its transaction (not a caller's,
+            # joined), the COMMIT, in one round trip.
             dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
-                                            {job_id: d.record() for job_id, d in plan.bursts.items()})
-            if write_reasons or plan.preemptions:
-                job_store.set_reasons(session, {i: r for i, r in plan.waits.items() if current.get(i) != r})
+                                            {job_id: d.record() for job_id, d in plan.bursts.items()},
+                                            reasons=reasons, commit=isinstance(session.get_bind(), Engine))
     except BaseException:
         if parking is not None:
             parking.touch()  # what this cycle took may not have been planned: plan every queue next time

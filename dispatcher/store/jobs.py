@@ -409,55 +409,63 @@ class Dispatched:
     dispatched_at: datetime | None = None  # this dispatch (the transaction's time)
 
 
-def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None
-             ) -> list[Dispatched]:
+def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None,
+             reasons: dict[int, str] | None = None, commit: bool = False) -> list[Dispatched]:
     """Move queued jobs to DISPATCHED on their chosen clusters, all in the caller's transaction.
 
     One UPDATE for the batch, compare-and-set on QUEUED (a job cancelled meanwhile is skipped), then
     the attempts, events and outbox commands of exactly the jobs that moved. bursts: per job sent to a
     paid cluster, its burst decision (kept with the attempt; its summary is the event's reason).
+    reasons: first, set_reasons of other jobs. commit: then COMMIT, in the same round trip (the caller's
+    session then has nothing left to commit; nothing may follow in its transaction).
     """
     bursts = bursts or {}
-    if not decisions:
+    if not decisions and not commit:
+        set_reasons(session, reasons or {})
         return []
     from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
     conn = driver(session)
-    with conn.pipeline():  # the locks and the statement in one round trip, run in that order
-        lock_clusters(session, [cluster for _, cluster in decisions])
-        cursor = conn.execute(
-            """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[]))
-                         AS d(id, cluster)),
-               b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[]))
-                         AS b(id, doc)),
-               moved AS (
-                   UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
-                          cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
-                          started_at = NULL, finished_at = NULL
-                   FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
-                   RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
-               attempts_made AS (
-                   INSERT INTO attempts (job_id, attempt, cluster, state, burst)
-                   SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
-               events_made AS (
-                   INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
-                   SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
-                          'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
-                   FROM moved m LEFT JOIN b ON b.id = m.id),
-               commands AS (
-                   INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
-                   SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
-                   FROM moved m ORDER BY m.id
-                   RETURNING id, job_id),
-               -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
-               notified AS (
-                   SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
-                          + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
-               SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
-               FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
-            {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
-             "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
-             "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
-    return [Dispatched(*r) for r in cursor.fetchall()]
+    cursor = None
+    with conn.pipeline():  # the statements (and the commit) in one round trip, run in this order
+        set_reasons(session, reasons or {})
+        if decisions:
+            lock_clusters(session, [cluster for _, cluster in decisions])
+            cursor = conn.execute(
+                """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[]))
+                             AS d(id, cluster)),
+                   b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[]))
+                             AS b(id, doc)),
+                   moved AS (
+                       UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
+                              cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
+                              started_at = NULL, finished_at = NULL
+                       FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
+                       RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
+                   attempts_made AS (
+                       INSERT INTO attempts (job_id, attempt, cluster, state, burst)
+                       SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
+                   events_made AS (
+                       INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+                       SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
+                              'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
+                       FROM moved m LEFT JOIN b ON b.id = m.id),
+                   commands AS (
+                       INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
+                       SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
+                       FROM moved m ORDER BY m.id
+                       RETURNING id, job_id),
+                   -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
+                   notified AS (
+                       SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
+                              + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
+                   SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
+                   FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
+                {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
+                 "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
+                 "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
+        if commit:
+            conn.execute("COMMIT")
+    return [Dispatched(*r) for r in cursor.fetchall()] if cursor is not None else []
 
 
 def set_reasons(session: Session, reasons: dict[int, str]) -> None:

@@ -1,0 +1,98 @@
+"""A cycle's last round trip: its pending reasons, its dispatches and its COMMIT go to Postgres together
+(store.jobs.dispatch with commit=True), unless the cycle runs in a transaction it did not begin."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import sessionmaker
+
+from dispatcher import administering, submitting
+from dispatcher.scheduling import SchedulerSettings, run_cycle
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database
+from dispatcher.store import jobs as job_store
+from dispatcher.store.tokens import Principal
+from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
+from tests.integration.test_spine import job_doc
+
+ADMIN = Principal("root", "admin")
+NODE = {"cpu": 8000, "memory": 32 << 30}
+
+
+class World:
+    """One cluster with room for 8 cpus, one queue, one class."""
+
+    def __init__(self, db_url: str):
+        self.db = database.connect(database.DatabaseSettings(url=db_url))
+        self.sessions = sessionmaker(self.db.engine, expire_on_commit=False)
+        self.now = datetime.now(timezone.utc)
+        with self.sessions.begin() as session:
+            administering.apply(session, "test", [ServiceClassObject("standard", priority=500), QueueObject("default"),
+                                                  ClusterObject("c0", simulated=SimulatedSpec(1, NODE))])
+            cluster_store.record_capacity(session, "c0", {"allocatable": NODE, "free": NODE, "largestFreeNode": NODE},
+                                          0, self.now)
+
+    def submit(self, *cpus: str) -> list[int]:
+        with self.sessions.begin() as session:
+            return submitting.submit(session, ADMIN, submitting.parse(
+                [json.dumps(job_doc(cpu=cpu, serviceClass="standard")) for cpu in cpus]))
+
+    def jobs(self) -> dict[int, tuple[str, str]]:
+        """Each job's state and reason, read on another connection: what was committed."""
+        with self.db.engine.connect() as conn:
+            return {r[0]: (r[1], r[2]) for r in conn.execute(text("SELECT id, state, reason FROM jobs"))}
+
+    def count(self, table: str) -> int:
+        with self.db.engine.connect() as conn:
+            return conn.scalar(text(f"SELECT count(*) FROM {table}"))
+
+
+@pytest.fixture
+def world(db_url):
+    w = World(db_url)
+    yield w
+    w.db.close()
+
+
+def test_a_cycle_commits_its_dispatches_and_its_reasons_together(world):
+    first, second = world.submit("8", "1")  # the first takes the whole cluster
+    result = run_cycle(world.sessions, SchedulerSettings(), world.now)
+    assert result.dispatched == 1
+    jobs = world.jobs()
+    assert jobs[first] == ("DISPATCHED", "dispatched to c0")
+    assert jobs[second][0] == "QUEUED" and jobs[second][1] != job_store.SUBMITTED  # its reason, in the same commit
+    assert world.count("outbox") == 1
+
+
+def test_a_cycle_that_dispatches_nothing_still_writes_its_reasons(world):
+    [job] = world.submit("1")
+    with world.sessions.begin() as session:  # the cluster is full
+        cluster_store.record_capacity(session, "c0", {"allocatable": NODE, "free": {"cpu": 0, "memory": 0},
+                                                      "largestFreeNode": {"cpu": 0, "memory": 0}}, 0, world.now)
+    assert run_cycle(world.sessions, SchedulerSettings(), world.now).dispatched == 0
+    state, reason = world.jobs()[job]
+    assert state == "QUEUED" and reason != job_store.SUBMITTED
+
+
+def test_a_failed_dispatch_writes_no_reason_and_nothing_else(world):
+    first, second = world.submit("1", "1")
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):  # jobs.cluster: a cluster that does not exist
+        with world.sessions.begin() as session:
+            job_store.dispatch(session, [(first, "nowhere")], reasons={second: "a new reason"}, commit=True)
+    assert world.jobs() == {first: ("QUEUED", job_store.SUBMITTED), second: ("QUEUED", job_store.SUBMITTED)}
+    assert world.count("attempts") == 0 and world.count("outbox") == 0 and world.count("job_events") == 2
+
+
+def test_a_cycle_in_a_transaction_it_did_not_begin_leaves_the_commit_to_its_owner(world):
+    [job] = world.submit("1")
+    with world.db.engine.connect() as conn:  # as a shadow cycle runs (test_parking: Story.plain)
+        outer = conn.begin()
+        shadow = sessionmaker(bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        assert run_cycle(shadow, SchedulerSettings(), world.now).dispatched == 1
+        outer.rollback()
+    assert world.jobs()[job][0] == "QUEUED"
+    assert world.count("attempts") == 0 and world.count("outbox") == 0
