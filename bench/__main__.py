@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     def section(names: set[str], title: str) -> None:
         pg.checkpoint()  # each benchmark starts on a server with no write-back of the last one's left
+        run.part(title)
         load = os.getloadavg()[0]
         print(f"== {title} == (load average {load:.1f} on {os.cpu_count()} cpus)", flush=True)
         run.load[title] = f"{load:.1f}"
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if "e2e" in wanted:
             section({"e2e"}, "e2e")
             systems.end_to_end(pg, systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig(), run)
+    run.part(None)
     run.load["end"] = f"{os.getloadavg()[0]:.1f}"
     print(f"done in {time.monotonic() - began:.0f}s", flush=True)
     for name, config in run.configs.items():

@@ -64,12 +64,36 @@ class Run:
     configs: dict[str, dict] = field(default_factory=dict)  # per benchmark, its exact configuration
     notes: list[str] = field(default_factory=list)  # what did not run, and why
     load: dict[str, str] = field(default_factory=dict)  # 1-minute load average as each benchmark started
+    # The share of the machine's CPU time the hypervisor took (steal) during each benchmark: on a shared
+    # virtual machine the same code's figures move with it.
+    steal: dict[str, str] = field(default_factory=dict)
+    _part: tuple[str, tuple[int, int]] | None = None
+
+    def part(self, title: str | None) -> None:
+        """A benchmark starts (None: the last one ended): print and keep the steal share of the one before."""
+        now = cpu_times()
+        if self._part is not None:
+            name, (total, stolen) = self._part
+            if now[0] > total:
+                self.steal[name] = f"{(now[1] - stolen) / (now[0] - total):.0%}"
+                print(f"  CPU time stolen by the hypervisor during {name}: {self.steal[name]}", flush=True)
+        self._part = (title, now) if title is not None else None
 
     def add(self, figure: Figure) -> Figure:
         self.figures.append(figure)
         print(f"  {figure.name}: {figure.shown_value()}"
               + (f"   target {figure.shown_target()}: {figure.verdict()}" if figure.target else ""), flush=True)
         return figure
+
+
+def cpu_times() -> tuple[int, int]:
+    """(all, stolen) CPU time of the machine since boot, in clock ticks, from /proc/stat; (0, 0) without it."""
+    try:
+        ticks = [int(x) for x in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    # user nice system idle iowait irq softirq steal (guest time is already in user)
+    return sum(ticks), ticks[7] if len(ticks) > 7 else 0
 
 
 def machine() -> dict:
@@ -104,7 +128,8 @@ def record(run: Run, *, postgres: dict, doc: pathlib.Path = DOC) -> None:
     text = text[:end] + rows + text[end:]
     entry = [f"### {date}: `{run.command}`", "",
              f"- machine: {json.dumps(machine())}", f"- postgres: {json.dumps(postgres)}",
-             f"- load average (1 min) as each part started: {json.dumps(run.load)}"]
+             f"- load average (1 min) as each part started: {json.dumps(run.load)}",
+             f"- CPU time stolen by the hypervisor during each part (/proc/stat): {json.dumps(run.steal)}"]
     entry += [f"- {name}: {json.dumps(config)}" for name, config in run.configs.items()]
     entry += [f"- not run / limits: {note}" for note in run.notes]
     if RUNS_HEADING not in text:
