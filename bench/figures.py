@@ -10,6 +10,7 @@ import os
 import pathlib
 import platform
 import subprocess
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -64,20 +65,24 @@ class Run:
     configs: dict[str, dict] = field(default_factory=dict)  # per benchmark, its exact configuration
     notes: list[str] = field(default_factory=list)  # what did not run, and why
     load: dict[str, str] = field(default_factory=dict)  # 1-minute load average as each benchmark started
-    # The share of the machine's CPU time the hypervisor took (steal) during each benchmark: on a shared
-    # virtual machine the same code's figures move with it.
+    # The machine during each benchmark: the share of its CPU time the hypervisor took (steal), and how
+    # long a fixed piece of Python took as it started and as it ended (`cpu_probe_ms`). On a shared
+    # virtual machine the same code's figures move with both.
     steal: dict[str, str] = field(default_factory=dict)
-    _part: tuple[str, tuple[int, int]] | None = None
+    probe: dict[str, str] = field(default_factory=dict)
+    _part: tuple[str, tuple[int, int], float] | None = None
 
     def part(self, title: str | None) -> None:
-        """A benchmark starts (None: the last one ended): print and keep the steal share of the one before."""
-        now = cpu_times()
+        """A benchmark starts (None: the last one ended): print and keep what the machine did in the one before."""
+        probe, now = cpu_probe_ms(), cpu_times()
         if self._part is not None:
-            name, (total, stolen) = self._part
+            name, (total, stolen), began = self._part
+            self.probe[name] = f"{began:.0f} -> {probe:.0f} ms"
             if now[0] > total:
                 self.steal[name] = f"{(now[1] - stolen) / (now[0] - total):.0%}"
-                print(f"  CPU time stolen by the hypervisor during {name}: {self.steal[name]}", flush=True)
-        self._part = (title, now) if title is not None else None
+            print(f"  the machine during {name}: CPU time stolen {self.steal.get(name, '?')}, "
+                  f"probe {self.probe[name]}", flush=True)
+        self._part = (title, cpu_times(), probe) if title is not None else None
 
     def add(self, figure: Figure) -> Figure:
         self.figures.append(figure)
@@ -94,6 +99,20 @@ def cpu_times() -> tuple[int, int]:
         return 0, 0
     # user nice system idle iowait irq softirq steal (guest time is already in user)
     return sum(ticks), ticks[7] if len(ticks) > 7 else 0
+
+
+PROBE = "a loop of 1,000,000 integer steps in Python, best of 3"
+
+
+def cpu_probe_ms() -> float:
+    """How long PROBE takes now, in ms: this machine's speed at the moment. Here it moves by half within
+    seconds with no steal shown (159, 171 and 237 ms for 3,000,000 steps, 5 s apart, nothing else running)."""
+    def once() -> float:
+        began, total = time.perf_counter(), 0
+        for i in range(1_000_000):
+            total += i * i % 7
+        return time.perf_counter() - began
+    return min(once() for _ in range(3)) * 1000
 
 
 def machine() -> dict:
@@ -129,7 +148,8 @@ def record(run: Run, *, postgres: dict, doc: pathlib.Path = DOC) -> None:
     entry = [f"### {date}: `{run.command}`", "",
              f"- machine: {json.dumps(machine())}", f"- postgres: {json.dumps(postgres)}",
              f"- load average (1 min) as each part started: {json.dumps(run.load)}",
-             f"- CPU time stolen by the hypervisor during each part (/proc/stat): {json.dumps(run.steal)}"]
+             f"- CPU time stolen by the hypervisor during each part (/proc/stat): {json.dumps(run.steal)}",
+             f"- {PROBE}, as each part started and ended: {json.dumps(run.probe)}"]
     entry += [f"- {name}: {json.dumps(config)}" for name, config in run.configs.items()]
     entry += [f"- not run / limits: {note}" for note in run.notes]
     if RUNS_HEADING not in text:
