@@ -306,24 +306,31 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
             needs = active_needs(heads, clusters, quotas, classes, usage)
             active = _active(job_store.active_attempts(session, clusters=needs.clusters, timed=True), classes) \
                 if needs.timed else []
+            # A deep backlog's places go to Postgres while the rest is planned (job_store.DispatchAhead).
+            ahead = job_store.DispatchAhead(session, [c.name for c in clusters])
             try:
-                plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
-                                  spend, usage=usage, victims=not needs.victims)
-            except VictimsNeeded:
-                seen = {a.job_id for a in active}
-                active += [a for a in _active(job_store.active_attempts(
-                    session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
-                    queues=needs.queues), classes) if a.job_id not in seen]
-                plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
-                                  spend, usage=usage)
+                try:
+                    plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
+                                      spend, usage=usage, victims=not needs.victims, placed=ahead.placed)
+                except VictimsNeeded:
+                    ahead.undo()
+                    seen = {a.job_id for a in active}
+                    active += [a for a in _active(job_store.active_attempts(
+                        session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
+                        queues=needs.queues), classes) if a.job_id not in seen]
+                    plan = plan_cycle(heads, active, clusters, quotas, classes, holds or {}, now.timestamp(), rules,
+                                      spend, usage=usage, placed=ahead.placed)
+                dispatched = ahead.end()
+            finally:
+                ahead.close()
             preempted = sum(reports.preempt(session, p.victim, p.by, p.cluster) for p in plan.preemptions)
             reasons = {i: r for i, r in plan.waits.items() if current.get(i) != r} \
                 if write_reasons or plan.preemptions else {}
-            # The reasons, the dispatches and, when the cycle began its transaction (not a caller's,
-            # joined), the COMMIT, in one round trip.
-            dispatched = job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places],
-                                            {job_id: d.record() for job_id, d in plan.bursts.items()},
-                                            reasons=reasons, commit=isinstance(session.get_bind(), Engine))
+            # The reasons, the dispatches not sent ahead and, when the cycle began its transaction (not a
+            # caller's, joined), the COMMIT, in one round trip.
+            dispatched += job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places[ahead.sent:]],
+                                             {job_id: d.record() for job_id, d in plan.bursts.items()},
+                                             reasons=reasons, commit=isinstance(session.get_bind(), Engine))
     except BaseException:
         if parking is not None:
             parking.touch()  # what this cycle took may not have been planned: plan every queue next time

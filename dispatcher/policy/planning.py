@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from dispatcher.policy import bursting
@@ -184,7 +185,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
                now: float, rules: list[BurstRule] = (),
                spend: dict[tuple[str, str | None], Spend] | None = None, *,
                usage: dict[str, dict[str, int]] | None = None, victims: bool = True,
-               remember_failed_searches: bool = True) -> CyclePlan:
+               remember_failed_searches: bool = True,
+               placed: Callable[[list[Place], dict[int, BurstDecision]], None] | None = None) -> CyclePlan:
     """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
 
     usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
@@ -192,6 +194,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
     search is known to fail (the same search found nothing since the last change): the plain definition.
+    placed: called with the places and bursts so far after each head is considered (a place is never
+    taken back later in the cycle), so that the caller may write them while the rest is planned.
     """
     capacity: dict[str, int] = {}
     for c in clusters:
@@ -226,6 +230,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
         _consider(order.take(queue), tree, state, running, classes, out, now, burst)
+        if placed is not None:
+            placed(out.places, out.bursts)
         order.changed(queue)
         for p in out.preemptions[evicted:]:  # their queues' shares went down
             order.changed(active_queue[p.victim])

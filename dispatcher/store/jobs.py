@@ -419,7 +419,6 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
     reasons: first, set_reasons of other jobs. commit: then COMMIT, in the same round trip (the caller's
     session then has nothing left to commit; nothing may follow in its transaction).
     """
-    bursts = bursts or {}
     if not decisions and not commit:
         set_reasons(session, reasons or {})
         return []
@@ -430,42 +429,110 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
         set_reasons(session, reasons or {})
         if decisions:
             lock_clusters(session, [cluster for _, cluster in decisions])
-            cursor = conn.execute(
-                """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[]))
-                             AS d(id, cluster)),
-                   b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[]))
-                             AS b(id, doc)),
-                   moved AS (
-                       UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
-                              cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
-                              started_at = NULL, finished_at = NULL
-                       FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
-                       RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
-                   attempts_made AS (
-                       INSERT INTO attempts (job_id, attempt, cluster, state, burst)
-                       SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
-                   events_made AS (
-                       INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
-                       SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
-                              'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
-                       FROM moved m LEFT JOIN b ON b.id = m.id),
-                   commands AS (
-                       INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
-                       SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
-                       FROM moved m ORDER BY m.id
-                       RETURNING id, job_id),
-                   -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
-                   notified AS (
-                       SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
-                              + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
-                   SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
-                   FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
-                {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
-                 "burst_ids": list(bursts), "burst_docs": [json.dumps(doc) for doc in bursts.values()],
-                 "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
+            cursor = _send_dispatch(conn, decisions, bursts or {})
         if commit:
             conn.execute("COMMIT")
     return [Dispatched(*r) for r in cursor.fetchall()] if cursor is not None else []
+
+
+def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dict]):
+    """dispatch's statement, sent on psycopg connection `conn`; its cursor (rows: Dispatched's fields)."""
+    return conn.execute(
+        """WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
+           b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
+           moved AS (
+               UPDATE jobs SET state = 'DISPATCHED', reason = 'dispatched to ' || d.cluster,
+                      cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
+                      started_at = NULL, finished_at = NULL
+               FROM d WHERE jobs.id = d.id AND jobs.state = 'QUEUED'
+               RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
+           attempts_made AS (
+               INSERT INTO attempts (job_id, attempt, cluster, state, burst)
+               SELECT m.id, m.attempt, m.cluster, 'DISPATCHED', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
+           events_made AS (
+               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+               SELECT m.id, m.attempt, 'QUEUED', 'DISPATCHED',
+                      'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
+               FROM moved m LEFT JOIN b ON b.id = m.id),
+           commands AS (
+               INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
+               SELECT m.cluster, 'dispatch', m.id, m.attempt, '{}'::jsonb
+               FROM moved m ORDER BY m.id
+               RETURNING id, job_id),
+           -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
+           notified AS (
+               SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
+                      + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
+           SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
+           FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
+        {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
+         "burst_ids": [i for i, _ in decisions if i in bursts],
+         "burst_docs": [json.dumps(bursts[i]) for i, _ in decisions if i in bursts],
+         "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
+
+
+class DispatchAhead:
+    """A cycle's dispatches sent while it is still planning, in parts of AHEAD jobs, so that Postgres
+    writes one part on one core while Python plans the next on the other (a deep backlog's cycle places
+    tens of thousands of jobs; planning and writing them one after the other left each core idle half
+    the time). What is sent is `dispatch`'s statement, in the same transaction, before anything else
+    the cycle writes; `end` collects what moved and leaves the rest of the plan to `dispatch`.
+
+    The first part takes the outbox locks of every cluster the cycle may place on (in name order, as
+    `lock_clusters` always does: locks taken part by part would not be). `undo` takes back every part
+    sent (a savepoint before the first), for a plan that is thrown away and made again.
+
+    A part's rows come back while the next is planned (psycopg's pipeline mode reads them at each
+    send); AHEAD keeps a part's rows within what the socket holds, so Postgres never waits on them.
+    """
+
+    AHEAD = 2_000
+
+    def __init__(self, session: Session, clusters: list[str]):
+        self._session, self._clusters = session, clusters
+        self._pipeline = None
+        self._cursors: list = []
+        self.sent = 0  # how many of the plan's places were sent
+
+    def placed(self, places: list, bursts: dict) -> None:
+        """The plan so far (its places, each with .job_id and .cluster; bursts by job id, with .record()):
+        sends the places not yet sent, once there are AHEAD of them."""
+        if len(places) - self.sent < self.AHEAD:
+            return
+        conn = driver(self._session)
+        if self._pipeline is None:
+            from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
+            self._pipeline = conn.pipeline()
+            self._pipeline.__enter__()
+            if not self._cursors:
+                conn.execute("SAVEPOINT dispatch_ahead")
+                lock_clusters(self._session, self._clusters)
+        part = [(p.job_id, p.cluster) for p in places[self.sent:]]
+        self._cursors.append(_send_dispatch(conn, part, {i: bursts[i].record() for i, _ in part if i in bursts}))
+        self.sent = len(places)
+
+    def end(self) -> list[Dispatched]:
+        """Waits for every part sent; what they moved."""
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)
+        return [Dispatched(*r) for cursor in self._cursors for r in cursor.fetchall()]
+
+    def undo(self) -> None:
+        """Take back every part sent."""
+        self.end()
+        if self._cursors:
+            driver(self._session).execute("ROLLBACK TO SAVEPOINT dispatch_ahead")
+        self._cursors, self.sent = [], 0
+
+    def close(self) -> None:
+        """Leave pipeline mode, on the way out of a failed cycle (its transaction is rolled back)."""
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            try:
+                pipeline.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the cycle's own error is the one that counts
+                pass
 
 
 def set_reasons(session: Session, reasons: dict[int, str]) -> None:

@@ -24,22 +24,25 @@ NODE = {"cpu": 8000, "memory": 32 << 30}
 
 
 class World:
-    """One cluster with room for 8 cpus, one queue, one class."""
+    """Clusters with room for 8 cpus each (by default one, c0), one queue, the classes given (by default
+    one, standard)."""
 
-    def __init__(self, db_url: str):
+    def __init__(self, db_url: str, clusters: tuple[str, ...] = ("c0",),
+                 classes: tuple[ServiceClassObject, ...] = (ServiceClassObject("standard", priority=500),)):
         self.db = database.connect(database.DatabaseSettings(url=db_url))
         self.sessions = sessionmaker(self.db.engine, expire_on_commit=False)
         self.now = datetime.now(timezone.utc)
         with self.sessions.begin() as session:
-            administering.apply(session, "test", [ServiceClassObject("standard", priority=500), QueueObject("default"),
-                                                  ClusterObject("c0", simulated=SimulatedSpec(1, NODE))])
-            cluster_store.record_capacity(session, "c0", {"allocatable": NODE, "free": NODE, "largestFreeNode": NODE},
-                                          0, self.now)
+            administering.apply(session, "test", [*classes, QueueObject("default"),
+                                                  *[ClusterObject(c, simulated=SimulatedSpec(1, NODE)) for c in clusters]])
+            for c in clusters:
+                cluster_store.record_capacity(session, c, {"allocatable": NODE, "free": NODE, "largestFreeNode": NODE},
+                                              0, self.now)
 
-    def submit(self, *cpus: str) -> list[int]:
+    def submit(self, *cpus: str, service_class: str = "standard") -> list[int]:
         with self.sessions.begin() as session:
             return submitting.submit(session, ADMIN, submitting.parse(
-                [json.dumps(job_doc(cpu=cpu, serviceClass="standard")) for cpu in cpus]))
+                [json.dumps(job_doc(cpu=cpu, serviceClass=service_class)) for cpu in cpus]))
 
     def jobs(self) -> dict[int, tuple[str, str]]:
         """Each job's state and reason, read on another connection: what was committed."""
