@@ -123,9 +123,9 @@ def _candidates(rows: list[tuple], now: float, avoid: dict[int, tuple[str, ...]]
          preempted_by, _attempt, max_runtime) in rows:
         shape = shapes.get((requests, largest_pod, placement, max_runtime))
         if shape is None:
-            for text in (requests, largest_pod, placement):
-                if text not in decoded:
-                    decoded[text] = json.loads(text) if text else {}
+            for document in (requests, largest_pod, placement):
+                if document not in decoded:
+                    decoded[document] = json.loads(document) if document else {}
             where = decoded[placement] or {}
             shape = shapes[(requests, largest_pod, placement, max_runtime)] = (
                 decoded[requests], decoded[largest_pod], dict(where.get("clusterSelector", {})),
@@ -189,6 +189,13 @@ class Parking:
     A wake-up naming no queue, or the listener reconnecting, has every queue planned again. A parked
     queue costs a cycle nothing and keeps the reasons last written for its jobs.
 
+    A submit's wake-up also gives the queue order of its best new job (store.jobs.submit_wake). When the
+    parking cycle read a parked queue's heads to the limit (`per_queue`: more may wait behind them) and
+    the new job comes after the last head it read, the heads a cycle would read are the same ones and
+    the submit changes nothing: it wakes no cycle (`touch` returns False). Such a submit is kept until
+    the next settle, which has the queue planned after all when its heads changed meanwhile and the job
+    is no longer behind them (`rewake`).
+
     `touch` runs on the notifier's thread; the rest on the scheduler's.
     """
 
@@ -198,17 +205,36 @@ class Parking:
         self.inputs: tuple | None = None  # the inputs under which the parked queues' heads could not start
         self.until = math.inf  # epoch seconds: when a parked head's verdict may change by itself
         self.waiting: dict[str, int] = {}  # per parked queue, how many of its heads wait
+        # Per parked queue whose heads were read to the limit, its last head's order key (see _order).
+        self._last: dict[str, tuple[int, int, int]] = {}
+        self._behind: dict[str, tuple[int, int, int]] = {}  # per queue, the best submit let pass since the last settle
+        self._rewake = False
 
-    def touch(self, queue: str = "") -> None:
-        """Plan `queue` in the next cycle (every queue when ""). ROOM names no queue: what changed (a
-        cluster's capacity, a queue's usage) is among the inputs `only` compares."""
-        if queue == job_store.ROOM:
-            return
+    def touch(self, payload: str = "") -> bool:
+        """Plan a queue in the next cycle: a queue's name, optionally with the order of a submit's best
+        new job (store.jobs.submit_wake); every queue when "". ROOM names no queue: what changed (a
+        cluster's capacity, a queue's usage) is among the inputs `only` compares. False: a submit behind
+        a parked queue's heads, which needs no cycle."""
+        if payload == job_store.ROOM:
+            return True
+        queue, _, order = payload.partition(" ")
         with self._lock:
             if not queue:
                 self._dirty = None
             elif self._dirty is not None:
+                last = self._last.get(queue)
+                if order and last is not None and (key := _order(order)) > last:
+                    self._behind[queue] = min(key, self._behind.get(queue, key))
+                    return False
                 self._dirty.add(queue)
+        return True
+
+    def rewake(self) -> bool:
+        """Whether the last settle has queues planned again for submits it had let pass (the caller then
+        runs a cycle for them); asked once."""
+        with self._lock:
+            rewake, self._rewake = self._rewake, False
+            return rewake
 
     def take(self) -> set[str] | None:
         """The queues touched since the last take (None: every queue), forgotten by this take."""
@@ -228,26 +254,54 @@ class Parking:
         return sorted(dirty)
 
     def settle(self, inputs: tuple, only: list[str] | None, heads: dict[str, list[Candidate]], waits: dict[int, str],
-               quiet: bool, reasons_written: bool, classes: dict[str, ClassPolicy], now: float) -> int:
-        """Take a cycle's outcome (`only`: the queues it was limited to, None for all); returns how many
-        heads wait, those of parked queues included."""
+               quiet: bool, reasons_written: bool, classes: dict[str, ClassPolicy], now: float,
+               per_queue: int = 0) -> int:
+        """Take a cycle's outcome (`only`: the queues it was limited to, None for all; `per_queue`: the
+        most heads it read of a queue); returns how many heads wait, those of parked queues included."""
         if not quiet or (only is None and not reasons_written):
             self.inputs, self.waiting, self.until = None, {}, math.inf
+            with self._lock:
+                self._last = {}
+                self._settle_behind()
             return len(waits)
-        if only is None:
-            self.waiting, self.until = {}, math.inf
-        for queue in only or ():
-            self.waiting.pop(queue, None)
-            if not reasons_written:  # their new reasons are not written yet: plan them again when they are
-                self.touch(queue)
-        for queue, candidates in heads.items():
-            self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
-            for c in candidates:
-                cls = classes.get(c.service_class)
-                if cls is not None and cls.reservation_after_s is not None and c.waited_s < cls.reservation_after_s:
-                    self.until = min(self.until, now + cls.reservation_after_s - c.waited_s)
+        with self._lock:
+            if only is None:
+                self.waiting, self.until, self._last = {}, math.inf, {}
+            for queue in only or ():
+                self.waiting.pop(queue, None)
+                self._last.pop(queue, None)
+                if not reasons_written and self._dirty is not None:  # their new reasons are not written
+                    self._dirty.add(queue)  # yet: plan them again when they are
+            for queue, candidates in heads.items():
+                self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
+                if per_queue and len(candidates) >= per_queue:
+                    last = candidates[-1]
+                    self._last[queue] = (-last.class_priority, -last.priority, last.job.id)
+                for c in candidates:
+                    cls = classes.get(c.service_class)
+                    if cls is not None and cls.reservation_after_s is not None and c.waited_s < cls.reservation_after_s:
+                        self.until = min(self.until, now + cls.reservation_after_s - c.waited_s)
+            self._settle_behind()
         self.inputs = inputs
         return sum(self.waiting.values())
+
+    def _settle_behind(self) -> None:
+        """The submits let pass since the last settle, against the heads now parked (under the lock): a
+        queue whose best one is not behind its last head any more is planned again."""
+        for queue, key in self._behind.items():
+            last = self._last.get(queue)
+            if last is None or key < last:
+                if self._dirty is not None:
+                    self._dirty.add(queue)
+                self._rewake = True
+        self._behind = {}
+
+
+def _order(text: str) -> tuple[int, int, int]:
+    """A job's place in its queue's order, comparable with < (earlier first), from a wake-up's
+    "class_priority priority id"."""
+    class_priority, priority, job_id = text.split()
+    return -int(class_priority), -int(priority), int(job_id)
 
 
 def _inputs(digest: str, clusters: list, usage: dict, spend: dict) -> tuple:
@@ -338,7 +392,8 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
     waiting = len(plan.waits)
     if parking is not None:
         quiet = not (plan.places or plan.preemptions or plan.holds or needs.timed or avoid)
-        waiting = parking.settle(inputs, only, heads, plan.waits, quiet, write_reasons, classes, now.timestamp())
+        waiting = parking.settle(inputs, only, heads, plan.waits, quiet, write_reasons, classes, now.timestamp(),
+                                 settings.per_queue)
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
     more = any(n >= settings.per_queue for n in Counter(r[1] for r in rows).values())
@@ -374,7 +429,8 @@ class Scheduler:
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
 
     def _woken(self, payload: str) -> None:
-        self._parking.touch(payload)  # a queue's name, ROOM, or "" for anything
+        if not self._parking.touch(payload):  # a queue's name (with a submit's order), ROOM, or "" for anything
+            return  # a submit behind a parked queue's heads: no cycle would read it
         if payload != job_store.ROOM:
             self._work.set()
         self._wake.set()
@@ -466,6 +522,9 @@ class Scheduler:
                                write_reasons=write_reasons, leader_pid=lock_conn.info.backend_pid,
                                config=self._config, parking=self._parking)
             self._holds = result.holds
+            if self._parking.rewake():  # submits let pass while this cycle ran are among the heads after all
+                self._work.set()
+                self._wake.set()
             if self._metrics is not None:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
                                             result.first_waits)

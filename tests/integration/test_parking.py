@@ -231,3 +231,38 @@ def test_time_alone_unparks_a_head_that_reaches_its_reservation_time(db_url):
         assert result.planned is None and job_id in result.holds
     finally:
         story.close()
+
+
+def test_a_submit_behind_the_heads_of_a_full_parked_queue_is_left_out_and_decides_what_planning_every_queue_does(
+        db_url):
+    story = Story(db_url)
+
+    def submit(name: str, priority: int) -> None:
+        with story.sessions.begin() as session:
+            submitting.submit(session, ADMIN, submitting.parse([json.dumps(
+                job_doc(name=name, cpu="1", queue="q0", priority=priority))]))
+        story.sync()
+
+    def reason(name: str) -> str:
+        with story.db.engine.connect() as conn:
+            return conn.execute(text("SELECT reason FROM jobs WHERE name = :n"), {"n": name}).scalar()
+
+    try:
+        with story.sessions.begin() as session:
+            story.take_all(session)
+            submitting.submit(session, ADMIN, submitting.parse([json.dumps(
+                job_doc(name=f"head-{i}", cpu="1", queue="q0", priority=5)) for i in range(6)]))
+        story.sync()
+        assert story.parked()[1].planned is None  # q0 read to its 4 heads; 2 more behind them
+        submit("behind", 0)  # after the fourth head: the heads a cycle reads are the same
+        expected, _ = story.plain()
+        jobs, result = story.parked()
+        assert result.planned == 0 and jobs == expected
+        assert reason("behind") == job_store.SUBMITTED  # not looked at, as every job behind the heads
+        submit("ahead", 9)  # before the first head: q0 is planned again
+        expected, _ = story.plain()
+        jobs, result = story.parked()
+        assert result.planned == 1 and jobs == expected
+        assert reason("ahead") != job_store.SUBMITTED
+    finally:
+        story.close()

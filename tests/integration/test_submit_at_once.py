@@ -58,7 +58,9 @@ def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(s
         second = submitter.submit(ALICE, submitting.parse([json.dumps(d) for d in docs]))
         notes = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=2))
     assert at_once == [False, True]
-    assert notes == [("sluice_events", ""), ("sluice_wake", "default")]
+    with psycopg.connect(libpq) as conn:
+        [(class_priority,)] = conn.execute("SELECT class_priority FROM jobs WHERE id = %s", (second[0],)).fetchall()
+    assert notes == [("sluice_events", ""), ("sluice_wake", job_store.submit_wake("default", class_priority, 0, second[0]))]
     assert second == sorted(second) and min(second) > max(first)
     columns = """name, queue, service_class, class_priority, priority, max_retries, spec, requests, largest_pod,
                  placement, labels, submitted_by, state, reason, cluster, attempt"""

@@ -18,6 +18,7 @@ from dispatcher import administering, submitting
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
+from dispatcher.store import jobs as job_store
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects, load_objects
 from tests.integration.test_spine import job_doc
@@ -208,7 +209,10 @@ def test_a_write_wakes_the_scheduler_and_the_watchers_once(store):
     with psycopg.connect(libpq, autocommit=True) as listener:
         listener.execute("LISTEN sluice_wake")
         listener.execute("LISTEN sluice_events")
-        submitting.Submitter(sessions).submit(ADMIN, _specs(["a", "b", "c"]))
+        ids = submitting.Submitter(sessions).submit(ADMIN, _specs(["a", "b", "c"]))
         got = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=3))
-    # The wake-up names the queue that got jobs (the scheduler plans it even while others are parked).
-    assert got == [("sluice_events", ""), ("sluice_wake", "default")]
+    # The wake-up names the queue that got jobs (the scheduler plans it even while others are parked),
+    # with its best new job's order: all three alike, so the first.
+    with psycopg.connect(libpq) as conn:
+        [(class_priority,)] = conn.execute("SELECT class_priority FROM jobs WHERE id = %s", (ids[0],)).fetchall()
+    assert got == [("sluice_events", ""), ("sluice_wake", job_store.submit_wake("default", class_priority, 0, ids[0]))]
