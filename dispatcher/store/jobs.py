@@ -175,7 +175,8 @@ def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
     encoded once per shape)."""
     best: dict[str, NewJob] = {}
     for j in jobs:
-        if j.queue not in best or (j.class_priority, j.priority) > (best[j.queue].class_priority, best[j.queue].priority):
+        b = best.get(j.queue)
+        if b is None or (j.class_priority, j.priority) > (b.class_priority, b.priority):
             best[j.queue] = j
     # The ids are drawn with the notifications: each wake-up gives 0 for its job's id, as if it came first
     # among the jobs of its class priority and priority (never passed over when it might not be behind).

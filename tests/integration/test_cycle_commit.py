@@ -33,8 +33,8 @@ class World:
         self.sessions = sessionmaker(self.db.engine, expire_on_commit=False)
         self.now = datetime.now(timezone.utc)
         with self.sessions.begin() as session:
-            administering.apply(session, "test", [*classes, QueueObject("default"),
-                                                  *[ClusterObject(c, simulated=SimulatedSpec(1, NODE)) for c in clusters]])
+            administering.apply(session, "test", [*classes, QueueObject("default"), *[
+                ClusterObject(c, simulated=SimulatedSpec(1, NODE)) for c in clusters]])
             for c in clusters:
                 cluster_store.record_capacity(session, c, {"allocatable": NODE, "free": NODE, "largestFreeNode": NODE},
                                               0, self.now)

@@ -60,7 +60,8 @@ def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(s
     assert at_once == [False, True]
     with psycopg.connect(libpq) as conn:
         [(class_priority,)] = conn.execute("SELECT class_priority FROM jobs WHERE id = %s", (second[0],)).fetchall()
-    assert notes == [("sluice_events", ""), ("sluice_wake", job_store.submit_wake("default", class_priority, 0, second[0]))]
+    wake = job_store.submit_wake("default", class_priority, 0, second[0])  # the best new job: the first
+    assert notes == [("sluice_events", ""), ("sluice_wake", wake)]
     assert second == sorted(second) and min(second) > max(first)
     columns = """name, queue, service_class, class_priority, priority, max_retries, spec, requests, largest_pod,
                  placement, labels, submitted_by, state, reason, cluster, attempt"""
