@@ -223,7 +223,8 @@ class Parking:
                 self._dirty = None
             elif self._dirty is not None:
                 last = self._last.get(queue)
-                if order and last is not None and (key := _order(order)) > last:
+                key = _order(order) if order and last is not None else None
+                if key is not None and key > last:
                     self._behind[queue] = min(key, self._behind.get(queue, key))
                     return False
                 self._dirty.add(queue)
@@ -297,11 +298,14 @@ class Parking:
         self._behind = {}
 
 
-def _order(text: str) -> tuple[int, int, int]:
+def _order(text: str) -> tuple[int, int, int] | None:
     """A job's place in its queue's order, comparable with < (earlier first), from a wake-up's
-    "class_priority priority id"."""
-    class_priority, priority, job_id = text.split()
-    return -int(class_priority), -int(priority), int(job_id)
+    "class_priority priority id"; None for anything else (the queue is then planned, as for its name)."""
+    try:
+        class_priority, priority, job_id = map(int, text.split())
+    except ValueError:
+        return None
+    return -class_priority, -priority, job_id
 
 
 def _inputs(digest: str, clusters: list, usage: dict, spend: dict) -> tuple:

@@ -84,3 +84,10 @@ def test_a_cycle_that_starts_something_unparks_and_replans_what_was_let_pass():
                    per_queue=PER_QUEUE)
     assert parking.rewake() is True  # the next cycle plans every queue (nothing is parked)
     assert parking.touch(submit_wake("q", 500, 0, 21)) is True
+
+
+def test_a_wake_up_whose_order_cannot_be_read_plans_its_queue():
+    for payload in ("q 500 5", "q 500 5 9 1", "q five 5 9", "q 500 5 9.5", "q  "):
+        parking = parked([head(1), head(2), head(3), head(4)])
+        assert parking.touch(payload) is True
+        assert parking.take() == {"q"}
