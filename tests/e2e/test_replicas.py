@@ -148,7 +148,8 @@ def leaders(replicas: list[Replica]) -> list[Replica]:
 
 
 class LeaderWatch:
-    """Scrapes every live replica's leader gauge twice a second: the most replicas seen leading at once."""
+    """Scrapes every live replica's leader gauge five times a second: the most replicas seen leading at once.
+    (Twice a second saw only 10 scrapes in a run once: the 5,000 jobs had gone through in about 5 s.)"""
 
     def __init__(self, replicas: list[Replica]):
         self.replicas, self.most, self.scrapes = replicas, 0, 0
@@ -157,7 +158,7 @@ class LeaderWatch:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(0.2):
             try:
                 self.most = max(self.most, len(leaders(self.replicas)))
                 self.scrapes += 1
