@@ -82,7 +82,7 @@ class Run:
                 self.steal[name] = f"{(now[1] - stolen) / (now[0] - total):.0%}"
             print(f"  the machine during {name}: CPU time stolen {self.steal.get(name, '?')}, "
                   f"probe {self.probe[name]}", flush=True)
-        self._part = (title, cpu_times(), probe) if title is not None else None
+        self._part = (title, now, probe) if title is not None else None
 
     def add(self, figure: Figure) -> Figure:
         self.figures.append(figure)

@@ -277,7 +277,7 @@ class Parking:
                 self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
                 if per_queue and len(candidates) >= per_queue:
                     last = candidates[-1]
-                    self._last[queue] = (-last.class_priority, -last.priority, last.job.id)
+                    self._last[queue] = _order_key(last.class_priority, last.priority, last.job.id)
                 for c in candidates:
                     cls = classes.get(c.service_class)
                     if cls is not None and cls.reservation_after_s is not None and c.waited_s < cls.reservation_after_s:
@@ -302,9 +302,13 @@ def _order(text: str) -> tuple[int, int, int] | None:
     """A job's place in its queue's order, comparable with < (earlier first), from a wake-up's
     "class_priority priority id"; None for anything else (the queue is then planned, as for its name)."""
     try:
-        class_priority, priority, job_id = map(int, text.split())
-    except ValueError:
+        return _order_key(*map(int, text.split()))
+    except (TypeError, ValueError):
         return None
+
+
+def _order_key(class_priority: int, priority: int, job_id: int) -> tuple[int, int, int]:
+    """The queue order's key (store.jobs.queue_heads: class priority and priority descending, then id)."""
     return -class_priority, -priority, job_id
 
 
@@ -386,8 +390,10 @@ def run_cycle(sessions: sessionmaker, settings: SchedulerSettings, now: datetime
                 if write_reasons or plan.preemptions else {}
             # The reasons, the dispatches not sent ahead and, when the cycle began its transaction (not a
             # caller's, joined), the COMMIT, in one round trip.
-            dispatched += job_store.dispatch(session, [(p.job_id, p.cluster) for p in plan.places[ahead.sent:]],
-                                             {job_id: d.record() for job_id, d in plan.bursts.items()},
+            rest = plan.places[ahead.sent:]
+            dispatched += job_store.dispatch(session, [(p.job_id, p.cluster) for p in rest],
+                                             {p.job_id: plan.bursts[p.job_id].record() for p in rest
+                                              if p.job_id in plan.bursts},
                                              reasons=reasons, commit=isinstance(session.get_bind(), Engine))
     except BaseException:
         if parking is not None:

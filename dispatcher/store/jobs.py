@@ -519,13 +519,12 @@ class DispatchAhead:
         if len(places) - self.sent < self.AHEAD:
             return
         conn = driver(self._session)
-        if self._pipeline is None:
+        if self._pipeline is None:  # the first part (of this plan's making)
             from dispatcher.store.outbox import lock_clusters  # outbox.py builds on this module
             self._pipeline = conn.pipeline()
             self._pipeline.__enter__()
-            if not self._cursors:
-                conn.execute("SAVEPOINT dispatch_ahead")
-                lock_clusters(self._session, self._clusters)
+            conn.execute("SAVEPOINT dispatch_ahead")
+            lock_clusters(self._session, self._clusters)
         part = [(p.job_id, p.cluster) for p in places[self.sent:]]
         self._cursors.append(_send_dispatch(conn, part, {i: bursts[i].record() for i, _ in part if i in bursts}))
         self.sent = len(places)
