@@ -43,6 +43,10 @@ MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited se
 class ServerSettings:
     listen: str = "127.0.0.1:7070"  # host:port; port 0 picks a free one
     workers: int = 64  # threads for RPCs; every connected agent and watch holds one
+    # Submit streams (Jobs.SubmitStream) open at once; each holds one of `workers` while open, and a client
+    # keeps one only while it submits again and again (sluice.client). One more is refused, and its client
+    # submits by unary calls. 0: none (every client uses unary calls).
+    submit_streams: int = 16
     heartbeat_s: float = 1.0  # how often agents report capacity
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -102,7 +106,8 @@ class Dispatcher:
                                   options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
         jobs_pb2_grpc.add_JobsServicer_to_server(
-            JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable), self.server)
+            JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
+                        submit_streams=settings.submit_streams), self.server)
         agents_pb2_grpc.add_AgentsServicer_to_server(
             AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
                           metrics=self.metrics), self.server)

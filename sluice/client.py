@@ -6,6 +6,9 @@ Kubernetes client.
 from __future__ import annotations
 
 import json
+import queue
+import threading
+import time
 from typing import Iterable, Iterator
 
 import grpc
@@ -16,6 +19,8 @@ from sluice.spec import JobSpec
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
 SUBMIT_BATCH = 1000
+STREAM_S = 60.0  # how long a submit stream takes requests; it lives timeout_s longer, so none meets its end
+STREAM_MARK = ("sluice-submit-stream", "1")  # the header a server sends once it has taken a submit stream
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -69,6 +74,112 @@ def _resources(r: jobs_pb2.Resources) -> dict[str, str]:
     return format_resources(dict(r.milli))
 
 
+class _SubmitStream:
+    """One Jobs.SubmitStream call, taking one request at a time, read by the caller itself. A gRPC
+    response iterator waits without a timeout, so one watchdog thread (`_Watchdog`) cancels a stream whose
+    request is overdue. (Reading the answers on a thread of the stream's own, to wait for them with a
+    timeout, cost each client 30-50 us of CPU a request, and 7 % of the jobs/s.)"""
+
+    def __init__(self, stub: jobs_pb2_grpc.JobsStub, metadata: list, timeout_s: float):
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.usable_until = time.monotonic() + STREAM_S
+        self.broken = False
+        self._due: float | None = None  # while waiting: when the wait is overdue
+        self._overdue = False
+        self._lock = threading.Lock()  # the caller's wait and the watchdog's verdict, one at a time
+        self._responses = stub.SubmitStream(iter(self._requests.get, None), metadata=metadata,
+                                            timeout=STREAM_S + timeout_s)
+
+    def opened(self, deadline: float) -> str:
+        """"open" once the server has taken the stream; else why not (a status code name)."""
+        _WATCHDOG.watch(self)
+        self._wait(deadline)
+        try:
+            taken = STREAM_MARK in (self._responses.initial_metadata() or ())
+        finally:
+            self._wait(None)
+        if taken:
+            return "open"
+        if self._overdue:
+            return "DEADLINE_EXCEEDED"
+        code = self._responses.code()  # ended without taking it
+        return code.name if code is not None else "UNKNOWN"
+
+    def call(self, request: jobs_pb2.SubmitRequest, deadline: float) -> jobs_pb2.SubmitResponse:
+        self._wait(deadline)
+        self._requests.put(request)
+        try:
+            return next(self._responses)
+        except StopIteration:
+            self.broken = True
+            raise ClientError("UNAVAILABLE", "the submit stream ended before answering") from None
+        except grpc.RpcError as exc:
+            self.broken = True
+            if self._overdue:
+                raise ClientError("DEADLINE_EXCEEDED", "Deadline Exceeded") from None
+            raise ClientError(exc.code().name, exc.details() or exc.code().name) from None
+        finally:
+            self._wait(None)
+
+    def usable(self, now: float) -> bool:
+        """Whether a request may go on it: it has broken, nor ended (a server going away ends its streams),
+        nor come near its deadline."""
+        return not self.broken and now < self.usable_until and not self._responses.done()
+
+    def _wait(self, due: float | None) -> None:
+        with self._lock:
+            self._due = due
+
+    def expire(self, now: float) -> bool:
+        """The watchdog's look: cancel the stream if its wait is past due; whether it is done with."""
+        with self._lock:
+            if self._due is not None and self._due <= now:
+                self._overdue = True
+                self.close()
+        return self.broken or self._responses.done()
+
+    def close(self) -> None:
+        self.broken = True
+        self._requests.put(None)
+        self._responses.cancel()
+
+
+class _Watchdog:
+    """One thread for every submit stream of the process: it cancels a stream whose wait is past due, looking
+    every TICK_S while any stream is open (a thread per wait, or per stream, costs more than the wait), and
+    forgets it once it is closed or has ended."""
+
+    TICK_S = 0.1
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._streams: set[_SubmitStream] = set()
+        self._running = False
+
+    def watch(self, stream: _SubmitStream) -> None:
+        with self._lock:
+            self._streams.add(stream)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="sluice-submit-watchdog", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.TICK_S)
+            with self._lock:
+                streams = list(self._streams)
+            now = time.monotonic()
+            done = {stream for stream in streams if stream.expire(now)}
+            with self._lock:
+                self._streams -= done
+                if not self._streams:
+                    self._running = False
+                    return
+
+
+_WATCHDOG = _Watchdog()
+
+
 class Client:
     def __init__(self, config: ClientConfig):
         self.config = config
@@ -76,8 +187,16 @@ class Client:
             ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
         self._jobs = jobs_pb2_grpc.JobsStub(self._channel)
         self._metadata = [("authorization", f"Bearer {config.token}")]
+        self._submitted = False  # the first Submit goes as a call: a client that submits once opens no stream
+        self._stream: _SubmitStream | None = None
+        self._stream_lock = threading.Lock()  # one request at a time on the stream; other threads use calls
+        self._streams_from = 0.0  # monotonic time from which streams may be tried again
 
     def close(self) -> None:
+        with self._stream_lock:
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -99,9 +218,44 @@ class Client:
         docs = [_encode(j.to_document(share_templates=True) if isinstance(j, JobSpec) else j) for j in jobs]
         ids: list[int] = []
         for start in range(0, len(docs), SUBMIT_BATCH):
-            reply = self._call(self._jobs.Submit, jobs_pb2.SubmitRequest(specs_json=docs[start:start + SUBMIT_BATCH]))
-            ids.extend(reply.ids)
+            ids.extend(self._submit(jobs_pb2.SubmitRequest(specs_json=docs[start:start + SUBMIT_BATCH])).ids)
         return ids
+
+    def _submit(self, request: jobs_pb2.SubmitRequest) -> jobs_pb2.SubmitResponse:
+        """One Submit request: on this client's stream when it has one free (a stream message costs the
+        dispatcher less than a call), else by a call. Answered the same either way: the ids after the commit,
+        or the same error; a request that found no stream open, or was refused one, was never sent on it."""
+        if self._submitted and self._stream_lock.acquire(blocking=False):
+            try:
+                deadline = time.monotonic() + self.config.timeout_s
+                stream = self._open_stream(deadline)
+                if stream is not None:
+                    return stream.call(request, deadline)
+            finally:
+                self._stream_lock.release()
+        self._submitted = True
+        return self._call(self._jobs.Submit, request)
+
+    def _open_stream(self, deadline: float) -> _SubmitStream | None:
+        """The stream to send on (holding _stream_lock), opened if need be; None: use a call."""
+        now = time.monotonic()
+        if self._stream is not None and not self._stream.usable(now):
+            self._stream.close()
+            self._stream = None
+        if self._stream is None and now >= self._streams_from:
+            stream = _SubmitStream(self._jobs, self._metadata, self.config.timeout_s)
+            state = stream.opened(deadline)
+            if state != "open":
+                stream.close()
+                if state == "DEADLINE_EXCEEDED":
+                    raise ClientError("DEADLINE_EXCEEDED", "Deadline Exceeded")
+                # A dispatcher without streams, or with all it allows open: calls, for a while. Any other
+                # refusal (a bad token, a server going away) is the call's to report.
+                if state in ("UNIMPLEMENTED", "RESOURCE_EXHAUSTED"):
+                    self._streams_from = now + (STREAM_S if state == "RESOURCE_EXHAUSTED" else float("inf"))
+                return None
+            self._stream = stream
+        return self._stream
 
     def get(self, job_id: int) -> dict:
         return job_dict(self._call(self._jobs.Get, jobs_pb2.GetJobRequest(id=job_id)))

@@ -39,6 +39,11 @@ class JobsStub:
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_jobs__pb2.SubmitResponse.FromString,
                 _registered_method=True)
+        self.SubmitStream = channel.stream_stream(
+                '/sluice.v1.Jobs/SubmitStream',
+                request_serializer=sluice_dot_v1_dot_jobs__pb2.SubmitRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_jobs__pb2.SubmitResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/sluice.v1.Jobs/Get',
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
@@ -96,6 +101,16 @@ class JobsServicer:
 
     def Submit(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitStream(self, request_iterator, context):
+        """Submit calls one after another on one stream, each answered in order as Submit answers it (its ids,
+        after the commit that wrote them); a refused request ends the stream with Submit's error. The server
+        sends its headers once it has taken the stream, and ends at once, reading nothing, with
+        RESOURCE_EXHAUSTED when it has as many open as it allows (then use Submit).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -167,6 +182,11 @@ def add_JobsServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Submit': grpc.unary_unary_rpc_method_handler(
                     servicer.Submit,
+                    request_deserializer=sluice_dot_v1_dot_jobs__pb2.SubmitRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_jobs__pb2.SubmitResponse.SerializeToString,
+            ),
+            'SubmitStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SubmitStream,
                     request_deserializer=sluice_dot_v1_dot_jobs__pb2.SubmitRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_jobs__pb2.SubmitResponse.SerializeToString,
             ),
@@ -246,6 +266,33 @@ class Jobs:
             request,
             target,
             '/sluice.v1.Jobs/Submit',
+            sluice_dot_v1_dot_jobs__pb2.SubmitRequest.SerializeToString,
+            sluice_dot_v1_dot_jobs__pb2.SubmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sluice.v1.Jobs/SubmitStream',
             sluice_dot_v1_dot_jobs__pb2.SubmitRequest.SerializeToString,
             sluice_dot_v1_dot_jobs__pb2.SubmitResponse.FromString,
             options,
