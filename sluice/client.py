@@ -136,7 +136,9 @@ class _SubmitStream:
             if self._due is not None and self._due <= now:
                 self._overdue = True
                 self.close()
-        return self.broken or self._responses.done()
+        if self._responses.done() and not self.broken:
+            self.close()  # ended while idle: gRPC's thread taking its requests ends with it
+        return self.broken
 
     def close(self) -> None:
         self.broken = True
