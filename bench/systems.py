@@ -280,7 +280,8 @@ def submit(pg: Postgres, config: SubmitConfig, run: Run) -> None:
     run.configs["submit"] = {**asdict(config), "job": "1 pod, 1 cpu, 2Gi, class standard, queue default",
                              "server": (SPLIT if config.split else "sluice up (Embedded) in its own process")
                              + ", clusters cordoned",
-                             "clients": f"{config.clients} processes, sluice.client.Client"}
+                             "clients": f"{config.clients} processes, sluice.client.Client (each call after a "
+                                        "client's first goes on its Jobs.SubmitStream, since session 12)"}
     for clients, batch, target in ((config.clients, config.batch, 20_000), (1, config.batch, None),
                                    (config.clients, 1, 2_000)):
         r = _submit_once(pg, config, clients, batch)
@@ -290,6 +291,7 @@ def submit(pg: Postgres, config: SubmitConfig, run: Run) -> None:
                        note=f"{r['jobs']:,} jobs in {r['calls']:,} calls over {r['seconds']:.1f}s"))
     single = r["rate"]
     r = _submit_once(pg, config, config.clients, 0)  # the floor under single-job calls, same run
+    # Calls, not stream messages: the floor the single-job calls had before they went on streams.
     run.add(Figure("submit", f"empty calls (Health.Check), {config.clients} clients: the transport's floor", r["rate"],
                    "calls/s", note=f"{r['calls']:,} calls over {r['seconds']:.1f}s, same server and clients"))
     run.add(Figure("submit", "single-job submit / empty calls", single / r["rate"], "x"))

@@ -64,6 +64,14 @@ class ServiceClass(Base):
     created_at: Mapped[datetime] = _now()
 
 
+class SubmitConfig(Base):
+    """One row (id 1). Its version changes, at the commit, with every change to what Submit validates
+    against: the triggers of migration 0008 on service_classes, queues and clusters."""
+    __tablename__ = "submit_config"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    version: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
 class Job(Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

@@ -1,10 +1,12 @@
 """A small write in one round trip (dispatcher/submitting.py Submitter._write_at_once, store.jobs
 submit_if): validated against what the last write read, inserted by one statement that first checks that
-the classes, the queues named and the clusters are unchanged; otherwise the write goes the long way and
+the classes, the queues and the clusters are unchanged (the version in submit_config, which triggers
+change at the commit of any change to them: migration 0008); otherwise the write goes the long way and
 every call gets the answer a fresh read gives."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -123,6 +125,78 @@ def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
     with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
         submitter.submit(ADMIN, _specs(["too-big-now"], cpu="32"))
     assert at_once == [False, False]
+
+
+def _report(sessions, allocatable: dict, free: dict) -> None:
+    with sessions.begin() as session:
+        for cluster in cluster_store.list_clusters(session):
+            cluster_store.record_capacity(session, cluster.name, {"allocatable": allocatable, "free": free,
+                                                                  "largestFreeNode": free},
+                                          0, datetime.now(timezone.utc))
+
+
+def test_a_heartbeat_that_changes_only_free_capacity_leaves_the_version_and_small_writes_at_once(store, at_once):
+    sessions, libpq = store
+    submitter = submitting.Submitter(sessions)
+    submitter.submit(ADMIN, _specs(["a"]))
+    version = _count(libpq, "SELECT version FROM submit_config")
+    node = {"cpu": 64_000, "memory": 256 << 30}  # the fixture's allocatable
+    _report(sessions, node, {"cpu": 1_000, "memory": 1 << 30})
+    submitter.submit(ADMIN, _specs(["b"]))
+    assert _count(libpq, "SELECT version FROM submit_config") == version
+    _report(sessions, {**node, "cpu": 48_000}, {"cpu": 1_000, "memory": 1 << 30})  # allocatable changed
+    assert _count(libpq, "SELECT version FROM submit_config") > version
+    submitter.submit(ADMIN, _specs(["c"]))
+    submitter.submit(ADMIN, _specs(["d"]))
+    assert at_once == [False, True, False, True]
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE queues SET spec = jsonb_set(spec, '{spec,members}', '[\"carol\"]') WHERE name = 'vision'",
+    "INSERT INTO queues (name, spec) VALUES ('new', '{}')",
+    "UPDATE service_classes SET priority = priority + 1 WHERE name = 'standard'",
+    "UPDATE clusters SET labels = '{\"zone\": \"b\"}'",
+    "UPDATE clusters SET tier = 'cloud'",
+])
+def test_each_change_submit_validates_against_moves_the_version_at_its_commit(store, change):
+    _, libpq = store
+    with psycopg.connect(libpq, autocommit=True) as reader, psycopg.connect(libpq) as writer:
+        version = reader.execute("SELECT version FROM submit_config").fetchone()[0]
+        writer.execute(change)
+        assert reader.execute("SELECT version FROM submit_config").fetchone()[0] == version  # not committed yet
+        writer.commit()
+        assert reader.execute("SELECT version FROM submit_config").fetchone()[0] > version
+
+
+def test_changes_to_two_clusters_in_opposite_orders_do_not_deadlock_on_the_version(store):
+    """Each bump waits for the commit, after the transaction's row locks: T1 holds c1 and waits for c2,
+    T2 holds c2 and commits, taking the version first. Bumped at each update instead, T2 would wait for
+    T1's version lock while T1 waits for T2's row: a deadlock."""
+    _, libpq = store
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM clusters ORDER BY name LIMIT 2")]
+        version = conn.execute("SELECT version FROM submit_config").fetchone()[0]
+    grow = "UPDATE clusters SET capacity = jsonb_set(capacity, '{allocatable,cpu}', %s) WHERE name = %s"
+    with psycopg.connect(libpq) as t1, psycopg.connect(libpq) as t2:
+        for t in (t1, t2):
+            t.execute("SET lock_timeout = '10s'")  # a wait that would never end fails the test instead
+        t1.execute(grow, ("1000", names[0]))
+        t2.execute(grow, ("2000", names[1]))
+        errors = []
+
+        def second_update() -> None:
+            try:
+                t1.execute(grow, ("1000", names[1]))  # waits for T2's row
+                t1.commit()
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+        waiter = threading.Thread(target=second_update)
+        waiter.start()
+        time.sleep(0.3)
+        t2.commit()
+        waiter.join(30)
+        assert not waiter.is_alive() and errors == []
+    assert _count(libpq, "SELECT version FROM submit_config") == version + 3
 
 
 def test_a_new_queue_goes_the_long_way_and_many_jobs_go_by_copy(store, at_once):
