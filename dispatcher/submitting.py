@@ -221,8 +221,9 @@ class Submitter:
         and inserted by one statement in a transaction of its own, which first checks in its snapshot that
         what was read is unchanged: the version of the classes, queues and clusters (submit_config, kept
         by triggers) is still the one read (store.jobs submit_if). False, having answered no call and
-        written nothing, when the group must go the long way (BEGIN, read, insert, COMMIT): it names a queue not read, a call is refused (its error
-        is then the one a fresh read gives), or what was read has changed. (Single-job calls, 8 clients,
+        written nothing, when the group must go the long way (BEGIN, read, insert, COMMIT): it names a
+        queue not read, a call is refused (its error is then the one a fresh read gives), or what was read
+        has changed. (Single-job calls, 8 clients,
         back to back: 382-439 jobs/s the long way, 542-660 at once; the dispatcher's CPU 1.4-1.5 ->
         1.2-1.3 ms per job.)"""
         config = self._config
