@@ -132,7 +132,6 @@ class Submitter:
         self._lock = threading.Lock()
         self._queued: list[_Ticket] = []
         self._writing = False
-        self._clusters: tuple[str, list | None] | None = None  # what the last write read of the clusters
         self._config: _Config | None = None  # what the last write read, for small writes (_write_at_once)
         self._engine = sessions.kw["bind"]
         self._kept = _KeptConnection(self._engine)  # small writes' autocommit connection (_write_at_once)
@@ -188,8 +187,9 @@ class Submitter:
             if self._write_at_once(group):
                 return
             with self._sessions.begin() as session:
-                config = _Config.read(session, {s.queue for t in group for s in t.specs}, self._clusters)
-                self._clusters, self._config = config.seen, config
+                config = _Config.read(session, {s.queue for t in group for s in t.specs},
+                                      self._config.seen if self._config else None)
+                self._config = config
                 rows = []
                 for t in group:
                     try:
@@ -333,7 +333,8 @@ _CLUSTERS = """(SELECT coalesce(jsonb_agg(jsonb_build_array(
                         ELSE coalesce(capacity -> 'allocatable', '{}') END) ORDER BY name), '[]')
                FROM clusters)"""
 _VERSION = "(SELECT version FROM submit_config WHERE id = 1)"
-_READ = text(f"SELECT {_CLASSES}, {_QUEUES}, {_VERSION}, CASE WHEN {_VERSION} = :seen THEN NULL ELSE {_CLUSTERS} END")
+_READ = text(f"""SELECT {_CLASSES}, {_QUEUES}, v.version, CASE WHEN v.version = :seen THEN NULL ELSE {_CLUSTERS} END
+                 FROM submit_config v WHERE v.id = 1""")
 _UNCHANGED = f"{_VERSION} = :version"
 
 

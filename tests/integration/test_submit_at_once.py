@@ -112,27 +112,23 @@ def test_a_class_changed_is_seen_by_the_next_write(store, at_once):
         assert priorities[1][0] == priorities[0][0] + 7 and len(ids) == 1
 
 
-def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
-    sessions, _ = store
-    submitter = submitting.Submitter(sessions)
-    assert submitter.submit(ADMIN, _specs(["fits"], cpu="32"))
-    node = {"cpu": 16_000, "memory": 256 << 30}
-    with sessions.begin() as session:
-        for cluster in cluster_store.list_clusters(session):
-            cluster_store.record_capacity(session, cluster.name, {"allocatable": node, "free": node,
-                                                                  "largestFreeNode": node},
-                                          0, datetime.now(timezone.utc))
-    with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
-        submitter.submit(ADMIN, _specs(["too-big-now"], cpu="32"))
-    assert at_once == [False, False]
-
-
 def _report(sessions, allocatable: dict, free: dict) -> None:
     with sessions.begin() as session:
         for cluster in cluster_store.list_clusters(session):
             cluster_store.record_capacity(session, cluster.name, {"allocatable": allocatable, "free": free,
                                                                   "largestFreeNode": free},
                                           0, datetime.now(timezone.utc))
+
+
+def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
+    sessions, _ = store
+    submitter = submitting.Submitter(sessions)
+    assert submitter.submit(ADMIN, _specs(["fits"], cpu="32"))
+    node = {"cpu": 16_000, "memory": 256 << 30}
+    _report(sessions, node, node)
+    with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
+        submitter.submit(ADMIN, _specs(["too-big-now"], cpu="32"))
+    assert at_once == [False, False]
 
 
 def test_a_heartbeat_that_changes_only_free_capacity_leaves_the_version_and_small_writes_at_once(store, at_once):
