@@ -34,9 +34,7 @@ WRITES = 2  # write transactions under way at once: one's rows go to Postgres wh
 # Jobs in a write from which it hands on before its insert (see Submitter._write): the writes that go by
 # COPY, which draw their ids before it, so the groups' ids still follow their order.
 HAND_ON_EARLY_FROM = job_store.COPY_FROM
-# How long the leader of a write waits for more calls when fewer are queued than its last write took: the
-# calls it answered are likely on their way back (see Submitter.submit).
-GATHER_S = 0.0003
+GATHER_S = 0.0003  # how long a write's leader waits for more calls (see Submitter)
 
 
 # orjson decodes a document 3x faster than `json` and, for what both take, to the same values, except an
@@ -164,9 +162,7 @@ class Submitter:
             ticket.turn.wait()  # answered, or handed the next write
         if not ticket.answered:
             with self._writes:
-                if len(self._queued) < self._last_group:
-                    # Clients answered by the last write are sending again: waiting a moment for them
-                    # makes fewer, larger writes, each costing Postgres and this process less per job.
+                if len(self._queued) < self._last_group:  # more are on their way back (see the class)
                     time.sleep(self.gather_s)
                 with self._lock:
                     group, self._queued = self._queued, []
