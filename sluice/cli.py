@@ -13,8 +13,12 @@ from typing import List, Optional
 
 import typer
 
-from sluice.admin_cli import app as admin_app
-from sluice.output import Format, ReportFormat, emit, emit_csv, error, table
+from sluice import grpc_defaults
+
+grpc_defaults.apply()  # before sluice.admin_cli imports grpc: `sluice up` and `sluice dispatcher serve` serve it
+
+from sluice.admin_cli import app as admin_app  # noqa: E402
+from sluice.output import Format, ReportFormat, emit, emit_csv, error, table  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
