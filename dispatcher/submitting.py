@@ -262,7 +262,7 @@ class Submitter:
 
 
 class _KeptConnection:
-    """An autocommit connection kept from one small write to the next while writes keep coming, so that a
+    """An autocommit connection (its psycopg connection: store.jobs submit_if) kept from one small write to the next while writes keep coming, so that a
     write does not pay a pool checkout (and its isolation-level changes) each time. It goes back to the
     pool once no call is queued after a write (`release_if_idle`), after any error, and if unused for
     KEEP_S; the next write then takes one afresh. One write at a time uses it (a lock; small writes hand
@@ -285,10 +285,10 @@ class _KeptConnection:
                 self._drop()
             if self._connection is None:
                 self._connection = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            return self._connection.connection.driver_connection
         except BaseException:
             self._lock.release()
             raise
-        return self._connection
 
     def __exit__(self, kind, error, traceback) -> None:
         try:
@@ -347,7 +347,7 @@ _CLUSTERS = """(SELECT coalesce(jsonb_agg(jsonb_build_array(
 _VERSION = "(SELECT version FROM submit_config WHERE id = 1)"
 _READ = text(f"""SELECT {_CLASSES}, {_QUEUES}, v.version, CASE WHEN v.version = :seen THEN NULL ELSE {_CLUSTERS} END
                  FROM submit_config v WHERE v.id = 1""")
-_UNCHANGED = f"{_VERSION} = :version"
+_UNCHANGED = f"{_VERSION} = %(version)s"  # psycopg's parameters (store.jobs submit_if)
 
 
 class _Config:

@@ -234,19 +234,20 @@ def test_the_connection_is_kept_only_while_writes_follow(store):
     submitter.submit(ADMIN, _specs(["b"]))  # at once; nothing queued after it
     assert pool.checkedout() == 0
     kept = submitter._kept
-    with kept as first:
-        pass
-    with kept as second:
-        assert second is first and pool.checkedout() == 1
+    with kept:  # the pool's connection is kept (its psycopg connection is what a write uses)
+        first = kept._connection
+    with kept as driver:
+        assert kept._connection is first and pool.checkedout() == 1
+        assert driver is first.connection.driver_connection and driver.autocommit
     with pytest.raises(RuntimeError):
         with kept:
             raise RuntimeError("a failed write")
     assert pool.checkedout() == 0
-    with kept as third:
-        pass
+    with kept:
+        third = kept._connection
     kept.KEEP_S = 0.0
     time.sleep(0.01)
-    with kept as fourth:
-        assert fourth is not third and pool.checkedout() == 1
+    with kept:
+        assert kept._connection is not third and pool.checkedout() == 1
     kept.release_if_idle()
     assert pool.checkedout() == 0
