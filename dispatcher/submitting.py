@@ -262,8 +262,9 @@ class Submitter:
 
 
 class _KeptConnection:
-    """An autocommit connection (its psycopg connection: store.jobs submit_if) kept from one small write to the next while writes keep coming, so that a
-    write does not pay a pool checkout (and its isolation-level changes) each time. It goes back to the
+    """An autocommit connection kept from one small write to the next while writes keep coming, so that a
+    write does not pay a pool checkout (and its isolation-level changes) each time; a write gets its psycopg
+    connection (store.jobs submit_if). It goes back to the
     pool once no call is queued after a write (`release_if_idle`), after any error, and if unused for
     KEEP_S; the next write then takes one afresh. One write at a time uses it (a lock; small writes hand
     on only after their statement anyway). (Single-job calls, 8 clients: when the pool pinged on every

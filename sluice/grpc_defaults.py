@@ -6,10 +6,10 @@ one whose environment already sets GRPC_EXPERIMENTS (the operator's choice wins)
 
 EXPERIMENTS turns off gRPC's EventEngine listener: a server then reads and writes the connections it
 accepted on the threads polling its completion queue, as gRPC did before EventEngine, instead of
-handing each read to EventEngine's own thread pool first. A client's channels are not affected. (Echo
-server answering each stream message after 2 ms, 8 client processes: the server's CPU 152-160 -> 134-135
-us a message; the dispatcher, single-job submits from 8 clients, alternating: 1,774-1,852 -> 1,867-2,107
-jobs/s; docs/performance.md.)
+handing each read to EventEngine's own thread pool first. A client's channels are not affected. (An
+echo server answering each stream message after 2 ms, 8 client processes: the server's CPU 152-167 ->
+133-138 us a message. The dispatcher, single-job submits from 8 clients, alternating: 1,904-2,084 ->
+2,107-2,234 jobs/s, its CPU 320-364 -> 290-315 us a job. docs/performance.md, session 15.)
 """
 from __future__ import annotations
 
