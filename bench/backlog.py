@@ -21,10 +21,11 @@ from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
 from bench import workload
-from dispatcher import administering
+from dispatcher.services import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store.jobs import COPY_HEADER, COPY_TRAILER, SUBMITTED
+from dispatcher.store.copy_codec import COPY_HEADER, COPY_TRAILER
+from dispatcher.store.lifecycle import SUBMITTED
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 JOB_COLUMNS = ("id", "queue", "service_class", "class_priority", "priority", "state", "reason", "attempt",

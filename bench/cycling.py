@@ -1,6 +1,6 @@
 """Scheduling cycles over a loaded backlog, in a process of their own (so its RSS is the cycle's alone).
 
-The loop is the leader's (dispatcher/scheduling.py Scheduler._lead) without the lock and the waits:
+The loop is the leader's (dispatcher/scheduler/ Scheduler._lead) without the lock and the waits:
 `run_cycle` with `now` read once per cycle, holds, policy objects and parked queues carried from cycle
 to cycle, pending reasons written at most once a second while draining (while waiting, every cycle: the
 leader waits for them to be due rather than cycle without). Between cycles the `Agents` stand-in sends
@@ -22,8 +22,11 @@ from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
 from bench import backlog, workload
-from dispatcher import submitting
-from dispatcher.scheduling import Parking, PolicyConfig, SchedulerSettings, run_cycle
+from dispatcher.services import submitting
+from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import database
 from dispatcher.store.tokens import Principal
 

@@ -4,7 +4,7 @@ Per transaction: claim the next BATCH queued jobs in scheduling order (the head 
 ix_jobs_queued_order, FOR UPDATE SKIP LOCKED as a claiming worker would), move them to DISPATCHED on a
 cluster (chosen by id, round robin), and insert their attempts, DISPATCHED events and dispatch
 commands (no payload: the agent link reads the document from the job), all in one statement. These
-are the rows and indexes store.jobs.dispatch writes for a cycle, without its reads (heads, active
+are the rows and indexes store.lifecycle.dispatch writes for a cycle, without its reads (heads, active
 attempts, capacity), its policy, its advisory locks and NOTIFYs.
 """
 from __future__ import annotations

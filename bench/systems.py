@@ -38,7 +38,7 @@ def objects(clusters: int, nodes: int) -> list:
 
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
-    from dispatcher import administering
+    from dispatcher.services import administering
     from dispatcher.embedded import Embedded, UpSettings
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store import tokens

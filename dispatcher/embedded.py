@@ -15,7 +15,7 @@ import yaml
 
 from agent.backends.sim import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
-from dispatcher import administering
+from dispatcher.services import administering
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens

@@ -30,7 +30,7 @@ from sqlalchemy.orm import sessionmaker
 from dispatcher.capacity import snapshot
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import usage as usage_totals
 from dispatcher.store import outbox as outbox_store
 
 log = logging.getLogger(__name__)
@@ -128,9 +128,9 @@ class StoreCollector(Collector):
     def _read(self, now: datetime) -> list[Metric]:
         with self._sessions() as session:  # read only: closed without a commit
             database.statement_timeout(session, self._timeout_s)
-            queued = job_store.queued_per_class(session)
-            active = job_store.active_per_cluster(session)
-            used = job_store.used_per_cluster(session)
+            queued = usage_totals.queued_per_class(session)
+            active = usage_totals.active_per_cluster(session)
+            used = usage_totals.used_per_cluster(session)
             outbox = outbox_store.unacked_per_cluster(session)
             capacity = snapshot.read(session, now, unreachable_after_s=self._unreachable_after_s,
                                      staleness_s=self._staleness_s)

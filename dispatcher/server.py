@@ -28,10 +28,11 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
 from dispatcher.capacity.prometheus import Refresher
 from dispatcher.metrics import DispatcherMetrics, MetricsServer, StoreCollector
-from dispatcher.notifying import Notifier
-from dispatcher.scheduling import Scheduler, SchedulerSettings
+from dispatcher.store.listening import Notifier
+from dispatcher.scheduler.loop import Scheduler
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
 from dispatcher.store.database import DatabaseSettings
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
@@ -88,8 +89,8 @@ class Dispatcher:
             self.db.close()
             raise
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self.notifier = Notifier(self.engine, (job_store.WAKE_CHANNEL, job_store.EVENTS_CHANNEL,
-                                               job_store.OUTBOX_CHANNEL))
+        self.notifier = Notifier(self.engine, (channels.WAKE_CHANNEL, channels.EVENTS_CHANNEL,
+                                               channels.OUTBOX_CHANNEL))
         auth = Authenticator(self.sessions)
         unreachable = settings.scheduler.unreachable_after_s
         self.metrics = DispatcherMetrics()

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering
+from dispatcher.services import administering
 from dispatcher.api import convert
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import translated

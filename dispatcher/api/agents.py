@@ -15,16 +15,16 @@ from datetime import datetime, timezone
 import grpc
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import reports
+from dispatcher.services import reporting as reports
 from dispatcher.api import streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
 from dispatcher.metrics import DispatcherMetrics
-from dispatcher.notifying import Notifier
+from dispatcher.store.listening import Notifier
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
 from dispatcher.store import outbox as outbox_store
 from sluice.v1 import agents_pb2, agents_pb2_grpc
 
@@ -71,7 +71,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         log.info("agent connected", extra={"cluster": cluster})
         out: queue.Queue = queue.Queue()
         unsubscribe = self._notifier.subscribe(
-            job_store.OUTBOX_CHANNEL, lambda payload: out.put(_POLL) if payload in ("", cluster) else None)
+            channels.OUTBOX_CHANNEL, lambda payload: out.put(_POLL) if payload in ("", cluster) else None)
         context.add_callback(lambda: out.put(_END))
         reader = threading.Thread(target=self._read, args=(cluster, acked, request_iterator, out),
                                   name=f"agent-{cluster}", daemon=True)
@@ -132,7 +132,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                                         self._metrics)
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
-            job_store.notify(session, job_store.WAKE_CHANNEL)
+            channels.notify(session, channels.WAKE_CHANNEL)
         return hello.cluster, acked, document, hello.reads_batches
 
     def _read(self, cluster: str, acked: int, request_iterator, out: queue.Queue) -> None:
@@ -214,7 +214,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             if heartbeat is not None:
                 cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(timezone.utc))
                 if more_room(state.capacity, heartbeat[0]):
-                    job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+                    channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
         state.acked = acked
         if heartbeat is not None:
             state.capacity = heartbeat[0]

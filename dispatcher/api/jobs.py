@@ -9,18 +9,24 @@ from datetime import datetime, timezone
 import grpc
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import accounting, budgets, reports, submitting
+from dispatcher.policy import accounting
+from dispatcher.services import budgets
+from dispatcher.services import reporting as reports
+from dispatcher.services import submitting
 from dispatcher.api import convert, streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
 from dispatcher.capacity import snapshot
 from dispatcher.errors import DispatcherError, InvalidRequest
-from dispatcher.explaining import explain
-from dispatcher.notifying import Notifier
+from dispatcher.services.explaining import explain
+from dispatcher.store.listening import Notifier
 from dispatcher.policy import states
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
+from dispatcher.store import job_reads
+from dispatcher.store import lifecycle
+from dispatcher.store import usage as usage_totals
 from sluice.client import STREAM_MARK
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_resources
@@ -85,15 +91,15 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     def Get(self, request, context):
         self._auth.require(context, *READERS)
         with self._sessions() as session:
-            return _job_with_reason(session, job_store.get(session, request.id))[0]
+            return _job_with_reason(session, job_reads.get(session, request.id))[0]
 
     @translated
     def Describe(self, request, context):
         self._auth.require(context, *READERS)
         with self._sessions() as session:
-            message, position = _job_with_reason(session, job_store.get(session, request.id))
+            message, position = _job_with_reason(session, job_reads.get(session, request.id))
             return jobs_pb2.DescribeJobResponse(
-                job=message, events=[convert.event(e) for e in job_store.events(session, job_id=request.id)],
+                job=message, events=[convert.event(e) for e in job_reads.events(session, job_id=request.id)],
                 queue_position=position)
 
     @translated
@@ -120,7 +126,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         except ValueError as exc:
             raise InvalidRequest("page_token: not a token from a previous List") from exc
         with self._sessions() as session:
-            rows = job_store.list_jobs(session, queue=request.queue or None, state=request.state or None,
+            rows = job_reads.list_jobs(session, queue=request.queue or None, state=request.state or None,
                                        after_id=after, limit=limit + 1)
             more = len(rows) > limit
             rows = rows[:limit]
@@ -156,7 +162,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         except DispatcherError as exc:  # streams abort the same way unary calls do
             context.abort(status_for(exc), str(exc))
         wake = threading.Event()
-        unsubscribe = self._notifier.subscribe(job_store.EVENTS_CHANNEL, lambda _p: wake.set())
+        unsubscribe = self._notifier.subscribe(channels.EVENTS_CHANNEL, lambda _p: wake.set())
         cursor = request.after_event_id
         # Event ids are taken when a transaction inserts, not when it commits, so an id below the cursor
         # may still appear (a longer transaction commits after a shorter, later one). The ids skipped
@@ -167,7 +173,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             while context.is_active():
                 wake.clear()
                 with self._one_statement() as session:
-                    rows = job_store.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
+                    rows = job_reads.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
                 now = time.monotonic()
                 for row in rows:
                     if row.id in gaps:
@@ -233,7 +239,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             runs = [accounting.AttemptRun(queue=r.queue, service_class=r.service_class, cluster=r.cluster,
                                           user=r.submitted_by, requests=r.requests, started_at=r.started_at,
                                           finished_at=r.finished_at)
-                    for r in job_store.attempt_runs(session, ended_after=win.start)]
+                    for r in usage_totals.attempt_runs(session, ended_after=win.start)]
             # Today's prices and multipliers apply to the whole window.
             prices = {c.name: object_from_document(c.spec).price for c in cluster_store.list_clusters(session)}
             multipliers = {name: object_from_document(c.spec).price_multiplier
@@ -251,7 +257,7 @@ def _job_with_reason(session, job) -> tuple[jobs_pb2.Job, int]:
     """The job, and its place in its queue. A job deeper in its queue than the scheduler reads each cycle
     has no reason of its own yet: it is told how many jobs are ahead of it."""
     message = convert.job(job)
-    position = job_store.queue_position(session, job)
-    if job.state == states.QUEUED and job.reason == job_store.SUBMITTED:
+    position = job_reads.queue_position(session, job)
+    if job.state == states.QUEUED and job.reason == lifecycle.SUBMITTED:
         message.reason = f"waiting behind {position - 1} jobs in queue {job.queue}"
     return message, position

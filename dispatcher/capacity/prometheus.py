@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
 from sluice.quantity import add, subtract
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ class Refresher:
                 with self._sessions.begin() as session:
                     cluster_store.record_prometheus(session, cluster, document, reading.sampled_at)
                     if document != last:
-                        job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+                        channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
                 last = document
                 if failing:
                     log.warning("prometheus reading of %s works again", cluster, extra={"cluster": cluster})

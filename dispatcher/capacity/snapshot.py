@@ -28,9 +28,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from dispatcher.policy.placing import ClusterState
-from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import cycle_reads
 from sluice.objects import ClusterObject, object_from_document
 from sluice.quantity import add, subtract
 
@@ -55,29 +53,21 @@ def _less(capacity: dict, requests: dict[str, int]) -> tuple[dict[str, int], dic
     return free, largest
 
 
-def readings(session: Session, *also: tuple[str, dict | None]) -> tuple:
-    """What `read` starts from: the in-flight sums, then the cluster rows, in that order. A capacity report
-    committed in between then counts its attempts twice (in the sums and in the report), never not at
-    all: free capacity can only be under-counted. `also`: more reads (sql, params) sent in the same round
-    trip (database.at_once), after those two; their rows follow them in what is returned."""
-    flights, rows, *more = database.at_once(session, (job_store.IN_FLIGHT, None), (cluster_store.CLUSTER_ROWS, None),
-                                            *also)
-    return job_store.in_flight_sums(flights), rows, *more
-
-
 def read(session: Session, now: datetime, *, unreachable_after_s: float,
-         staleness_s: float = DEFAULT_STALENESS_S, read: tuple | None = None) -> list[ClusterCapacity]:
-    """Every cluster's usable capacity (from `read`, the caller's `readings`, when given). The active
+         staleness_s: float = DEFAULT_STALENESS_S, read: cycle_reads.CapacityReads | None = None
+         ) -> list[ClusterCapacity]:
+    """Every cluster's usable capacity (from `read`, when the caller read it already). The active
     attempts are read one by one only on the clusters whose capacity comes from a fresh Prometheus reading
     (the attempts it may not show yet)."""
-    after_report, rows = read if read is not None else readings(session)
+    read = read if read is not None else cycle_reads.capacity_reads(session)
+    after_report, rows = read.in_flight, read.clusters
 
     def fresh(c) -> bool:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
         return bool(c.prometheus_capacity) and prom_age is not None and prom_age <= staleness_s
 
     active: dict[str, list] = {}
-    for row in job_store.active_attempts(session, clusters=[c.name for c in rows if fresh(c)]):
+    for row in cycle_reads.active_attempts(session, clusters=[c.name for c in rows if fresh(c)]):
         active.setdefault(row.cluster, []).append(row)
     out = []
     for c in rows:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from dispatcher.accounting import cost, resource_hours
+from dispatcher.policy.accounting import cost, resource_hours
 from dispatcher.policy.placing import ClusterState, QueuedJob, allowed_on, why_not, start_delay
 from sluice.quantity import add, fits, format_duration, format_quantity
 

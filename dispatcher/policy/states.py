@@ -6,6 +6,10 @@ SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
 STATES = (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 ACTIVE = frozenset({DISPATCHED, RUNNING})  # an attempt holds capacity on a cluster
+# How an attempt ends besides SUCCEEDED and FAILED: an agent reports LOST or UNSCHEDULABLE; the dispatcher
+# ends a preempted one (the job goes back to QUEUED) or a cancelled one (CANCELLED).
+LOST, UNSCHEDULABLE, PREEMPTED = "LOST", "UNSCHEDULABLE", "PREEMPTED"
+REPORTED_ENDS = frozenset({SUCCEEDED, FAILED, LOST, UNSCHEDULABLE})  # an attempt's end as its agent reports it
 
 # A return to QUEUED starts a new attempt (lost, preempted, failed with retries left, unschedulable).
 TRANSITIONS: dict[str, frozenset[str]] = {

@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
+from dispatcher.policy import states
 from dispatcher.store.database import driver
 from dispatcher.store.models import BurstPolicy, Cluster, Job, Queue, ServiceClass
 from sluice.objects import BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject
@@ -109,12 +110,12 @@ def queue_usage(session: Session) -> dict[str, tuple[int, int, list[dict]]]:
     """Per queue: (queued jobs, active jobs, requests of the active ones)."""
     out: dict[str, tuple[int, int, list[dict]]] = {}
     for queue, state, n in session.execute(
-            select(Job.queue, Job.state, func.count()).where(Job.state.in_(("QUEUED", "DISPATCHED", "RUNNING")))
+            select(Job.queue, Job.state, func.count()).where(Job.state.in_((states.QUEUED, *states.ACTIVE)))
             .group_by(Job.queue, Job.state)):
         q, a, r = out.get(queue, (0, 0, []))
-        out[queue] = (q + n, a, r) if state == "QUEUED" else (q, a + n, r)
+        out[queue] = (q + n, a, r) if state == states.QUEUED else (q, a + n, r)
     for queue, requests in session.execute(
-            select(Job.queue, Job.requests).where(Job.state.in_(("DISPATCHED", "RUNNING")))):
+            select(Job.queue, Job.requests).where(Job.state.in_(states.ACTIVE))):
         q, a, r = out.get(queue, (0, 0, []))
         r.append(requests)
         out[queue] = (q, a, r)
@@ -123,7 +124,7 @@ def queue_usage(session: Session) -> dict[str, tuple[int, int, list[dict]]]:
 
 def running_per_cluster(session: Session) -> dict[str, int]:
     return dict(session.execute(select(Job.cluster, func.count()).where(
-        Job.state.in_(("DISPATCHED", "RUNNING"))).group_by(Job.cluster)).all())
+        Job.state.in_(states.ACTIVE)).group_by(Job.cluster)).all())
 
 
 def set_state(session: Session, name: str, state: str) -> str:
@@ -137,3 +138,23 @@ def set_state(session: Session, name: str, state: str) -> str:
 
 def burst_policies(session: Session) -> list[BurstPolicy]:
     return list(session.scalars(select(BurstPolicy).order_by(BurstPolicy.name)))
+
+
+# What validating a submit reads, in one round trip: the classes, the queues named, the version of all of it
+# (submit_config, kept by triggers: migration 0008) and every cluster, only when the version is not `seen`.
+_SUBMIT_CLASSES = "(SELECT coalesce(jsonb_object_agg(name, priority), '{}') FROM service_classes)"
+_SUBMIT_QUEUES = "(SELECT coalesce(jsonb_object_agg(name, spec), '{}') FROM queues WHERE name = ANY(:queues))"
+_SUBMIT_CLUSTERS = """(SELECT coalesce(jsonb_agg(jsonb_build_array(
+                   name, tier, site, labels, spec,
+                   CASE WHEN capacity IS NULL OR capacity = '{}' THEN NULL
+                        ELSE coalesce(capacity -> 'allocatable', '{}') END) ORDER BY name), '[]')
+               FROM clusters)"""
+_SUBMIT_CONFIG = text(f"""SELECT {_SUBMIT_CLASSES}, {_SUBMIT_QUEUES}, v.version,
+                                 CASE WHEN v.version = :seen THEN NULL ELSE {_SUBMIT_CLUSTERS} END
+                          FROM submit_config v WHERE v.id = 1""")
+
+
+def submit_config(session: Session, queues: set[str], seen: int | None) -> tuple[dict, dict, int, list | None]:
+    """(classes {name: priority}, queues named {name: document}, version, clusters): clusters is None when the
+    version is still `seen`, else [name, tier, site, labels, document, allocatable or None] per cluster."""
+    return tuple(session.execute(_SUBMIT_CONFIG, {"queues": list(queues), "seen": seen}).one())

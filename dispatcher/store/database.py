@@ -200,3 +200,11 @@ def check_schema(engine: Engine) -> None:
 def statement_timeout(session, seconds: float) -> None:
     """Bound every statement of the caller's transaction (a local setting: it ends with the transaction)."""
     session.execute(text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": str(max(1, int(seconds * 1000)))})
+
+
+Sessions = sessionmaker  # what callers outside the store name a session factory by
+
+
+def owns_transaction(session: Session) -> bool:
+    """Whether `session` began its own transaction on the engine (not joined to a caller's connection)."""
+    return isinstance(session.get_bind(), Engine)

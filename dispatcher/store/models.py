@@ -11,8 +11,6 @@ from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Index, Intege
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-ACTIVE_STATES = ("DISPATCHED", "RUNNING")
-
 # job_events, attempts and outbox name their job (job_id) with no foreign key (migration 0007). A key
 # would check every row written, with a locking read of the job, on every submit, dispatch and report,
 # and could never fail: jobs are never deleted, and each of those rows is written by a statement that
@@ -196,3 +194,9 @@ class AuditRecord(Base):
     details: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
 
     __table_args__ = (Index("ix_admin_audit_at", "at"),)
+
+
+def sql_strings(values) -> str:
+    """A SQL list of constant strings, sorted: ('DISPATCHED', 'RUNNING') for states.ACTIVE. Statements name
+    states through this and the constants of policy/states.py, never as literals of their own."""
+    return "(" + ", ".join(f"'{v}'" for v in sorted(values)) + ")"

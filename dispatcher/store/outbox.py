@@ -5,7 +5,7 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.orm import Session
 
 from dispatcher.store.database import driver, named
-from dispatcher.store.jobs import OUTBOX_CHANNEL, notify
+from dispatcher.store.channels import OUTBOX_CHANNEL, notify
 from dispatcher.store.models import OutboxCommand
 
 

@@ -1,4 +1,4 @@
-"""ix_jobs_active_usage: the scheduling cycle sums what runs per queue (store.jobs.active_usage) from
+"""ix_jobs_active_usage: the scheduling cycle sums what runs per queue (store.cycle_reads.active_usage) from
 this index alone, (queue, requests) of dispatched and running jobs, instead of reading every active
 job's row
 

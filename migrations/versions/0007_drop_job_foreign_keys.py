@@ -1,7 +1,7 @@
 """Drop the foreign keys of attempts, job_events and outbox to jobs: each was a per-row trigger (a
 locking read of the job's row) on every submit, dispatch and report, and none could ever fire. Jobs are
 never deleted, and every row of those tables is written by a statement that read or wrote its job's row
-in the same transaction (store.jobs: submit, dispatch, apply_transitions; store.outbox). The foreign
+in the same transaction (store.lifecycle: submit, dispatch, apply_transitions; store.outbox). The foreign
 keys to clusters, queues and service classes stay: those objects can be deleted, and the references
 keep them (administering.delete).
 

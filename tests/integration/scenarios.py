@@ -13,7 +13,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering
+from dispatcher.services import administering
 from dispatcher.store import database
 
 TIME_SCALE = 0.1

@@ -223,7 +223,7 @@ def _raw_watch(dispatcher, rpc: str, token: str | None = None, **request):
 @pytest.mark.parametrize("rpc", ["WatchBatches", "Watch"])
 def test_watch_delivers_an_event_that_commits_after_a_later_one(dispatcher, rpc):
     # Event ids are taken at insert: a longer transaction can commit a lower id after a later one.
-    from dispatcher.store import jobs as job_store
+    from dispatcher.store import channels
     from dispatcher.store.models import JobEvent
     [a, b] = dispatcher.client.submit([job_doc(cpu="100"), job_doc(cpu="100")])  # fit nowhere: stay queued
     seen: queue.Queue = queue.Queue()
@@ -252,9 +252,9 @@ def test_watch_delivers_an_event_that_commits_after_a_later_one(dispatcher, rpc)
     slow.flush()  # takes its id now, commits later
     with dispatcher.sessions.begin() as fast:
         fast.add(JobEvent(job_id=b, attempt=0, from_state="QUEUED", to_state="QUEUED", reason="fast"))
-        job_store.notify(fast, job_store.EVENTS_CHANNEL)
+        channels.notify(fast, channels.EVENTS_CHANNEL)
     assert "slow" not in reasons_until("fast")
-    job_store.notify(slow, job_store.EVENTS_CHANNEL)
+    channels.notify(slow, channels.EVENTS_CHANNEL)
     slow.commit()
     slow.close()
     assert reasons_until("slow")[-1] == "slow"
@@ -278,14 +278,14 @@ def test_watch_batches_sends_the_events_read_together_in_one_message(dispatcher)
 
 
 def test_watch_batches_splits_a_poll_of_long_events_over_messages(dispatcher):
-    from dispatcher.store import jobs as job_store
+    from dispatcher.store import channels
     from dispatcher.store.models import JobEvent
     [job_id] = dispatcher.client.submit([job_doc(cpu="100")])
     with dispatcher.sessions.begin() as session:  # 4 events of 1.5 MB each: 6 MB in one poll
         for n in range(4):
             session.add(JobEvent(job_id=job_id, attempt=0, from_state="QUEUED", to_state="QUEUED",
                                  reason=str(n) * 1_500_000))
-        job_store.notify(session, job_store.EVENTS_CHANNEL)
+        channels.notify(session, channels.EVENTS_CHANNEL)
     call, channel = _raw_watch(dispatcher, "WatchBatches", job_id=job_id)
     sizes = [len(next(call).events) for _ in range(2)]
     assert sizes == [3, 2]  # one poll of 5 events: the submit's and two long ones under 4 MiB, then two
@@ -509,7 +509,8 @@ def test_outbox_writes_for_one_cluster_commit_in_id_order(dispatcher):
 def test_a_cycle_does_not_commit_without_the_leader_lock(dispatcher):
     from datetime import datetime, timezone
 
-    from dispatcher.scheduling import LostLeadership, SchedulerSettings, run_cycle
+    from dispatcher.scheduler.cycle import LostLeadership, run_cycle
+    from dispatcher.scheduler.settings import SchedulerSettings
     with pytest.raises(LostLeadership):
         run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(timezone.utc), leader_pid=1)
 

@@ -1,5 +1,5 @@
 """A cycle's last round trip: its pending reasons, its dispatches and its COMMIT go to Postgres together
-(store.jobs.dispatch with commit=True), unless the cycle runs in a transaction it did not begin."""
+(store.lifecycle.dispatch with commit=True), unless the cycle runs in a transaction it did not begin."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering, submitting
-from dispatcher.scheduling import SchedulerSettings, run_cycle
+from dispatcher.services import administering
+from dispatcher.services import submitting
+from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from tests.integration.test_spine import job_doc
@@ -67,7 +69,7 @@ def test_a_cycle_commits_its_dispatches_and_its_reasons_together(world):
     assert result.dispatched == 1
     jobs = world.jobs()
     assert jobs[first] == ("DISPATCHED", "dispatched to c0")
-    assert jobs[second][0] == "QUEUED" and jobs[second][1] != job_store.SUBMITTED  # its reason, in the same commit
+    assert jobs[second][0] == "QUEUED" and jobs[second][1] != lifecycle.SUBMITTED  # its reason, in the same commit
     assert world.count("outbox") == 1
 
 
@@ -78,15 +80,15 @@ def test_a_cycle_that_dispatches_nothing_still_writes_its_reasons(world):
                                                       "largestFreeNode": {"cpu": 0, "memory": 0}}, 0, world.now)
     assert run_cycle(world.sessions, SchedulerSettings(), world.now).dispatched == 0
     state, reason = world.jobs()[job]
-    assert state == "QUEUED" and reason != job_store.SUBMITTED
+    assert state == "QUEUED" and reason != lifecycle.SUBMITTED
 
 
 def test_a_failed_dispatch_writes_no_reason_and_nothing_else(world):
     first, second = world.submit("1", "1")
     with pytest.raises(psycopg.errors.ForeignKeyViolation):  # jobs.cluster: a cluster that does not exist
         with world.sessions.begin() as session:
-            job_store.dispatch(session, [(first, "nowhere")], reasons={second: "a new reason"}, commit=True)
-    assert world.jobs() == {first: ("QUEUED", job_store.SUBMITTED), second: ("QUEUED", job_store.SUBMITTED)}
+            lifecycle.dispatch(session, [(first, "nowhere")], reasons={second: "a new reason"}, commit=True)
+    assert world.jobs() == {first: ("QUEUED", lifecycle.SUBMITTED), second: ("QUEUED", lifecycle.SUBMITTED)}
     assert world.count("attempts") == 0 and world.count("outbox") == 0 and world.count("job_events") == 2
 
 

@@ -1,5 +1,5 @@
 """A cycle that places many jobs sends them to Postgres in parts while it is still planning
-(store.jobs.DispatchAhead): each job still moves exactly once, a plan made again takes back what its
+(store.lifecycle.DispatchAhead): each job still moves exactly once, a plan made again takes back what its
 first making sent, a part that fails writes nothing, and the first part holds every cluster's outbox lock."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher.policy.placing import Place
-from dispatcher.scheduling import SchedulerSettings, run_cycle
-from dispatcher.store import jobs as job_store
+from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.store import lifecycle
 from sluice.objects import ServiceClassObject
 from tests.integration.test_cycle_commit import World
 
@@ -19,7 +20,7 @@ PART = 2  # jobs a part: small enough that every cycle here sends several
 
 @pytest.fixture
 def parts(monkeypatch):
-    monkeypatch.setattr(job_store.DispatchAhead, "AHEAD", PART)
+    monkeypatch.setattr(lifecycle.DispatchAhead, "AHEAD", PART)
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_a_cycle_sends_its_places_in_parts_and_each_job_moves_once(world):
     assert len(dispatched) == 16
     assert all(moved[i] == (1, 1, 1, 1) for i in dispatched), moved
     for i in set(ids) - set(dispatched):
-        assert jobs[i][0] == "QUEUED" and jobs[i][1] != job_store.SUBMITTED  # its reason, in the same commit
+        assert jobs[i][0] == "QUEUED" and jobs[i][1] != lifecycle.SUBMITTED  # its reason, in the same commit
         assert moved[i] == (0, 0, 0, 0)
     with world.db.engine.connect() as conn:  # each cluster's commands in the order their jobs were placed
         for cluster in ("c0", "c1"):
@@ -81,8 +82,8 @@ def test_a_plan_made_again_for_victims_takes_back_the_parts_its_first_making_sen
     small = world.submit("1", "1", "1", "1", service_class="critical")
     [big] = world.submit("8", service_class="critical")
     undone = []
-    real_undo = job_store.DispatchAhead.undo
-    monkeypatch.setattr(job_store.DispatchAhead, "undo", lambda self: (undone.append(self.sent), real_undo(self)))
+    real_undo = lifecycle.DispatchAhead.undo
+    monkeypatch.setattr(lifecycle.DispatchAhead, "undo", lambda self: (undone.append(self.sent), real_undo(self)))
     result = run_cycle(world.sessions, SchedulerSettings(), world.now)
     assert undone and undone[0] >= PART, undone  # parts had gone when the plan was made again
     moved = moves(world)
@@ -96,7 +97,7 @@ def test_a_part_that_fails_writes_nothing(world):
     first, second, third = world.submit("1", "1", "1")
     with pytest.raises(psycopg.errors.ForeignKeyViolation):  # jobs.cluster: a cluster that does not exist
         with world.sessions.begin() as session:
-            ahead = job_store.DispatchAhead(session, ["c0", "nowhere"])
+            ahead = lifecycle.DispatchAhead(session, ["c0", "nowhere"])
             try:
                 ahead.placed([Place(first, "c0"), Place(second, "nowhere")], {})
                 ahead.placed([Place(first, "c0"), Place(second, "nowhere"), Place(third, "c0")], {})
@@ -111,7 +112,7 @@ def test_a_part_that_fails_writes_nothing(world):
 def test_the_first_part_holds_the_outbox_lock_of_every_cluster_the_cycle_may_place_on(world):
     first, second = world.submit("1", "1")
     with world.sessions.begin() as session:
-        ahead = job_store.DispatchAhead(session, ["c0", "c1"])
+        ahead = lifecycle.DispatchAhead(session, ["c0", "c1"])
         try:
             ahead.placed([Place(first, "c0"), Place(second, "c0")], {})  # nothing for c1
             assert [d.job_id for d in ahead.end()] == [first, second]

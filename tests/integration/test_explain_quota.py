@@ -6,10 +6,11 @@ from datetime import datetime, timezone
 
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering, submitting
-from dispatcher.explaining import explain
+from dispatcher.services import administering
+from dispatcher.services import submitting
+from dispatcher.services.explaining import explain
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects, load_objects
 from tests.integration.test_spine import job_doc
@@ -33,7 +34,7 @@ def test_the_quota_verdict_counts_the_queues_running_jobs(db_url):
 
         running = submit("1", 3)
         with sessions.begin() as session:
-            job_store.dispatch(session, [(i, "onprem") for i in running])
+            lifecycle.dispatch(session, [(i, "onprem") for i in running])
         [small], [big] = submit("1", 1), submit("2", 1)
         now = datetime.now(timezone.utc)
         with sessions() as session:

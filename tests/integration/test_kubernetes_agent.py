@@ -218,7 +218,7 @@ def test_a_gang_that_cannot_start_is_unschedulable_and_runs_again_as_attempt_2_e
     job = wait_state(client, job_id, FINAL, timeout=40)
     assert (job["state"], job["attempt"]) == ("SUCCEEDED", 2), job
     # The dispatcher leaves a cluster where an attempt could not start out for a while
-    # (dispatcher/scheduling.py avoid_unschedulable_s), so attempt 2 went to the other cluster.
+    # (dispatcher/scheduler/ avoid_unschedulable_s), so attempt 2 went to the other cluster.
     assert job["cluster"] == "kube-b"
     events = client.describe(job_id)["events"]
     requeued = [e for e in events if e["to"] == "QUEUED"][1]

@@ -1,4 +1,4 @@
-"""Parked queues (scheduling.Parking), against a real Postgres and the real notifications.
+"""Parked queues (scheduler.Parking), against a real Postgres and the real notifications.
 
 The property: a cycle that leaves parked queues out decides exactly what a cycle planning every queue
 would have decided, in the same database at the same moment. Each step of a random story (submits,
@@ -18,12 +18,18 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering, reports, submitting
-from dispatcher.notifying import Notifier
-from dispatcher.scheduling import LostLeadership, Parking, PolicyConfig, SchedulerSettings, run_cycle
+from dispatcher.services import administering
+from dispatcher.services import reporting as reports
+from dispatcher.services import submitting
+from dispatcher.store.listening import Notifier
+from dispatcher.scheduler.cycle import LostLeadership, run_cycle
+from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
+from dispatcher.store import lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from tests.integration.test_spine import job_doc
@@ -57,8 +63,8 @@ class Story:
         self.parking, self.config = Parking(), PolicyConfig()
         self.holds: dict = {}
         self.synced = threading.Event()
-        self.notifier = Notifier(self.db.engine, (job_store.WAKE_CHANNEL,))
-        self.notifier.subscribe(job_store.WAKE_CHANNEL, self._woken)
+        self.notifier = Notifier(self.db.engine, (channels.WAKE_CHANNEL,))
+        self.notifier.subscribe(channels.WAKE_CHANNEL, self._woken)
         self.notifier.start()
 
     def _woken(self, payload: str) -> None:
@@ -71,7 +77,7 @@ class Story:
         """Wait until every notification committed so far reached the parking (they arrive in order)."""
         self.synced.clear()
         with self.sessions.begin() as session:
-            job_store.notify(session, job_store.WAKE_CHANNEL, "test-sync")
+            channels.notify(session, channels.WAKE_CHANNEL, "test-sync")
         assert self.synced.wait(10)
 
     def take_all(self, session) -> None:
@@ -182,11 +188,11 @@ def test_a_waiting_backlog_is_planned_once_then_only_where_something_happens(db_
             submitting.submit(session, ADMIN, submitting.parse([json.dumps(doc)]))
         story.sync()
         with story.db.engine.connect() as conn:
-            assert conn.execute(text("SELECT reason FROM jobs WHERE name = 'late'")).scalar() == job_store.SUBMITTED
+            assert conn.execute(text("SELECT reason FROM jobs WHERE name = 'late'")).scalar() == lifecycle.SUBMITTED
         jobs, third = story.parked()
         assert third.planned == 1 and third.waiting == 13
         with story.db.engine.connect() as conn:  # its reason is written like any other
-            assert conn.execute(text("SELECT reason FROM jobs WHERE name = 'late'")).scalar() != job_store.SUBMITTED
+            assert conn.execute(text("SELECT reason FROM jobs WHERE name = 'late'")).scalar() != lifecycle.SUBMITTED
 
         story.free["c1"] = dict(NODE)  # room appears: every queue is planned again, and jobs start
         with story.sessions.begin() as session:
@@ -258,11 +264,11 @@ def test_a_submit_behind_the_heads_of_a_full_parked_queue_is_left_out_and_decide
         expected, _ = story.plain()
         jobs, result = story.parked()
         assert result.planned == 0 and jobs == expected
-        assert reason("behind") == job_store.SUBMITTED  # not looked at, as every job behind the heads
+        assert reason("behind") == lifecycle.SUBMITTED  # not looked at, as every job behind the heads
         submit("ahead", 9)  # before the first head: q0 is planned again
         expected, _ = story.plain()
         jobs, result = story.parked()
         assert result.planned == 1 and jobs == expected
-        assert reason("ahead") != job_store.SUBMITTED
+        assert reason("ahead") != lifecycle.SUBMITTED
     finally:
         story.close()

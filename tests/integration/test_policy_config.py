@@ -1,12 +1,12 @@
-"""The leader's cache of policy objects (scheduling.PolicyConfig): reused while the documents are the
+"""The leader's cache of policy objects (scheduler.PolicyConfig): reused while the documents are the
 same, read again as soon as any class, queue or burst policy changes, whoever changed it."""
 from __future__ import annotations
 
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering
-from dispatcher.scheduling import PolicyConfig
+from dispatcher.services import administering
+from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.store import database
 from sluice.objects import default_objects, load_objects
 

@@ -8,10 +8,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher import administering, reports, submitting
-from dispatcher.reports import Report
+from dispatcher.services import administering
+from dispatcher.services import reporting as reports
+from dispatcher.services import submitting
+from dispatcher.services.reporting import Report
 from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
+from dispatcher.store import lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects
 from tests.integration.test_spine import job_doc
@@ -31,7 +34,7 @@ def _dispatched(sessions, n: int, cluster: str = "onprem", retries: int = 2) -> 
     docs = [json.dumps(job_doc(name=f"j{i}", maxRetries=retries)) for i in range(n)]
     with sessions.begin() as session:
         ids = submitting.submit(session, Principal("root", "admin"), submitting.parse(docs))
-        job_store.dispatch(session, [(i, cluster) for i in ids])
+        lifecycle.dispatch(session, [(i, cluster) for i in ids])
     return ids
 
 
@@ -92,7 +95,7 @@ def _notes(sessions, act) -> list[tuple[str, str]]:
     import psycopg
     url = sessions.kw["bind"].url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(url, autocommit=True) as listener:
-        for channel in (job_store.EVENTS_CHANNEL, job_store.WAKE_CHANNEL, job_store.OUTBOX_CHANNEL):
+        for channel in (channels.EVENTS_CHANNEL, channels.WAKE_CHANNEL, channels.OUTBOX_CHANNEL):
             listener.execute(f'LISTEN "{channel}"')
         with sessions.begin() as session:
             act(session)
@@ -103,12 +106,12 @@ def test_a_batch_and_a_dispatch_notify_once_per_channel_on_commit(sessions):
     docs = [json.dumps(job_doc(name=f"n{i}")) for i in range(3)]
     with sessions.begin() as session:
         ids = submitting.submit(session, Principal("root", "admin"), submitting.parse(docs))
-    sent = _notes(sessions, lambda s: job_store.dispatch(s, [(ids[0], "onprem"), (ids[1], "edge"), (ids[2], "onprem")]))
+    sent = _notes(sessions, lambda s: lifecycle.dispatch(s, [(ids[0], "onprem"), (ids[1], "edge"), (ids[2], "onprem")]))
     assert sent == [("sluice_events", ""), ("sluice_outbox", "edge"), ("sluice_outbox", "onprem")]
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "RUNNING")])) == \
         [("sluice_events", "")]  # nothing freed: the scheduler sleeps on
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "SUCCEEDED")])) == \
-        [("sluice_events", ""), ("sluice_wake", job_store.ROOM)]  # room freed, no job queued again
+        [("sluice_events", ""), ("sluice_wake", channels.ROOM)]  # room freed, no job queued again
     assert _notes(sessions, lambda s: reports.apply_many(s, "edge", [Report(ids[1], 1, "LOST", "gone")])) == \
         [("sluice_events", ""), ("sluice_wake", "")]  # back in its queue: it may start again
 

@@ -1,4 +1,4 @@
-"""The leader's loop (scheduling.Scheduler._lead): when it runs a cycle, against a real Postgres.
+"""The leader's loop (scheduler.Scheduler._lead): when it runs a cycle, against a real Postgres.
 
 No agent is connected: the clusters' capacity is recorded directly, so the only wake-ups are the
 submits' notifications and nothing else (no report, no heartbeat) could start a cycle.
@@ -12,11 +12,13 @@ from datetime import datetime, timezone
 
 from sqlalchemy import text
 
-from dispatcher import administering, submitting
-from dispatcher.scheduling import SchedulerSettings, run_cycle
+from dispatcher.services import administering
+from dispatcher.services import submitting
+from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
@@ -130,15 +132,15 @@ def _settled(d, quiet_s: float = 1.5, limit_s: float = 10.0) -> float:
 def test_room_freed_while_nothing_is_queued_runs_no_cycle_and_anything_else_does(db_url):
     with _leading(db_url, SchedulerSettings(idle_wait_s=60.0)) as d:
         with d.sessions.begin() as session:
-            job_store.notify(session, job_store.WAKE_CHANNEL)  # the world changed: one cycle finds nothing queued
+            channels.notify(session, channels.WAKE_CHANNEL)  # the world changed: one cycle finds nothing queued
         before = _settled(d)
         for _ in range(5):  # what heartbeats and finished attempts send
             with d.sessions.begin() as session:
-                job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+                channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
             time.sleep(0.1)
         assert _settled(d) == before
         with d.sessions.begin() as session:  # anything else (here: an admin apply's) runs a cycle
-            job_store.notify(session, job_store.WAKE_CHANNEL)
+            channels.notify(session, channels.WAKE_CHANNEL)
         assert _settled(d) > before
         _heard(d.sessions, NODE)
         _submit(d.sessions, 1)
@@ -153,7 +155,7 @@ def test_room_freed_while_a_job_waits_runs_a_cycle_that_places_it(db_url):
         assert _states(d.sessions) == ["QUEUED"]
         _heard(d.sessions, NODE)
         with d.sessions.begin() as session:  # room: as an agent's heartbeat sends it
-            job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+            channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
         _until_dispatched(d.sessions, 1)
 
 
@@ -161,7 +163,7 @@ def test_a_leader_waiting_out_room_wake_ups_stops_when_asked(db_url):
     with _leading(db_url, SchedulerSettings(idle_wait_s=60.0)) as d:
         _settled(d)  # idle: nothing queued
         with d.sessions.begin() as session:
-            job_store.notify(session, job_store.WAKE_CHANNEL, job_store.ROOM)
+            channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
         time.sleep(0.3)
         d.scheduler.stop()  # joins the loop for up to 10 s: it must not wait out the minute
         assert not d.scheduler.is_leader.is_set()

@@ -1,5 +1,5 @@
 """The cycle's reads of what runs, in real Postgres, against their plain definitions over every active
-attempt: usage summed per queue (store.jobs.active_usage), the filtered active_attempts a cycle asks for
+attempt: usage summed per queue (store.cycle_reads.active_usage), the filtered active_attempts a cycle asks for
 (planning.needed), and the heads as tuples (queue_heads) making the candidates candidate() makes, read
 alone or with the cycle's first reads."""
 from __future__ import annotations
@@ -12,10 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from dispatcher.policy.planning import ActiveNeeds, needed
-from dispatcher.capacity import snapshot
-from dispatcher.scheduling import _active, _candidates, candidate, class_policies
-from dispatcher.store import database
-from dispatcher.store import jobs as job_store
+from dispatcher.scheduler.mapping import active_from_rows, heads_from_rows, candidate, class_policies
+from dispatcher.store import cycle_reads
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from sluice.quantity import add
 from tests.integration.scenarios import store_with
@@ -60,10 +58,10 @@ def _load(session, n: int, seed: int) -> None:
 def test_usage_and_filtered_active_attempts_are_their_plain_definitions(sessions, seed):
     with sessions.begin() as session:
         _load(session, 300, seed)
-        every = job_store.active_attempts(session)
+        every = cycle_reads.active_attempts(session)
         assert every and all(r.cluster for r in every)
         usage: dict[str, dict[str, int]] = {}
-        for r in job_store.active_usage(session):
+        for r in cycle_reads.active_usage(session):
             usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
         plain: dict[str, dict[str, int]] = {}
         for r in every:
@@ -71,21 +69,21 @@ def test_usage_and_filtered_active_attempts_are_their_plain_definitions(sessions
         assert usage == plain
 
         classes = class_policies(session)
-        active = _active(every, classes)
+        active = active_from_rows(every, classes)
         assert any(a.ends_at for a in active) and any(a.ends_at is None for a in active)
         for needs in (ActiveNeeds(frozenset({"c0", "c2"}), 1000, frozenset({"batch"}), frozenset(), False),
                       ActiveNeeds(frozenset({"c0", "c1", "c2"}), 500, frozenset({"batch"}), frozenset({"q1"}), True),
                       ActiveNeeds(frozenset({"c1"}), None, frozenset({"batch"}), frozenset({"q0", "q3"}), False),
                       ActiveNeeds(frozenset({"c1"}), None, frozenset({"batch"}), frozenset(), True),
                       ActiveNeeds(frozenset(), 1000, frozenset({"batch"}), frozenset({"q0"}), True)):
-            timed = {a.job_id for a in _active(job_store.active_attempts(
+            timed = {a.job_id for a in active_from_rows(cycle_reads.active_attempts(
                 session, clusters=needs.clusters, timed=True), classes)} if needs.timed else set()
             assert timed == {a.job_id for a in active if needed(a, needs, victims=False)}
-            victims = {a.job_id for a in _active(job_store.active_attempts(
+            victims = {a.job_id for a in active_from_rows(cycle_reads.active_attempts(
                 session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
                 queues=needs.queues), classes)}
             assert timed | victims == {a.job_id for a in active if needed(a, needs)}
-        on = job_store.active_attempts(session, clusters=["c1"])
+        on = cycle_reads.active_attempts(session, clusters=["c1"])
         assert sorted(r.id for r in on) == sorted(r.id for r in every if r.cluster == "c1")
 
 
@@ -93,7 +91,7 @@ def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
     with sessions.begin() as session:
         _load(session, 200, 3)
         now = datetime.now(timezone.utc)
-        heads, current = _candidates(job_store.queue_heads(session, 5), now.timestamp(), {7: ("c1",)})
+        heads, current = heads_from_rows(cycle_reads.queue_heads(session, 5), now.timestamp(), {7: ("c1",)})
         rows = session.execute(text(
             """SELECT h.* FROM queues q CROSS JOIN LATERAL (
                    SELECT id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
@@ -112,12 +110,12 @@ def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
 
 
 def test_heads_read_with_the_first_reads_are_queue_heads(sessions):
-    """The heads a cycle reads in its first round trip (heads_query through database.at_once) are the rows
-    queue_heads reads later in the cycle, in the same order."""
+    """The heads a cycle reads in its first round trip (cycle_reads.first_reads) are the rows queue_heads
+    reads later in the cycle, in the same order."""
     with sessions.begin() as session:
         _load(session, 200, 4)
-        early, = database.at_once(session, job_store.heads_query(5))
-        assert [tuple(r) for r in early] == job_store.queue_heads(session, 5) != []
+        early = cycle_reads.first_reads(session, heads_per_queue=5, leader=None).heads
+        assert [tuple(r) for r in early] == cycle_reads.queue_heads(session, 5) != []
 
 
 PLAIN_IN_FLIGHT = """SELECT j.cluster, j.requests, j.largest_pod FROM outbox o
@@ -151,4 +149,4 @@ def test_in_flight_is_its_plain_definition(sessions, seed):
         rows_in_flight = session.execute(text(PLAIN_IN_FLIGHT)).all()
         for r in rows_in_flight:
             plain[r.cluster] = add(plain.get(r.cluster, {}), r.requests)
-        assert snapshot.readings(session)[0] == plain and 0 < len(rows_in_flight) < len(rows)
+        assert cycle_reads.capacity_reads(session).in_flight == plain and 0 < len(rows_in_flight) < len(rows)

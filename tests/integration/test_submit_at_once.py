@@ -11,12 +11,15 @@ import time
 from datetime import datetime, timezone
 
 import psycopg
+from sqlalchemy import text
 import pytest
 
-from dispatcher import administering, submitting
+from dispatcher.services import administering
+from dispatcher.services import submitting
 from dispatcher.errors import InvalidRequest, PermissionDenied
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
+from dispatcher.store import lifecycle
 from sluice.objects import load_objects
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import ADMIN, ALICE, BOB, _specs, store  # noqa: F401 - a fixture
@@ -62,7 +65,7 @@ def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(s
     assert at_once == [False, True]
     with psycopg.connect(libpq) as conn:
         [(class_priority,)] = conn.execute("SELECT class_priority FROM jobs WHERE id = %s", (second[0],)).fetchall()
-    wake = job_store.submit_wake("default", class_priority, 0, second[0])  # the best new job: the first
+    wake = channels.submit_wake("default", class_priority, 0, second[0])  # the best new job: the first
     assert notes == [("sluice_events", ""), ("sluice_wake", wake)]
     assert second == sorted(second) and min(second) > max(first)
     columns = """name, queue, service_class, class_priority, priority, max_retries, spec, requests, largest_pod,
@@ -104,7 +107,7 @@ def test_a_class_changed_is_seen_by_the_next_write(store, at_once):
     submitter = submitting.Submitter(sessions)
     submitter.submit(ADMIN, _specs(["a"]))
     with sessions.begin() as session:
-        session.execute(job_store.text("UPDATE service_classes SET priority = priority + 7 WHERE name = 'standard'"))
+        session.execute(text("UPDATE service_classes SET priority = priority + 7 WHERE name = 'standard'"))
     ids = submitter.submit(ADMIN, _specs(["b"]))
     assert at_once == [False, False]
     with psycopg.connect(libpq, autocommit=True) as conn:
@@ -200,7 +203,7 @@ def test_a_new_queue_goes_the_long_way_and_many_jobs_go_by_copy(store, at_once):
     submitter = submitting.Submitter(sessions)
     submitter.submit(ADMIN, _specs(["a"]))
     submitter.submit(ALICE, _specs(["v"], queue="vision"))  # a queue the last write did not read
-    submitter.submit(ADMIN, _specs([f"n-{n}" for n in range(job_store.COPY_FROM)], queue="vision"))
+    submitter.submit(ADMIN, _specs([f"n-{n}" for n in range(lifecycle.COPY_FROM)], queue="vision"))
     submitter.submit(ALICE, _specs(["w"], queue="vision"))
     assert at_once == [False, False, False, True]
 

@@ -1,4 +1,4 @@
-"""What Submit writes (dispatcher/store/jobs.py submit: a few jobs in one statement, many by ids from the
+"""What Submit writes (dispatcher/store/lifecycle.py submit: a few jobs in one statement, many by ids from the
 sequence then binary COPY), against a real Postgres: the rows, events and notifications exactly, a write
 Postgres refuses part-way through a group, and which writes hand on before their insert.
 """
@@ -10,8 +10,9 @@ import time
 import psycopg
 import pytest
 
-from dispatcher import submitting
-from dispatcher.store import jobs as job_store
+from dispatcher.services import submitting
+from dispatcher.store import channels
+from dispatcher.store import lifecycle
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import (  # noqa: F401 - store is a fixture
     ADMIN, ALICE, Calls, _specs, _wait_for, _waiting_locks, store)
@@ -44,11 +45,11 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
         listener.execute("LISTEN sluice_events")
         with sessions.begin() as session:
             rows = submitting._Config.read(session, {"default"}).rows(ALICE, specs)
-            ids = job_store.submit(session, rows, copy_from=copy_from)
+            ids = lifecycle.submit(session, rows, copy_from=copy_from)
         notes = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=2))
     # The wake-up names the queue and its best new job's order; COPY draws the ids with it, so gives 0.
     best = max(range(3), key=lambda i: (rows[i].class_priority, rows[i].priority, -i))
-    wake = job_store.submit_wake("default", rows[best].class_priority, rows[best].priority,
+    wake = channels.submit_wake("default", rows[best].class_priority, rows[best].priority,
                                  0 if copy_from == 1 else ids[best])
     assert notes == [("sluice_events", ""), ("sluice_wake", wake)]
     assert ids == sorted(ids) and len(set(ids)) == 3
@@ -70,7 +71,7 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
     assert [e[1:] for e in events] == [(i, 0, "", "QUEUED", "submitted", None) for i in ids]
 
 
-@pytest.mark.parametrize("bad_jobs", [job_store.COPY_FROM, 1], ids=["copy", "one-statement"])
+@pytest.mark.parametrize("bad_jobs", [lifecycle.COPY_FROM, 1], ids=["copy", "one-statement"])
 @pytest.mark.parametrize("bad_value", ["\ud800", float("nan")], ids=["lone-surrogate", "nan"])
 def test_a_write_postgres_refuses_part_way_through_a_group_fails_only_its_call(store, bad_value, bad_jobs):
     """The group's write fails on one call's document (Python decodes it; Postgres' jsonb refuses it):
@@ -109,7 +110,7 @@ def test_the_next_write_validates_while_one_is_in_postgres_and_at_most_two_are_u
     queued meanwhile."""
     sessions, libpq = store
     calls = Calls(submitting.Submitter(sessions))
-    many = job_store.COPY_FROM  # the fewest jobs that go by COPY, and so hand on before their insert
+    many = lifecycle.COPY_FROM  # the fewest jobs that go by COPY, and so hand on before their insert
     with psycopg.connect(libpq) as blocker:  # every insert into jobs waits behind this lock
         blocker.execute("LOCK TABLE jobs IN SHARE MODE")
         calls.start("first", ADMIN, _specs([f"first-{n}" for n in range(many)]))
@@ -142,7 +143,7 @@ def test_a_small_write_hands_on_after_its_commit(store):
     calls = Calls(submitting.Submitter(sessions))
     with psycopg.connect(libpq) as blocker:
         blocker.execute("LOCK TABLE jobs IN SHARE MODE")
-        calls.start("first", ADMIN, _specs([f"first-{n}" for n in range(job_store.COPY_FROM - 1)]))
+        calls.start("first", ADMIN, _specs([f"first-{n}" for n in range(lifecycle.COPY_FROM - 1)]))
         _wait_for(lambda: _waiting_locks(libpq) == 1, "the first write's insert to wait")
         assert _waiting_statements(libpq) == ["WITH new"]  # the one statement, not COPY
         calls.start("a", ADMIN, _specs(["a"]))
@@ -154,4 +155,4 @@ def test_a_small_write_hands_on_after_its_commit(store):
     calls.join()
     xmin = _table(libpq, "SELECT xmin::text FROM jobs WHERE id = ANY(%s)", calls.results["a"] + calls.results["b"])
     assert len(set(xmin)) == 1
-    assert len(calls.results["first"]) == job_store.COPY_FROM - 1
+    assert len(calls.results["first"]) == lifecycle.COPY_FROM - 1

@@ -1,5 +1,5 @@
 """Submit decodes documents with orjson and writes them with orjson, falling back to `json` wherever the two
-would differ (dispatcher/submitting.py _decode, dispatcher/store/jobs.py _dumps): the specs, the rows
+would differ (dispatcher/submitting.py _decode, dispatcher/store/copy_codec.py dumps): the specs, the rows
 written and the errors are those `json` gives, both ways of writing (one statement, COPY)."""
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import json
 import psycopg
 import pytest
 
-from dispatcher import submitting
+from dispatcher.services import submitting
 from dispatcher.errors import InvalidRequest
-from dispatcher.store import jobs as job_store
+from dispatcher.store import copy_codec
+from dispatcher.store import lifecycle
 from sluice.spec import job_from_document
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import ADMIN, store  # noqa: F401 - store is a fixture
@@ -61,10 +62,10 @@ def test_not_json_is_refused_with_jsons_own_words(document):
 
 
 def test_dumps_falls_back_to_json_where_orjson_would_differ():
-    assert job_store._dumps({"a": [1, "é"]}) == '{"a":[1,"é"]}'.encode()
-    assert job_store._dumps(job_store.ExactJSON({"a": float("nan")})) == b'{"a":NaN}'  # orjson: null
-    assert job_store._dumps({"a": "\ud800"}) == b'{"a":"\\ud800"}'  # orjson refuses lone surrogates
-    assert job_store._dumps({"a": 2 ** 70}) == b'{"a":1180591620717411303424}'
+    assert copy_codec.dumps({"a": [1, "é"]}) == '{"a":[1,"é"]}'.encode()
+    assert copy_codec.dumps(copy_codec.ExactJSON({"a": float("nan")})) == b'{"a":NaN}'  # orjson: null
+    assert copy_codec.dumps({"a": "\ud800"}) == b'{"a":"\\ud800"}'  # orjson refuses lone surrogates
+    assert copy_codec.dumps({"a": 2 ** 70}) == b'{"a":1180591620717411303424}'
 
 
 def _stored_templates(libpq: str, ids: list[int]) -> list:
@@ -81,7 +82,7 @@ def test_the_documents_stored_are_those_json_decodes(store, copy_from):
     specs = submitting.parse(documents)
     with sessions.begin() as session:
         rows = submitting._Config.read(session, {"default"}).rows(ADMIN, specs)
-        ids = job_store.submit(session, rows, copy_from=copy_from)
+        ids = lifecycle.submit(session, rows, copy_from=copy_from)
     stored = _stored_templates(libpq, ids)
     assert stored == [json.loads(d)["spec"]["podSets"][0]["template"] for d in documents]
 
@@ -96,7 +97,7 @@ def test_nan_and_infinity_are_refused_by_postgres_as_before_never_stored_as_null
     with pytest.raises(Exception) as err:
         with sessions.begin() as session:
             rows = submitting._Config.read(session, {"default"}).rows(ADMIN, specs)
-            job_store.submit(session, rows, copy_from=copy_from)
+            lifecycle.submit(session, rows, copy_from=copy_from)
     assert isinstance(getattr(err.value, "orig", err.value), psycopg.DataError)
     with psycopg.connect(libpq, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import update
 
-from dispatcher.scheduling import SchedulerSettings
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings

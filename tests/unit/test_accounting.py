@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher import accounting
-from dispatcher.accounting import AttemptRun, GroupUsage, Window, window
+from dispatcher.policy import accounting
+from dispatcher.policy.accounting import AttemptRun, GroupUsage, Window, window
 from sluice.quantity import parse_resources
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)

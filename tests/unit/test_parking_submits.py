@@ -1,12 +1,12 @@
-"""scheduling.Parking and the order a submit's wake-up gives (store.jobs.submit_wake): a submit behind
+"""scheduler.Parking and the order a submit's wake-up gives (store.channels.submit_wake): a submit behind
 the heads a parked queue was read to needs no cycle; one ahead of them does; and one let pass while a
 cycle ran is planned after all when that cycle's heads end before it."""
 from __future__ import annotations
 
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.planning import Candidate
-from dispatcher.scheduling import Parking
-from dispatcher.store.jobs import ROOM, submit_wake
+from dispatcher.scheduler.parking import Parking
+from dispatcher.store.channels import ROOM, submit_wake
 
 INPUTS = ("digest", (), {}, {})
 PER_QUEUE = 4

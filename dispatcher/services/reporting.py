@@ -20,7 +20,9 @@ from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
+from dispatcher.store import job_reads
+from dispatcher.store import lifecycle
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
@@ -55,7 +57,7 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
     one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
     capacity: the scheduler should look again)."""
     ids = sorted({r.job_id for r in reports})
-    views = {row[0]: JobView(*row[1:]) for row in job_store.lock_for_reports(session, ids)}
+    views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
     attempts: dict[tuple[int, int], list] = {}  # (job, attempt) -> [started, end state, reason, exit code]
@@ -87,8 +89,8 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
     if not events:
         return 0
     # A job back in its queue may start again (""); one that finished only leaves room (ROOM).
-    wake = "" if any(c["requeued"] for c in changed.values()) else job_store.ROOM if ended else None
-    waits = job_store.apply_transitions(session, changed, events, attempts, wake=wake)
+    wake = "" if any(c["requeued"] for c in changed.values()) else channels.ROOM if ended else None
+    waits = lifecycle.apply_transitions(session, changed, events, attempts, wake=wake)
     if metrics is not None:
         for waited in waits:
             metrics.observe_dispatch_to_running(waited)
@@ -106,19 +108,18 @@ def reconcile(session: Session, cluster: str, inventory: list[Report],
     held = {(r.job_id, r.attempt) for r in inventory}
     apply_many(session, cluster, inventory, metrics)
     unacked = outbox_store.unacked_dispatches(session, cluster)
-    for job in job_store.active_on_cluster(session, cluster):
+    for job in job_reads.active_on_cluster(session, cluster):
         key = (job.id, job.attempt)
         if key not in held and key not in unacked:
-            apply(session, cluster, Report(job.id, job.attempt, "LOST", "the cluster no longer holds it"))
-    live = {(j.id, j.attempt) for j in job_store.active_on_cluster(session, cluster)}
-    final = {"SUCCEEDED", "FAILED", "LOST", "UNSCHEDULABLE"}
-    orphans = [(r.job_id, r.attempt) for r in inventory if (r.job_id, r.attempt) not in live and r.state not in final]
-    known = job_store.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
+            apply(session, cluster, Report(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))
+    live = {(j.id, j.attempt) for j in job_reads.active_on_cluster(session, cluster)}
+    orphans = [(r.job_id, r.attempt) for r in inventory if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
+    known = job_reads.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
     for job_id, attempt in orphans:
         if job_id not in known:  # another installation's, or from before the database was wiped: left alone
             log.warning("the cluster holds objects of a job this dispatcher never had; left in place",
                         extra={"cluster": cluster, "job_id": job_id, "attempt": attempt})
-    reported_done = job_store.ended_by_report(session, orphans)
+    reported_done = job_reads.ended_by_report(session, orphans)
     return [(job_id, attempt) for job_id, attempt in orphans
             if job_id in known and (job_id, attempt) not in reported_done]
 
@@ -136,7 +137,7 @@ def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
     All or nothing: a job the caller may not cancel refuses the whole call."""
     out = []
     for job_id in job_ids:
-        job = job_store.get(session, job_id, for_update=True)
+        job = job_reads.get(session, job_id, for_update=True)
         if not may_change(session, who, job):
             raise PermissionDenied(f"{who.subject} may not cancel job {job_id} "
                                    f"(submitted by {job.submitted_by} to queue {job.queue})")
@@ -145,11 +146,11 @@ def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
             continue
         cluster, attempt, was_active = job.cluster, job.attempt, job.state in states.ACTIVE
         if job.state == states.QUEUED:  # the jobs behind it move up: its queue is planned again
-            job_store.notify(session, job_store.WAKE_CHANNEL, job.queue)
+            channels.notify(session, channels.WAKE_CHANNEL, job.queue)
         reason = f"cancelled by {who.subject}"
-        job_store.transition(session, job, states.CANCELLED, reason, finished_at=func.now())
+        lifecycle.transition(session, job, states.CANCELLED, reason, finished_at=func.now())
         if was_active and cluster:
-            job_store.end_attempt(session, job_id, attempt, states.CANCELLED, reason)
+            lifecycle.end_attempt(session, job_id, attempt, states.CANCELLED, reason)
             outbox_store.add_cancel(session, cluster, job_id, attempt, reason)
         out.append(job)
     return out
@@ -158,13 +159,13 @@ def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
 def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
     """Evict a job's attempt to make room for job `by`: back to QUEUED (a new attempt later), its pods
     deleted by a cancel command. False when the job already moved on (nothing to evict)."""
-    job = job_store.get(session, victim_id, for_update=True)
+    job = job_reads.get(session, victim_id, for_update=True)
     if job.state not in states.ACTIVE or job.cluster != cluster:
         return False
     attempt = job.attempt
     reason = f"preempted by job {by}"
-    job_store.transition(session, job, states.QUEUED, reason, cluster=None, preempted_by=by)
-    job_store.end_attempt(session, victim_id, attempt, "PREEMPTED", reason)
+    lifecycle.transition(session, job, states.QUEUED, reason, cluster=None, preempted_by=by)
+    lifecycle.end_attempt(session, victim_id, attempt, states.PREEMPTED, reason)
     outbox_store.add_cancel(session, cluster, victim_id, attempt, reason)
     return True
 
@@ -184,6 +185,6 @@ def expire_leases(session: Session, now: datetime, clusters: list) -> int:
         if silent <= lease:
             continue
         reason = f"cluster {name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
-        given_up += apply_many(session, name, [Report(job.id, job.attempt, "LOST", reason)
-                                               for job in job_store.active_on_cluster(session, name)])
+        given_up += apply_many(session, name, [Report(job.id, job.attempt, states.LOST, reason)
+                                               for job in job_reads.active_on_cluster(session, name)])
     return given_up

@@ -11,11 +11,11 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from dispatcher import accounting
+from dispatcher.policy import accounting
 from dispatcher.policy import bursting, states
 from dispatcher.policy.bursting import Budget, BurstRule, Spend
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import jobs as job_store
+from dispatcher.store import usage as usage_totals
 from sluice.objects import object_from_document
 
 
@@ -44,7 +44,7 @@ def _run(row, now: datetime) -> bursting.BurstRun:
 def spend(session: Session, now: datetime) -> dict[tuple[str, str | None], Spend]:
     """What every burst policy, and every queue under it, has committed (see bursting.committed)."""
     day = day_start(now)
-    runs = [_run(row, now) for row in job_store.burst_attempts(session, day)]
+    runs = [_run(row, now) for row in usage_totals.burst_attempts(session, day)]
     return bursting.committed(runs, day.timestamp(), now.timestamp())
 
 
@@ -62,7 +62,7 @@ def report(session: Session, now: datetime, win: accounting.Window) -> list[Budg
     """Per policy, then per queue that burst under it: spend in the window and today, against budgets."""
     day = day_start(now)
     since = day if win.start is None else min(day, win.start)
-    rows = job_store.burst_attempts(session, None if win.start is None else since)
+    rows = usage_totals.burst_attempts(session, None if win.start is None else since)
     runs = [_run(row, now) for row in rows]
     today = bursting.committed([r for r in runs if r.finished_at is None or r.finished_at >= day.timestamp()],
                                day.timestamp(), now.timestamp())

@@ -13,8 +13,9 @@ from dispatcher.capacity import snapshot
 from dispatcher.policy import states
 from dispatcher.policy.placing import verdicts
 from dispatcher.policy.quotas import QuotaTree
-from dispatcher.scheduling import candidate, queue_quotas
-from dispatcher.store import jobs as job_store
+from dispatcher.scheduler.mapping import candidate, queue_quotas
+from dispatcher.store import cycle_reads
+from dispatcher.store import job_reads
 from dispatcher.store.models import Job
 
 
@@ -28,9 +29,9 @@ class Explanation:
 
 
 def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s: float) -> Explanation:
-    job = job_store.get(session, job_id)
+    job = job_reads.get(session, job_id)
     tree = QuotaTree(queue_quotas(session), {})
-    for row in job_store.active_usage(session):  # summed in Postgres: never a row per running job
+    for row in cycle_reads.active_usage(session):  # summed in Postgres: never a row per running job
         tree.charge(row.queue, row.requests, row.jobs)
     if job.state in states.ACTIVE:  # a running job is judged as if it were asking again
         tree.charge(job.queue, job.requests, -1)
@@ -40,4 +41,4 @@ def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s
     if job.state in states.ACTIVE or job.state in states.FINAL:
         found = [(name, f"runs here ({job.state})" if name == job.cluster and job.state in states.ACTIVE else verdict)
                  for name, verdict in found]
-    return Explanation(job, job_store.queue_position(session, job), quota, found, job_store.job_bursts(session, job.id))
+    return Explanation(job, job_reads.queue_position(session, job), quota, found, job_reads.job_bursts(session, job.id))

@@ -23,7 +23,7 @@ from dispatcher.errors import Conflict, InvalidRequest, NotFound
 from dispatcher.policy import states
 from dispatcher.store import admin as admin_store
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import jobs as job_store
+from dispatcher.store import channels
 from dispatcher.store import tokens
 from dispatcher.store.models import ApiToken, AuditRecord
 from sluice.objects import KINDS, AdminObject, kind_named, object_from_document
@@ -200,7 +200,7 @@ def _stored(session: Session) -> dict[Key, AdminObject]:
 
 def _record(session: Session, actor: str, action: str, kind: str, name: str, details: dict) -> None:
     admin_store.record(session, actor, action, kind, name, details)
-    job_store.notify(session, job_store.WAKE_CHANNEL)  # quotas, classes or clusters changed: schedule again
+    channels.notify(session, channels.WAKE_CHANNEL)  # quotas, classes or clusters changed: schedule again
 
 
 def _edit_queue(session: Session, actor: str, name: str, action: str, edit) -> Change:

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 
 import orjson
-from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from dispatcher.capacity import snapshot
 from dispatcher.errors import DispatcherError, InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
-from dispatcher.store import jobs as job_store
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import copy_codec, lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec, SpecError, job_from_document
 
@@ -33,7 +33,7 @@ MAX_SPEC_BYTES = 1 << 20  # one job document
 WRITES = 2  # write transactions under way at once: one's rows go to Postgres while the next is validated
 # Jobs in a write from which it hands on before its insert (see Submitter._write): the writes that go by
 # COPY, which draw their ids before it, so the groups' ids still follow their order.
-HAND_ON_EARLY_FROM = job_store.COPY_FROM
+HAND_ON_EARLY_FROM = lifecycle.COPY_FROM
 GATHER_S = 0.0003  # how long a write's leader waits for more calls (see Submitter)
 
 
@@ -64,7 +64,7 @@ def _decode(document: str) -> tuple[object, bool]:
 
 class _ExactJSON(list):
     """The specs of a call with a document only `json` decoded: its rows' documents are encoded by `json`
-    too (store.jobs.ExactJSON), so values orjson would write otherwise (NaN as null) reach Postgres as
+    too (store.copy_codec.ExactJSON), so values orjson would write otherwise (NaN as null) reach Postgres as
     before."""
 
 
@@ -109,7 +109,7 @@ def _nul_at(value, path: str = "") -> str | None:
 
 def submit(session: Session, principal: Principal, specs: list[JobSpec]) -> list[int]:
     """Validate and insert one call's jobs in the caller's transaction; returns their ids."""
-    return job_store.submit(session, _Config.read(session, {s.queue for s in specs}).rows(principal, specs))
+    return lifecycle.submit(session, _Config.read(session, {s.queue for s in specs}).rows(principal, specs))
 
 
 class Submitter:
@@ -211,7 +211,7 @@ class Submitter:
                         t.answer(error=exc)
                 if hand_on is not None and len(rows) >= HAND_ON_EARLY_FROM:
                     hand_on()  # a long insert: the next group validates meanwhile
-                ids = iter(job_store.submit(session, rows))
+                ids = iter(lifecycle.submit(session, rows))
             for t in group:
                 if not t.answered:
                     t.answer(ids=[next(ids) for _ in t.rows])
@@ -232,14 +232,14 @@ class Submitter:
         """A write of a few jobs in one round trip, when it can: validated against what the last write read,
         and inserted by one statement in a transaction of its own, which first checks in its snapshot that
         what was read is unchanged: the version of the classes, queues and clusters (submit_config, kept
-        by triggers) is still the one read (store.jobs submit_if). False, having answered no call and
+        by triggers) is still the one read (store.lifecycle.submit_if_unchanged). False, having answered no call and
         written nothing, when the group must go the long way (BEGIN, read, insert, COMMIT): it names a
         queue not read, a call is refused (its error is then the one a fresh read gives), or what was read
         has changed. (Single-job calls, 8 clients,
         back to back: 382-439 jobs/s the long way, 542-660 at once; the dispatcher's CPU 1.4-1.5 ->
         1.2-1.3 ms per job.)"""
         config = self._config
-        if config is None or sum(len(t.specs) for t in group) >= job_store.COPY_FROM:
+        if config is None or sum(len(t.specs) for t in group) >= lifecycle.COPY_FROM:
             return False
         queues = {s.queue for t in group for s in t.specs}
         if not queues <= config.found.keys():
@@ -251,8 +251,7 @@ class Submitter:
             return False
         config.forget_if_large()
         with self._kept as connection:
-            ids = job_store.submit_if(connection, [row for t in group for row in t.rows], _UNCHANGED,
-                                      {"version": config.seen[0]})
+            ids = lifecycle.submit_if_unchanged(connection, [row for t in group for row in t.rows], config.seen[0])
         if ids is None:
             return False
         it = iter(ids)
@@ -264,7 +263,7 @@ class Submitter:
 class _KeptConnection:
     """An autocommit connection kept from one small write to the next while writes keep coming, so that a
     write does not pay a pool checkout (and its isolation-level changes) each time; a write gets its psycopg
-    connection (store.jobs submit_if). It goes back to the pool once no call is queued after a write
+    connection (store.lifecycle.submit_if_unchanged). It goes back to the pool once no call is queued after a write
     (`release_if_idle`), after any error, and if unused for KEEP_S; the next write then takes one afresh.
     One write at a time uses it (a lock; small writes hand on only after their statement anyway).
     (Single-job calls, 8 clients: when the pool pinged on every checkout, the checkout took 1.1 ms of a
@@ -318,7 +317,7 @@ class _KeptConnection:
 class _Ticket:
     def __init__(self, principal: Principal, specs: list[JobSpec]):
         self.principal, self.specs = principal, specs
-        self.rows: list[job_store.NewJob] = []
+        self.rows: list[lifecycle.NewJob] = []
         self.turn = threading.Event()
         self.answered = False
         self._ids: list[int] = []
@@ -332,22 +331,6 @@ class _Ticket:
         if self._error is not None:
             raise self._error
         return self._ids
-
-
-# What validating reads: the classes, the queues named, the version of all of it (submit_config,
-# migration 0008) and every cluster (only when the version is not the one an earlier read gave);
-# _UNCHANGED: whether the version is still the one read.
-_CLASSES = "(SELECT coalesce(jsonb_object_agg(name, priority), '{}') FROM service_classes)"
-_QUEUES = "(SELECT coalesce(jsonb_object_agg(name, spec), '{}') FROM queues WHERE name = ANY(:queues))"
-_CLUSTERS = """(SELECT coalesce(jsonb_agg(jsonb_build_array(
-                   name, tier, site, labels, spec,
-                   CASE WHEN capacity IS NULL OR capacity = '{}' THEN NULL
-                        ELSE coalesce(capacity -> 'allocatable', '{}') END) ORDER BY name), '[]')
-               FROM clusters)"""
-_VERSION = "(SELECT version FROM submit_config WHERE id = 1)"
-_READ = text(f"""SELECT {_CLASSES}, {_QUEUES}, v.version, CASE WHEN v.version = :seen THEN NULL ELSE {_CLUSTERS} END
-                 FROM submit_config v WHERE v.id = 1""")
-_UNCHANGED = f"{_VERSION} = %(version)s"  # psycopg's parameters (store.jobs submit_if)
 
 
 class _Config:
@@ -372,8 +355,7 @@ class _Config:
     def read(cls, session: Session, queues: set[str], seen: tuple[int | None, list | None] | None = None) -> "_Config":
         """One round trip. seen: (version, clusters) of an earlier read, reused while the version read in
         this transaction is unchanged (the clusters' documents are then neither built, sent nor parsed)."""
-        classes, found, version, clusters = session.execute(_READ, {"queues": list(queues),
-                                                                    "seen": seen[0] if seen else None}).one()
+        classes, found, version, clusters = cluster_store.submit_config(session, queues, seen[0] if seen else None)
         if clusters is None:
             known = seen[1]
         else:
@@ -388,7 +370,7 @@ class _Config:
         config.seen, config.found = (version, known), found
         return config
 
-    def rows(self, principal: Principal, specs: list[JobSpec]) -> list[job_store.NewJob]:
+    def rows(self, principal: Principal, specs: list[JobSpec]) -> list[lifecycle.NewJob]:
         """The rows to insert for one call's jobs; raises for the first that may not be submitted."""
         out = []
         admitted: dict[tuple[str | None, str | None], str] = {}  # (queue, class asked for) -> class, checked
@@ -406,8 +388,8 @@ class _Config:
             doc["spec"]["serviceClass"] = class_name
             doc["spec"]["placement"] = placement
             if exact:
-                doc = job_store.ExactJSON(doc)
-            out.append(job_store.NewJob(
+                doc = copy_codec.ExactJSON(doc)
+            out.append(lifecycle.NewJob(
                 name=spec.name, queue=spec.queue, service_class=class_name, class_priority=self.classes[class_name],
                 priority=spec.priority, max_retries=spec.max_retries, spec=doc, requests=requests,
                 largest_pod=largest, placement=placement, labels=labels, submitted_by=principal.subject))

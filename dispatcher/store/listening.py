@@ -1,6 +1,6 @@
 """LISTEN/NOTIFY fan-out: one Postgres connection per process, many in-process subscribers.
 
-Writers call store.jobs.notify inside their transaction; Postgres delivers on commit to every replica.
+Writers call store.channels.notify inside their transaction; Postgres delivers on commit to every replica.
 Subscribers register a callback per channel; callbacks run on the listener thread and must only set
 events or put to queues.
 """

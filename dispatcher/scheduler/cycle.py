@@ -1,0 +1,253 @@
+"""One scheduling cycle: read its inputs, ask the pure policy (policy/planning.py) for a plan, carry it out.
+
+A cycle reads `now` once. Everything it reads and writes goes through a `CycleStore`: `PostgresCycle`
+serves it in production, in one transaction per cycle (dispatches, preemptions, their events and outbox
+commands, pending reasons, then COMMIT); an in-memory store can serve the same cycle, so that a simulation
+runs the very code production runs. The inputs come back as one typed object (`CycleInputs`) from which
+parking's key is computed, so an input added to it cannot be left out of that comparison.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from dispatcher.capacity import snapshot
+from dispatcher.capacity.snapshot import ClusterCapacity
+from dispatcher.policy.placing import ClusterState
+from dispatcher.policy.planning import (Active, ActiveNeeds, Candidate, CyclePlan, Hold, VictimsNeeded, active_needs,
+                                        plan_cycle)
+from dispatcher.scheduler.mapping import PolicyConfig, active_from_rows, heads_from_rows
+from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.services import budgets, reporting
+from dispatcher.store import cycle_reads, database, lifecycle
+from dispatcher.store.lifecycle import Dispatched
+from sluice.quantity import add
+
+if TYPE_CHECKING:
+    from dispatcher.store.database import Session, Sessions
+
+LEADER_LOCK = 7302  # the advisory lock key the scheduling leader holds
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    dispatched: int
+    preempted: int
+    waiting: int
+    seconds: float
+    holds: dict[int, Hold]
+    # Submit-to-dispatch seconds of the jobs dispatched for the first time (a requeued job's submit time
+    # says nothing about its later waits).
+    first_waits: tuple[float, ...] = ()
+    planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
+    more: bool = False  # a queue had more queued jobs than the cycle read: the next cycle may place them
+    idle: bool = False  # it planned every queue and left no job queued (it dispatched every one it read)
+
+
+class LostLeadership(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CycleInputs:
+    """What the policy's verdicts depend on besides the heads and the clock, as a cycle read them."""
+
+    policy: PolicyConfig  # service classes, queue quotas, burst rules
+    capacities: tuple[ClusterCapacity, ...]  # each cluster's usable capacity and state
+    usage: dict[str, dict[str, int]]  # per queue, the requests of what runs there (and how many jobs)
+    spend: dict  # burst spend against budgets
+
+    @property
+    def clusters(self) -> list[ClusterState]:
+        return [c.state for c in self.capacities]
+
+    def parking_key(self) -> tuple:
+        """Comparable with ==: equal keys mean no verdict of a parked head can have changed. Every field
+        is in it (a field without an entry in _PARKING_KEYS fails here at once)."""
+        return tuple(_PARKING_KEYS[f.name](getattr(self, f.name)) for f in fields(self))
+
+
+_PARKING_KEYS = {
+    "policy": lambda policy: policy.digest,
+    # A cluster's unavailability counts by kind, not by its text (which says for how long).
+    "capacities": lambda capacities: tuple(replace(c.state, unavailable=c.status if c.state.unavailable else "")
+                                           for c in capacities),
+    "usage": lambda usage: usage,  # made afresh each cycle and never changed after
+    "spend": lambda spend: spend,
+}
+
+
+@dataclass(frozen=True)
+class Heads:
+    """The queued jobs a cycle plans: the first `per_queue` of each queue it reads, as candidates."""
+
+    by_queue: dict[str, list[Candidate]]
+    reasons: dict[int, str]  # each head's pending reason as stored
+    per_queue: dict[str, int]  # how many were read of each queue
+    avoiding: bool  # a head avoids a cluster where it recently could not start
+
+    @property
+    def count(self) -> int:
+        return sum(self.per_queue.values())
+
+
+class DispatchSink(Protocol):
+    """Where a plan's places go while it is still being made (lifecycle.DispatchAhead in Postgres)."""
+
+    sent: int
+
+    def placed(self, places: list, bursts: dict) -> None: ...
+    def end(self) -> list[Dispatched]: ...
+    def undo(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class CycleStore(Protocol):
+    """What one cycle reads and writes, within one unit of work."""
+
+    def inputs(self, now: datetime, *, all_heads: bool) -> CycleInputs: ...
+    def heads(self, now: datetime, queues: list[str] | None) -> Heads: ...
+    def active(self, needs: ActiveNeeds, *, victims: bool) -> list[Active]: ...
+    def dispatch_ahead(self, clusters: list[str]) -> DispatchSink: ...
+    def preempt(self, plan: CyclePlan) -> int: ...
+    def finish(self, plan: CyclePlan, sent: int, reasons: dict[int, str]) -> list[Dispatched]: ...
+
+
+def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime, *,
+                   holds: dict[int, Hold] | None = None, write_reasons: bool = True,
+                   parking: Parking | None = None) -> CycleResult:
+    """One cycle on `store`. With `parking`, queues whose heads cannot start are left out while nothing
+    changes for them."""
+    started = time.perf_counter()
+    dirty = parking.take() if parking is not None else None
+    try:
+        everything = parking is None or bool(holds) or parking.plans_all(dirty, now.timestamp())
+        inputs = store.inputs(now, all_heads=everything)
+        key = inputs.parking_key()
+        only = None if everything else parking.only(dirty, key, now.timestamp())
+        heads = store.heads(now, only)
+        policy, clusters, usage = inputs.policy, inputs.clusters, inputs.usage
+        needs = active_needs(heads.by_queue, clusters, policy.quotas, policy.classes, usage)
+        active = store.active(needs, victims=False) if needs.timed else []
+        # A deep backlog's places go to the store while the rest is planned.
+        ahead = store.dispatch_ahead([c.name for c in clusters])
+        try:
+            try:
+                plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
+                                  now.timestamp(), policy.rules, inputs.spend, usage=usage,
+                                  victims=not needs.victims, placed=ahead.placed)
+            except VictimsNeeded:
+                ahead.undo()
+                seen = {a.job_id for a in active}
+                active += [a for a in store.active(needs, victims=True) if a.job_id not in seen]
+                plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
+                                  now.timestamp(), policy.rules, inputs.spend, usage=usage, placed=ahead.placed)
+            dispatched = ahead.end()
+        finally:
+            ahead.close()
+        preempted = store.preempt(plan)
+        reasons = {i: r for i, r in plan.waits.items() if heads.reasons.get(i) != r} \
+            if write_reasons or plan.preemptions else {}
+        dispatched += store.finish(plan, ahead.sent, reasons)
+    except BaseException:
+        if parking is not None:
+            parking.touch()  # what this cycle took may not have been planned: plan every queue next time
+        raise
+    waiting = len(plan.waits)
+    if parking is not None:
+        quiet = not (plan.places or plan.preemptions or plan.holds or needs.timed or heads.avoiding)
+        waiting = parking.settle(key, only, heads.by_queue, plan.waits, quiet, write_reasons, policy.classes,
+                                 now.timestamp(), settings.per_queue)
+    first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
+                        if d.attempt == 1 and d.created_at and d.dispatched_at)
+    more = any(n >= settings.per_queue for n in heads.per_queue.values())
+    return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
+                       first_waits, planned=len(heads.by_queue) if only is not None else None, more=more,
+                       idle=only is None and not more and len(dispatched) == heads.count)
+
+
+class PostgresCycle:
+    """A CycleStore over one transaction of `session`. With `leader_pid`, its first reads check that this
+    backend still holds the leader lock (LostLeadership otherwise), so a deposed leader commits nothing."""
+
+    def __init__(self, session: Session, settings: SchedulerSettings, config: PolicyConfig,
+                 leader_pid: int | None = None):
+        self._session, self._settings, self._config, self._leader_pid = session, settings, config, leader_pid
+        self._heads_read: list | None = None
+
+    def inputs(self, now: datetime, *, all_heads: bool) -> CycleInputs:
+        session, settings = self._session, self._settings
+        # One round trip: the in-flight sums and the cluster rows, what runs per queue, (when every queue
+        # will be planned, as while jobs keep starting) the heads of every queue, and leader fencing.
+        reads = cycle_reads.first_reads(
+            session, heads_per_queue=settings.per_queue if all_heads else None,
+            leader=(self._leader_pid, LEADER_LOCK) if self._leader_pid is not None else None)
+        if reads.leader_held is False:
+            raise LostLeadership("the leader lock is no longer held")
+        running, self._heads_read = reads.running, reads.heads
+        # After the in-flight sums: a lease given up now is counted as in flight this once (never missed).
+        if reporting.expire_leases(session, now, reads.capacity.clusters):
+            running = cycle_reads.active_usage(session)  # some went back to their queues
+            self._heads_read = None
+        capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
+                                   staleness_s=settings.prometheus_staleness_s, read=reads.capacity)
+        policy = self._config.refresh(session, reads.digest)
+        # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
+        # attempts it may need (planning.active_needs): the victims only once a search for them starts.
+        usage: dict[str, dict[str, int]] = {}
+        for r in running:
+            usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
+        spend = budgets.spend(session, now) if policy.rules else {}
+        return CycleInputs(policy, tuple(capacities), usage, spend)
+
+    def heads(self, now: datetime, queues: list[str] | None) -> Heads:
+        rows = self._heads_read if self._heads_read is not None and queues is None else \
+            cycle_reads.queue_heads(self._session, self._settings.per_queue, queues)
+        avoid = cycle_reads.recently_unschedulable(self._session, [r[0] for r in rows if r[11] > 0],
+                                                   self._settings.avoid_unschedulable_s)
+        by_queue, reasons = heads_from_rows(rows, now.timestamp(), avoid)
+        return Heads(by_queue, reasons, dict(Counter(r[1] for r in rows)), bool(avoid))
+
+    def active(self, needs: ActiveNeeds, *, victims: bool) -> list[Active]:
+        if victims:
+            rows = cycle_reads.active_attempts(self._session, clusters=needs.clusters, preemptible=needs.preemptible,
+                                               below=needs.below, queues=needs.queues)
+        else:
+            rows = cycle_reads.active_attempts(self._session, clusters=needs.clusters, timed=True)
+        return active_from_rows(rows, self._config.classes)
+
+    def dispatch_ahead(self, clusters: list[str]) -> lifecycle.DispatchAhead:
+        return lifecycle.DispatchAhead(self._session, clusters)
+
+    def preempt(self, plan: CyclePlan) -> int:
+        return sum(reporting.preempt(self._session, p.victim, p.by, p.cluster) for p in plan.preemptions)
+
+    def finish(self, plan: CyclePlan, sent: int, reasons: dict[int, str]) -> list[Dispatched]:
+        """The reasons, the places not sent ahead and, when the cycle began its transaction (not a caller's,
+        joined), the COMMIT, in one round trip."""
+        rest = plan.places[sent:]
+        return lifecycle.dispatch(self._session, [(p.job_id, p.cluster) for p in rest],
+                                  {p.job_id: plan.bursts[p.job_id].record() for p in rest if p.job_id in plan.bursts},
+                                  reasons=reasons, commit=database.owns_transaction(self._session))
+
+
+def run_cycle(sessions: Sessions, settings: SchedulerSettings, now: datetime, *,
+              holds: dict[int, Hold] | None = None, write_reasons: bool = True,
+              leader_pid: int | None = None, config: PolicyConfig | None = None,
+              parking: Parking | None = None) -> CycleResult:
+    """One scheduling cycle on Postgres, in one transaction. With leader_pid, it commits only while that
+    backend holds the leader lock. With `parking`, queues whose heads cannot start are left out while
+    nothing changes for them."""
+    config = config if config is not None else PolicyConfig()
+    try:
+        with sessions.begin() as session:
+            return plan_and_apply(PostgresCycle(session, settings, config, leader_pid), settings, now,
+                                  holds=holds, write_reasons=write_reasons, parking=parking)
+    except BaseException:
+        if parking is not None:
+            parking.touch()  # the commit failed: plan every queue next time
+        raise

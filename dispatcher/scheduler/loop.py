@@ -1,0 +1,170 @@
+"""The scheduling loop: run by exactly one dispatcher replica at a time (the leader).
+
+Leadership is a Postgres session advisory lock held on a dedicated connection (store.leader): when the
+leader dies, its connection closes, the lock is released and another replica takes it within
+`leader_retry_s`. New work and freed capacity wake the loop through NOTIFY; the timeout is only a safety
+net. Each cycle is scheduler.cycle.run_cycle.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from dispatcher.metrics import DispatcherMetrics
+from dispatcher.policy.planning import Hold
+from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
+from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.store import channels
+from dispatcher.store import outbox as outbox_store
+from dispatcher.store.leader import LeaderLock
+from dispatcher.store.listening import Notifier
+
+if TYPE_CHECKING:
+    from dispatcher.store.database import Engine, Sessions
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    """Runs cycles while this process holds the leader lock.
+
+    on_leadership(True) is called, on the scheduler thread, right after the lock is taken and before the
+    first cycle; on_leadership(False) when leading ends for any reason (lost lock, error, stop). Work
+    that only the leader should do (the Prometheus refresher) is started and stopped there.
+    """
+
+    def __init__(self, engine: Engine, sessions: Sessions, notifier: Notifier, settings: SchedulerSettings,
+                 metrics: DispatcherMetrics | None = None,
+                 on_leadership: Callable[[bool], None] | None = None):
+        self._engine = engine
+        self._metrics = metrics
+        self._on_leadership = on_leadership
+        self._sessions = sessions
+        self._settings = settings
+        self._wake = threading.Event()  # any wake-up since the last cycle began
+        self._work = threading.Event()  # one other than ROOM (see store.channels.ROOM) since the last cycle began
+        self._stop = threading.Event()
+        self.is_leader = threading.Event()
+        self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
+        self._config = PolicyConfig()
+        self._parking = Parking()
+        notifier.subscribe(channels.WAKE_CHANNEL, self._woken)
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+
+    def _woken(self, payload: str) -> None:
+        if not self._parking.touch(payload):  # a queue's name (with a submit's order), ROOM, or "" for anything
+            return  # a submit behind a parked queue's heads: no cycle would read it
+        if payload != channels.ROOM:
+            self._work.set()
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with LeaderLock(self._engine, LEADER_LOCK, self._settings.leader_keepalive_s) as lock:
+                    while not self._stop.is_set():
+                        if lock.try_take():
+                            break
+                        self._stop.wait(self._settings.leader_retry_s)
+                    else:
+                        return
+                    log.info("became the scheduling leader", extra={"backend_pid": lock.backend_pid})
+                    self._holds = {}  # an earlier term's holds (on this replica) describe a past others moved on from
+                    self._config = PolicyConfig()
+                    self._parking = Parking()
+                    self.is_leader.set()
+                    self._leadership(True)
+                    try:
+                        self._lead(lock)
+                    finally:
+                        self.is_leader.clear()
+                        self._leadership(False)
+            except LostLeadership:
+                log.warning("lost the leader lock; following again")
+            except Exception:
+                log.exception("scheduler failed; retrying")
+                self._stop.wait(1.0)
+
+    def _prune_outbox(self) -> None:
+        """Between cycles, in a short transaction of its own; a failure is logged and tried again later."""
+        try:
+            with self._sessions.begin() as session:
+                pruned = outbox_store.prune(session, self._settings.outbox_retention_s,
+                                            self._settings.outbox_prune_limit)
+            if pruned:
+                log.info("outbox pruned", extra={"commands": pruned})
+        except Exception:
+            log.exception("outbox pruning failed")
+
+    def _leadership(self, leading: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.leader.set(1 if leading else 0)
+        if self._on_leadership is not None:
+            try:
+                self._on_leadership(leading)
+            except Exception:  # leader-only side work must not stop scheduling (or keep a dead term alive)
+                log.exception("leadership callback failed", extra={"leading": leading})
+
+    def _lead(self, lock: LeaderLock) -> None:
+        reasons_at = 0.0
+        pruned_at = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.clear()
+            self._work.clear()
+            write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
+            if write_reasons:
+                reasons_at = time.monotonic()
+            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), holds=self._holds,
+                               write_reasons=write_reasons, leader_pid=lock.backend_pid,
+                               config=self._config, parking=self._parking)
+            self._holds = result.holds
+            if self._parking.rewake():  # submits let pass while this cycle ran are among the heads after all
+                self._work.set()
+                self._wake.set()
+            if self._metrics is not None:
+                self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
+                                            result.first_waits)
+            ended = time.monotonic()
+            if ended - pruned_at >= self._settings.outbox_prune_interval_s:
+                pruned_at = ended
+                self._prune_outbox()
+            if result.dispatched:
+                log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
+                if result.more:
+                    continue  # the heads it read are gone: the next ones in line may start too
+            due = ended + self._settings.idle_wait_s
+            if not write_reasons:  # reasons were left unwritten: come back when they are due
+                due = min(due, reasons_at + self._settings.reason_interval_s)
+            while (self._wake.wait(max(0.0, due - time.monotonic())) and result.idle and not self._work.is_set()
+                   and not self._stop.is_set()):
+                # Only room freed (a capacity change, an attempt that finished) and no job was queued at
+                # the last cycle: nothing could use it. A submit, or anything else, runs a cycle.
+                self._wake.clear()
+                if self._work.is_set() or self._stop.is_set():  # came in between: do not lose it
+                    self._wake.set()
+            if not self._wake.is_set():
+                lock.ping()  # still leader: a dead lock connection raises here
+            elif not result.dispatched:
+                # Woken (a submit, freed capacity) after a cycle that started nothing: the next one starts
+                # no sooner than that cycle's length after it ended, so that the wake-ups of that moment
+                # join into one cycle. A stream of submits that cannot start then costs the scheduler
+                # about half its time at most; a wake-up after a quiet spell starts a cycle at once, and
+                # so does one after a cycle that dispatched (those that came since wait for no one).
+                pause = ended + min(result.seconds, self._settings.wake_pace_max_s) - time.monotonic()
+                if pause > 0:
+                    self._stop.wait(pause)
+

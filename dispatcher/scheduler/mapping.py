@@ -1,0 +1,107 @@
+"""From stored rows to the policy's frozen inputs: queue quotas, service classes, burst rules (kept by the
+leader while their documents are unchanged: PolicyConfig), the heads of the queues as candidates, and the
+attempts that run."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dispatcher.policy.placing import QueuedJob
+from dispatcher.policy.planning import Active, Candidate, ClassPolicy
+from dispatcher.policy.quotas import QueueQuota
+from dispatcher.services import budgets
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import cycle_reads
+from sluice.objects import object_from_document
+from sluice.quantity import parse_duration
+
+
+def queue_quotas(session) -> list[QueueQuota]:
+    """The queue tree's quotas, from the Queue objects."""
+    out = []
+    for row in cluster_store.list_queues(session):
+        q = object_from_document(row.spec)
+        out.append(QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight))
+    return out
+
+
+def class_policies(session) -> dict[str, ClassPolicy]:
+    """Each service class as the policy reads it, by name."""
+    out = {}
+    for row in cluster_store.service_classes(session).values():
+        c = object_from_document(row.spec)
+        out[c.name] = ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s,
+                                  c.burst_allowed, c.burst_after_s, c.price_multiplier)
+    return out
+
+
+def _seconds(text: str | None) -> float | None:
+    return parse_duration(text) if text else None
+
+
+def candidate(row, now: datetime, avoid: tuple[str, ...] = ()) -> Candidate:
+    """One queued job (a Job row) as the policy reads it: `sluice explain` judges a job the way a cycle does."""
+    placement = row.placement or {}
+    job = QueuedJob(row.id, row.requests, row.largest_pod, dict(placement.get("clusterSelector", {})),
+                    tuple(placement.get("tiers", ())), tuple(placement.get("sites", ())),
+                    _seconds(getattr(row, "max_runtime", None)), avoid)
+    return Candidate(job, row.queue, row.service_class, row.class_priority, row.priority,
+                     (now - row.created_at).total_seconds(), row.preempted_by)
+
+
+def heads_from_rows(rows: list[tuple], now: float, avoid: dict[int, tuple[str, ...]]
+                ) -> tuple[dict[str, list[Candidate]], dict[int, str]]:
+    """The heads per queue (cycle_reads.queue_heads' rows), as candidate() makes them, and each one's
+    current reason. Heads repeat a few
+    shapes: each distinct JSON text is decoded once and its dicts shared (the policy never changes them)."""
+    decoded: dict[str, dict] = {}
+    shapes: dict[tuple, tuple] = {}
+    heads: dict[str, list[Candidate]] = {}
+    current: dict[int, str] = {}
+    for (job_id, queue, service_class, class_priority, priority, requests, largest_pod, placement, reason, created,
+         preempted_by, _attempt, max_runtime) in rows:
+        shape = shapes.get((requests, largest_pod, placement, max_runtime))
+        if shape is None:
+            for document in (requests, largest_pod, placement):
+                if document not in decoded:
+                    decoded[document] = json.loads(document) if document else {}
+            where = decoded[placement] or {}
+            shape = shapes[(requests, largest_pod, placement, max_runtime)] = (
+                decoded[requests], decoded[largest_pod], dict(where.get("clusterSelector", {})),
+                tuple(where.get("tiers", ())), tuple(where.get("sites", ())), _seconds(max_runtime))
+        job = QueuedJob(job_id, *shape, avoid.get(job_id, ()))
+        heads.setdefault(queue, []).append(Candidate(job, queue, service_class, class_priority, priority,
+                                                     now - created, preempted_by))
+        current[job_id] = reason
+    return heads, current
+
+
+def active_from_rows(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
+    """cycle_reads.active_attempts' rows as the policy reads them, with when each is expected to end."""
+    return [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
+                   classes[r.service_class].preemptible if r.service_class in classes else False,
+                   r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None)
+            for r in rows]
+
+
+@dataclass
+class PolicyConfig:
+    """The service classes, queue quotas and burst rules of the last cycle, kept by the leader and read
+    again (and parsed) only when their documents' digest, computed in the cycle's transaction, changed."""
+
+    digest: str = ""
+    classes: dict[str, ClassPolicy] = field(default_factory=dict)
+    quotas: list[QueueQuota] = field(default_factory=list)
+    rules: list = field(default_factory=list)
+
+    def refresh(self, session, digest: str | None = None) -> "PolicyConfig":
+        """`digest`: the documents' digest, when the caller read it already in this transaction."""
+        digest = digest if digest is not None else cycle_reads.policy_digest(session)
+        if digest != self.digest:
+            self.classes, self.quotas = class_policies(session), queue_quotas(session)
+            self.rules = budgets.rules(session)
+            self.digest = digest
+        return self
+
+

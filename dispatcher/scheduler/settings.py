@@ -1,0 +1,30 @@
+"""The scheduler's settings: one frozen dataclass, built at the entry point."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dispatcher.capacity import snapshot
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    per_queue: int = 64  # queued jobs read per queue and cycle, in order (never the whole backlog)
+    reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
+    idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
+    wake_pace_max_s: float = 0.25  # after a cycle that started nothing, the next waits up to its length (at most this)
+    leader_retry_s: float = 1.0  # how often a follower tries to become leader
+    # TCP keepalive on the leader lock's connection, both ways (seconds idle before the first probe; probes
+    # then go 1 s apart and 2 unanswered ones drop the connection). A leader that dies with its machine
+    # sends no FIN: without this Postgres would keep its lock for the kernel's default (hours).
+    leader_keepalive_s: int = 1
+    unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
+    prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
+    avoid_unschedulable_s: float = 600.0  # a cluster where a job's attempt could not start is left out this long
+    # The leader deletes acked outbox commands older than this that nothing reads any more (outbox.prune),
+    # at most every outbox_prune_interval_s, up to outbox_prune_limit per cluster each time: one row per
+    # dispatch and cancel would otherwise stay for ever.
+    outbox_retention_s: float = 3600.0
+    outbox_prune_interval_s: float = 60.0
+    outbox_prune_limit: int = 10_000
+
+

@@ -1,0 +1,1 @@
+"""What the API calls: submit, agent reports and cancels, administering, explaining, burst budgets."""

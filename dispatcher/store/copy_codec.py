@@ -1,0 +1,86 @@
+"""Binary COPY encoding of new jobs and their submit events, and the JSON writer the submit path uses.
+
+COPY's binary format: a header, then per row a field count and each field as its length and bytes
+(-1: NULL), then a trailer. jsonb is a version byte (1) and the JSON text; ints are big-endian.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+if TYPE_CHECKING:
+    from dispatcher.store.lifecycle import NewJob
+
+
+class ExactJSON(dict):
+    """A job document to encode exactly as `json` does: its call held a document orjson would not decode
+    (NaN, Infinity, a lone surrogate, an integer past 64 bits...), so its values may be ones orjson
+    would write otherwise (NaN as null) or refuse. Postgres then takes or refuses it as before."""
+
+
+def dumps(value) -> bytes:
+    """Compact JSON, UTF-8: orjson (faster); `json` for what orjson refuses or would write differently (an
+    ExactJSON, lone surrogates, integers past 64 bits, nesting past 254 levels), so such a document reaches
+    Postgres as `json` writes it (ASCII: Postgres refuses the escapes of lone surrogates, failing the call)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except TypeError:  # orjson.JSONEncodeError too
+        return _json(value).encode()
+
+
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+COPY_TRAILER = b"\xff\xff"
+JOB_COLUMNS = ("id", "name", "queue", "service_class", "class_priority", "priority", "max_retries", "spec",
+               "requests", "largest_pod", "placement", "labels", "submitted_by", "state", "reason")
+EVENT_COLUMNS = ("job_id", "attempt", "from_state", "to_state", "reason")
+_NULL = b"\xff\xff\xff\xff"
+_row_and_id = struct.Struct(">hiq").pack  # field count, then an int8 field
+_int4 = struct.Struct(">ii").pack
+_length = struct.Struct(">i").pack
+# What orjson does not write (see dumps).
+_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> bytes:
+    """The jobs' rows (JOB_COLUMNS) in binary COPY format, each in `state` with `reason`."""
+    texts: dict[str | None, bytes] = {None: _NULL}
+    values: dict[int, bytes] = {}  # by id(): the small documents jobs of one batch share (submitting interns them)
+
+    def text_field(value: str | None) -> bytes:
+        field = texts.get(value)
+        if field is None:
+            data = value.encode()
+            field = texts[value] = _length(len(data)) + data
+        return field
+
+    def jsonb_field(value) -> bytes:
+        field = values.get(id(value))
+        if field is None:
+            data = dumps(value)
+            field = values[id(value)] = _length(len(data) + 1) + b"\x01" + data
+        return field
+
+    tail = text_field(state) + text_field(reason)
+    out = [COPY_HEADER]
+    for job_id, j in zip(ids, jobs):
+        spec = dumps(j.spec)
+        out.append(b"".join((
+            _row_and_id(len(JOB_COLUMNS), 8, job_id), text_field(j.name), text_field(j.queue),
+            text_field(j.service_class), _int4(4, j.class_priority), _int4(4, j.priority), _int4(4, j.max_retries),
+            _length(len(spec) + 1), b"\x01", spec, jsonb_field(j.requests), jsonb_field(j.largest_pod),
+            jsonb_field(j.placement), jsonb_field(j.labels), text_field(j.submitted_by), tail)))
+    out.append(COPY_TRAILER)
+    return b"".join(out)
+
+
+def encode_events(ids: list[int], state: str, reason: str) -> bytes:
+    """Each job's first event (EVENT_COLUMNS): attempt 0, from '' to `state`, with `reason`."""
+    to, why = state.encode(), reason.encode()
+    rest = _int4(4, 0) + _length(0) + _length(len(to)) + to + _length(len(why)) + why
+    count = len(EVENT_COLUMNS)
+    return b"".join((COPY_HEADER, *[_row_and_id(count, 8, job_id) + rest for job_id in ids], COPY_TRAILER))
+

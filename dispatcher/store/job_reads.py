@@ -1,0 +1,99 @@
+"""Reads of jobs, their events and attempts for the API and the agent link (no writes: see lifecycle.py)."""
+from __future__ import annotations
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session, defer
+
+from dispatcher.errors import NotFound
+from dispatcher.policy import states
+from dispatcher.store.database import named
+from dispatcher.store.models import Attempt, Job, sql_strings
+
+
+def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
+    stmt = select(Job).where(Job.id == job_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    job = session.scalars(stmt).first()
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None,
+              after_id: int = 0, limit: int = 100) -> list[Job]:
+    """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes.
+
+    The job documents and resource maps stay unloaded: listings never show them.
+    """
+    stmt = (select(Job).options(defer(Job.spec), defer(Job.requests), defer(Job.largest_pod), defer(Job.placement))
+            .where(Job.id > after_id).order_by(Job.id).limit(limit))
+    if queue:
+        stmt = stmt.where(Job.queue == queue)
+    if state:
+        stmt = stmt.where(Job.state == state)
+    return list(session.scalars(stmt))
+
+
+def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000,
+           also: list[int] = ()) -> list:
+    """Events after `after_id` in id order, and those of the ids in `also` (gaps below it) that exist now.
+    Rows with JobEvent's fields (id, job_id, attempt, from_state, to_state, reason, cluster, at)."""
+    where = ["id > %(after)s"]
+    if also:  # the range bound lets the primary key's index start at the oldest gap (gaps are recent),
+        # whatever the planner makes of the OR (on a table not yet analyzed it read the whole table)
+        where = ["id >= %(oldest)s AND (id > %(after)s OR id = ANY(%(also)s))"]
+    if job_id:
+        where.append("job_id = %(job)s")
+    return named(session, f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE {' AND '.join(where)} "
+                          "ORDER BY id LIMIT %(limit)s",
+                 {"after": after_id, "oldest": min(also, default=0), "also": list(also), "job": job_id, "limit": limit})
+
+
+_EVENT_COLUMNS = "id, job_id, attempt, from_state, to_state, reason, cluster, at"
+
+
+def queue_position(session: Session, job: Job) -> int:
+    """1-based place of a queued job among the queued jobs of its queue, in scheduling order."""
+    if job.state != states.QUEUED:
+        return 0
+    ahead = session.scalar(
+        select(func.count()).select_from(Job).where(
+            Job.queue == job.queue, Job.state == states.QUEUED,
+            text("(jobs.class_priority, jobs.priority, -jobs.id) > (:cp, :p, :negid)"),
+        ).params(cp=job.class_priority, p=job.priority, negid=-job.id))
+    return int(ahead or 0) + 1
+
+
+def ended_by_report(session: Session, pairs: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Of these (job, attempt), the attempts that ended SUCCEEDED or FAILED (their cluster reported so)."""
+    if not pairs:
+        return set()
+    jobs, attempts = map(list, zip(*pairs))
+    return {(r[0], r[1]) for r in session.execute(text(
+        f"""SELECT a.job_id, a.attempt FROM attempts a
+           JOIN unnest(CAST(:jobs AS bigint[]), CAST(:attempts AS int[])) AS p(job_id, attempt)
+             ON a.job_id = p.job_id AND a.attempt = p.attempt
+           WHERE a.state IN {sql_strings((states.SUCCEEDED, states.FAILED))} AND a.finished_at IS NOT NULL"""),
+        {"jobs": jobs, "attempts": attempts})}
+
+
+
+def existing_ids(session: Session, job_ids: list[int]) -> set[int]:
+    """Which of these job ids exist."""
+    if not job_ids:
+        return set()
+    return set(session.scalars(select(Job.id).where(Job.id.in_(job_ids))))
+
+
+def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
+    """(attempt, burst decision) of the job's attempts that burst, oldest first."""
+    return [(r.attempt, r.burst) for r in session.execute(
+        select(Attempt.attempt, Attempt.burst).where(Attempt.job_id == job_id, Attempt.burst.is_not(None))
+        .order_by(Attempt.attempt))]
+
+
+
+def active_on_cluster(session: Session, cluster: str) -> list[Job]:
+    return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
+

@@ -1,0 +1,395 @@
+"""The life of a job in the store: the only code that writes a job's state and its job events.
+
+Every write checks the state machine (policy/states.py, the single authority) and compare-and-sets on the
+state it expects: a submit inserts jobs QUEUED with their first event; `transition` moves one job;
+`apply_transitions` writes a batch of agent reports already judged against the locked rows; `dispatch`
+(and `DispatchAhead`, the same statement sent while a cycle still plans) moves queued jobs to DISPATCHED
+with their attempts, events and outbox commands. The caller owns the transaction: these functions may
+flush, never commit (except `dispatch(commit=True)`, on the caller's word).
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from dispatcher.errors import Conflict
+from dispatcher.policy import states
+from dispatcher.policy.states import DISPATCHED, QUEUED, RUNNING
+from dispatcher.store import copy_codec
+from dispatcher.store.channels import EVENTS_CHANNEL, NOTIFY_SQL, OUTBOX_CHANNEL, WAKE_CHANNEL, notes_params, notify, submit_wake
+from dispatcher.store.database import driver
+from dispatcher.store.models import Job, JobEvent
+from dispatcher.store.outbox import lock_clusters
+
+SUBMITTED = "submitted"  # the reason of a job no scheduling cycle has looked at yet
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__
+class NewJob:
+    name: str | None
+    queue: str
+    service_class: str
+    class_priority: int
+    priority: int
+    max_retries: int
+    spec: dict
+    requests: dict
+    largest_pod: dict
+    placement: dict
+    labels: dict
+    submitted_by: str
+
+
+COPY_FROM = 100  # jobs in one write from which they go by binary COPY; fewer go in one statement
+
+
+def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM) -> list[int]:
+    """Insert queued jobs with their first event; returns their ids, in order.
+
+    The ids are drawn from the jobs' identity sequence in the given order, so the jobs of one call keep
+    it, and each job's `submitted` event takes its id in the same order. Both ways below write the same
+    rows and queue the same notifications.
+    """
+    if not jobs:
+        return []
+    if len(jobs) < copy_from:
+        return _insert(session, jobs)
+    return _copy(session, jobs)
+
+
+def _insert(session: Session, jobs: list[NewJob]) -> list[int]:
+    """One statement (one round trip), from one JSON array: for a few jobs, where COPY's four extra round
+    trips would cost more than it saves."""
+    return [row[0] for row in driver(session).execute(_inserting(False), _insert_params(jobs))]
+
+
+def submit_if_unchanged(connection: psycopg.Connection, jobs: list[NewJob], version: int) -> list[int] | None:
+    """Insert a few queued jobs as `submit` does, in one statement that is its own transaction on an
+    autocommit psycopg `connection` (one round trip in all, no BEGIN or COMMIT), but only if the version of
+    the classes, queues and clusters (submit_config, kept by triggers) is still `version` in that
+    statement's snapshot. None, and nothing written or notified, if it is not."""
+    return [row[0] for row in connection.execute(_inserting(True), {"version": version, **_insert_params(jobs)})] \
+        or None
+
+
+def _insert_params(jobs: list[NewJob]) -> dict:
+    batch = copy_codec.dumps([{"name": j.name, "queue": j.queue, "service_class": j.service_class,
+                               "class_priority": j.class_priority, "priority": j.priority,
+                               "max_retries": j.max_retries, "spec": j.spec, "requests": j.requests,
+                               "largest_pod": j.largest_pod, "placement": j.placement, "labels": j.labels,
+                               "submitted_by": j.submitted_by} for j in jobs]).decode()
+    return {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL}
+
+
+@functools.lru_cache(maxsize=2)
+def _inserting(checked: bool) -> str:
+    """The one statement of `_insert` and `submit_if_unchanged`, run on the psycopg connection (no
+    SQLAlchemy statement handling on the submit path): it draws ids for the rows of %(batch)s only where
+    the guard holds (evaluated once, in the statement's snapshot), so nothing at all is written otherwise."""
+    guard = "(SELECT version FROM submit_config WHERE id = 1) = %(version)s" if checked else "true"
+    return (
+        """WITH new AS (
+               SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, u.* FROM (
+                   SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(%(batch)s AS jsonb)) AS (
+                       name text, queue text, service_class text, class_priority int, priority int, max_retries int,
+                       spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text))
+                   WITH ORDINALITY AS r(name, queue, service_class, class_priority, priority, max_retries, spec,
+                                        requests, largest_pod, placement, labels, submitted_by, n)
+                   WHERE """ + guard + f"""
+                   ORDER BY n) u),
+           made AS (
+               INSERT INTO jobs (id, name, queue, service_class, class_priority, priority, max_retries, spec,
+                                 requests, largest_pod, placement, labels, submitted_by, state, reason)
+               SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec, requests,
+                      largest_pod, placement, labels, submitted_by, '{QUEUED}', %(reason)s FROM new),
+           events AS (
+               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
+               SELECT id, 0, '', '{QUEUED}', %(reason)s FROM new),
+           -- Delivered on commit. The wake-up names each queue that got jobs, with its best new job's
+           -- place in the queue's order (channels.submit_wake): the scheduler plans that queue again even
+           -- while the others stay parked, unless that job comes after the heads parked (scheduler.parking).
+           notified AS (SELECT count(pg_notify(%(wake)s, concat_ws(' ', q.queue, q.class_priority, q.priority, q.id)))
+                               + count(pg_notify(%(events)s, ''))
+                        FROM (SELECT DISTINCT ON (queue) queue, class_priority, priority, id FROM new
+                              ORDER BY queue, class_priority DESC, priority DESC, id) q)
+           SELECT id FROM new, notified ORDER BY n""")
+
+
+def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
+    """One statement draws the ids and queues the notifications; the ids, ascending, go to the jobs in
+    order. Then binary COPY writes the jobs and their events: Postgres parses each value once, with no
+    batch document to take apart and no sort or CTE to spill past work_mem."""
+    best: dict[str, NewJob] = {}
+    for j in jobs:
+        b = best.get(j.queue)
+        if b is None or (j.class_priority, j.priority) > (b.class_priority, b.priority):
+            best[j.queue] = j
+    # The ids are drawn with the notifications: each wake-up gives 0 for its job's id, as if it came first
+    # among the jobs of its class priority and priority (never passed over when it might not be behind).
+    notes = [(WAKE_CHANNEL, submit_wake(q, j.class_priority, j.priority, 0)) for q, j in sorted(best.items())]
+    notes.append((EVENTS_CHANNEL, ""))
+    conn = driver(session)
+    ids = sorted(r[0] for r in conn.execute(
+        f"""WITH notified AS (SELECT count(*) FROM ({NOTIFY_SQL}) n)
+            SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s), notified""",
+        {"n": len(jobs), **notes_params(notes)}))
+    with conn.cursor() as cursor:
+        with cursor.copy(f"COPY jobs ({', '.join(copy_codec.JOB_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.write(copy_codec.encode_jobs(ids, jobs, QUEUED, SUBMITTED))
+        with cursor.copy(f"COPY job_events ({', '.join(copy_codec.EVENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.write(copy_codec.encode_events(ids, QUEUED, SUBMITTED))
+    return ids
+
+
+
+def transition(session: Session, job: Job, to: str, reason: str, **values) -> None:
+    """Move one job from its current state to `to`, compare-and-set, with its event.
+
+    Raises Conflict when the job changed underneath (zero rows updated is never a silent success).
+    """
+    states.check(job.state, to)
+    stmt = (update(Job).where(Job.id == job.id, Job.state == job.state, Job.attempt == job.attempt)
+            .values(state=to, reason=reason, **values).returning(Job.id)
+            .execution_options(synchronize_session=False))
+    if session.execute(stmt).first() is None:
+        raise Conflict(f"job {job.id} is no longer {job.state}")
+    session.add(JobEvent(job_id=job.id, attempt=job.attempt, from_state=job.state, to_state=to,
+                         reason=reason, cluster=job.cluster))
+    session.flush()
+    session.expire(job)
+    notify(session, EVENTS_CHANNEL)
+
+
+def lock_for_reports(session: Session, ids: list[int]) -> list[tuple]:
+    """(id, state, attempt, cluster, max_retries) of these jobs, locked (in id order) until the transaction ends."""
+    return driver(session).execute(
+        "SELECT id, state, attempt, cluster, max_retries FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
+        {"ids": ids}).fetchall()
+
+
+def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple],
+                      attempts: dict[tuple[int, int], list], *,
+                      wake: str | None = None) -> list[float]:
+    """Write state changes already checked against the jobs' rows, which the caller holds locked, all in
+    one statement (one round trip).
+
+    changed: per job, its final {state, reason} and whether it started (started_at), finished
+    (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
+    cluster) of every transition, in order: each becomes a job event. attempts: per (job, attempt),
+    (started, end state, reason, exit code): started marks it RUNNING from now; an end state ("" for
+    none) ends it, unless it already ended. wake: the scheduler is woken too, with this payload.
+    Returns the seconds from each started attempt's dispatch to now.
+    """
+    ids = list(changed)
+    keys = list(attempts)
+    notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
+    params = {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
+        ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
+        ("requeued", "requeued"))},
+        **dict(zip(("e_jobs", "e_attempts", "e_froms", "e_tos", "e_reasons", "e_clusters"), map(list, zip(*events)))),
+        "a_jobs": [k[0] for k in keys], "a_attempts": [k[1] for k in keys],
+        **dict(zip(("a_started", "a_states", "a_reasons", "a_codes"),
+                   map(list, zip(*attempts.values())) if attempts else ([], [], [], []))),
+        **notes_params(notes)}
+    row = driver(session).execute(_TRANSITIONS, params).fetchone()
+    return [float(w) for w in row[0]]
+
+
+# Start (a.started: RUNNING from now) and end (a.state, unless "": that state, unless it ended already)
+# the attempts of the arrays %(a_jobs)s, %(a_attempts)s, ...; each SET sees the row as it was, so an
+# attempt that had ended stays as it ended.
+_MARK_ATTEMPTS = f"""
+        UPDATE attempts SET
+               started_at = CASE WHEN a.started THEN now() ELSE attempts.started_at END,
+               state = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.state
+                            WHEN a.started THEN '{RUNNING}' ELSE attempts.state END,
+               reason = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.reason ELSE attempts.reason END,
+               exit_code = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.exit_code
+                                ELSE attempts.exit_code END,
+               finished_at = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN now()
+                                  ELSE attempts.finished_at END
+        FROM unnest(%(a_jobs)s::bigint[], %(a_attempts)s::int[], %(a_started)s::boolean[], %(a_states)s::text[],
+                    %(a_reasons)s::text[], %(a_codes)s::int[]) AS a(job_id, attempt, started, state, reason, exit_code)
+        WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt
+        RETURNING a.started, extract(epoch FROM now() - attempts.dispatched_at) AS waited"""
+
+
+_TRANSITIONS = f"""
+    WITH c AS (
+        SELECT * FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(reasons)s::text[], %(started)s::boolean[],
+                             %(finished)s::boolean[], %(requeued)s::boolean[])
+                      AS c(id, state, reason, started, finished, requeued)),
+    moved AS (
+        UPDATE jobs SET state = c.state, reason = c.reason,
+               started_at = CASE WHEN c.started THEN now() ELSE jobs.started_at END,
+               finished_at = CASE WHEN c.finished THEN now() ELSE jobs.finished_at END,
+               cluster = CASE WHEN c.requeued THEN NULL ELSE jobs.cluster END
+        FROM c WHERE jobs.id = c.id),
+    made AS (
+        INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+        SELECT job_id, attempt, from_state, to_state, reason, cluster
+        FROM unnest(%(e_jobs)s::bigint[], %(e_attempts)s::int[], %(e_froms)s::text[], %(e_tos)s::text[],
+                    %(e_reasons)s::text[], %(e_clusters)s::text[])
+             WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
+        ORDER BY n),
+    marked AS ({_MARK_ATTEMPTS})
+    SELECT array(SELECT waited FROM marked WHERE started), (SELECT count(*) FROM ({NOTIFY_SQL}) n)"""
+
+
+
+def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,
+                exit_code: int | None = None) -> None:
+    """End this attempt in `state`, unless it ended already."""
+    driver(session).execute(_MARK_ATTEMPTS, {"a_jobs": [job_id], "a_attempts": [attempt], "a_started": [False],
+                                             "a_states": [state], "a_reasons": [reason], "a_codes": [exit_code]})
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    job_id: int
+    attempt: int
+    cluster: str
+    command_id: int
+    created_at: datetime | None = None  # when the job was submitted
+    dispatched_at: datetime | None = None  # this dispatch (the transaction's time)
+
+
+def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None,
+             reasons: dict[int, str] | None = None, commit: bool = False) -> list[Dispatched]:
+    """Move queued jobs to DISPATCHED on their chosen clusters, all in the caller's transaction.
+
+    One UPDATE for the batch, compare-and-set on QUEUED (a job cancelled meanwhile is skipped), then
+    the attempts, events and outbox commands of exactly the jobs that moved. bursts: per job sent to a
+    paid cluster, its burst decision (kept with the attempt; its summary is the event's reason).
+    reasons: first, set_reasons of other jobs. commit: then COMMIT, in the same round trip (the caller's
+    session then has nothing left to commit; nothing may follow in its transaction).
+    """
+    if not decisions and not commit:
+        set_reasons(session, reasons or {})
+        return []
+    conn = driver(session)
+    cursor = None
+    with conn.pipeline():  # the statements (and the commit) in one round trip, run in this order
+        set_reasons(session, reasons or {})
+        if decisions:
+            lock_clusters(session, [cluster for _, cluster in decisions])
+            cursor = _send_dispatch(conn, decisions, bursts or {})
+        if commit:
+            conn.execute("COMMIT")
+    return [Dispatched(*r) for r in cursor.fetchall()] if cursor is not None else []
+
+
+def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dict]):
+    """dispatch's statement, sent on psycopg connection `conn`; its cursor (rows: Dispatched's fields)."""
+    return conn.execute(
+        f"""WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
+           b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
+           moved AS (
+               UPDATE jobs SET state = '{DISPATCHED}', reason = 'dispatched to ' || d.cluster,
+                      cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
+                      started_at = NULL, finished_at = NULL
+               FROM d WHERE jobs.id = d.id AND jobs.state = '{QUEUED}'
+               RETURNING jobs.id, jobs.attempt, jobs.cluster, jobs.created_at, jobs.dispatched_at),
+           attempts_made AS (
+               INSERT INTO attempts (job_id, attempt, cluster, state, burst)
+               SELECT m.id, m.attempt, m.cluster, '{DISPATCHED}', b.doc FROM moved m LEFT JOIN b ON b.id = m.id),
+           events_made AS (
+               INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
+               SELECT m.id, m.attempt, '{QUEUED}', '{DISPATCHED}',
+                      'dispatched to ' || m.cluster || coalesce(': ' || (b.doc ->> 'summary'), ''), m.cluster
+               FROM moved m LEFT JOIN b ON b.id = m.id),
+           commands AS (
+               INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
+               SELECT m.cluster, 'dispatch', m.id, m.attempt, '{{}}'::jsonb
+               FROM moved m ORDER BY m.id
+               RETURNING id, job_id),
+           -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
+           notified AS (
+               SELECT (SELECT count(pg_notify(%(outbox)s, c)) FROM (SELECT DISTINCT cluster AS c FROM moved) c)
+                      + (SELECT count(pg_notify(%(events)s, '')) FROM (SELECT FROM moved LIMIT 1) e) AS n)
+           SELECT m.id, m.attempt, m.cluster, c.id AS command_id, m.created_at, m.dispatched_at
+           FROM moved m JOIN commands c ON c.job_id = m.id CROSS JOIN notified ORDER BY m.id""",
+        {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
+         "burst_ids": [i for i, _ in decisions if i in bursts],
+         "burst_docs": [json.dumps(bursts[i]) for i, _ in decisions if i in bursts],
+         "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
+
+
+class DispatchAhead:
+    """A cycle's dispatches sent while it is still planning, in parts of AHEAD jobs, so that Postgres
+    writes one part on one core while Python plans the next on the other (a deep backlog's cycle places
+    tens of thousands of jobs; planning and writing them one after the other left each core idle half
+    the time). What is sent is `dispatch`'s statement, in the same transaction, before anything else
+    the cycle writes; `end` collects what moved and leaves the rest of the plan to `dispatch`.
+
+    The first part takes the outbox locks of every cluster the cycle may place on (in name order, as
+    `lock_clusters` always does: locks taken part by part would not be). `undo` takes back every part
+    sent (a savepoint before the first), for a plan that is thrown away and made again.
+
+    A part's rows come back while the next is planned (psycopg's pipeline mode reads them at each
+    send); AHEAD keeps a part's rows within what the socket holds, so Postgres never waits on them.
+    """
+
+    AHEAD = 2_000
+
+    def __init__(self, session: Session, clusters: list[str]):
+        self._session, self._clusters = session, clusters
+        self._pipeline = None
+        self._cursors: list = []
+        self.sent = 0  # how many of the plan's places were sent
+
+    def placed(self, places: list, bursts: dict) -> None:
+        """The plan so far (its places, each with .job_id and .cluster; bursts by job id, with .record()):
+        sends the places not yet sent, once there are AHEAD of them."""
+        if len(places) - self.sent < self.AHEAD:
+            return
+        conn = driver(self._session)
+        if self._pipeline is None:  # the first part (of this plan's making)
+            self._pipeline = conn.pipeline()
+            self._pipeline.__enter__()
+            conn.execute("SAVEPOINT dispatch_ahead")
+            lock_clusters(self._session, self._clusters)
+        part = [(p.job_id, p.cluster) for p in places[self.sent:]]
+        self._cursors.append(_send_dispatch(conn, part, {i: bursts[i].record() for i, _ in part if i in bursts}))
+        self.sent = len(places)
+
+    def end(self) -> list[Dispatched]:
+        """Waits for every part sent; what they moved."""
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)
+        return [Dispatched(*r) for cursor in self._cursors for r in cursor.fetchall()]
+
+    def undo(self) -> None:
+        """Take back every part sent."""
+        self.end()
+        if self._cursors:
+            driver(self._session).execute("ROLLBACK TO SAVEPOINT dispatch_ahead")
+        self._cursors, self.sent = [], 0
+
+    def close(self) -> None:
+        """Leave pipeline mode, on the way out of a failed cycle (its transaction is rolled back)."""
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            try:
+                pipeline.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the cycle's own error is the one that counts
+                pass
+
+
+def set_reasons(session: Session, reasons: dict[int, str]) -> None:
+    """Update the pending reason of queued jobs whose reason changed (one statement)."""
+    if not reasons:
+        return
+    driver(session).execute(
+        f"""UPDATE jobs SET reason = r.reason
+           FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS r(id, reason)
+           WHERE jobs.id = r.id AND jobs.state = '{QUEUED}' AND jobs.reason IS DISTINCT FROM r.reason""",
+        {"ids": list(reasons), "reasons": list(reasons.values())})
+
