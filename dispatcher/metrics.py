@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy.orm import sessionmaker
+from dispatcher.store.database import Sessions
 
 from dispatcher.capacity import snapshot
 from dispatcher.store import clusters as cluster_store
@@ -101,7 +101,7 @@ def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamil
 class StoreCollector(Collector):
     """Gauges read from Postgres at scrape time."""
 
-    def __init__(self, sessions: sessionmaker, *, unreachable_after_s: float,
+    def __init__(self, sessions: Sessions, *, unreachable_after_s: float,
                  staleness_s: float = snapshot.DEFAULT_STALENESS_S, timeout_s: float = SCRAPE_TIMEOUT_S):
         # The same bounds as the scheduler's: the gauges show the capacity it schedules against.
         self._sessions = sessions

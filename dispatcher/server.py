@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from sqlalchemy.orm import sessionmaker
 
 from dispatcher.api.admin import AdminService
 from dispatcher.api.agents import AgentsService
@@ -65,14 +64,10 @@ class ServerSettings:
     # back, so with the default every round trip of a request can queue behind 5 ms of a busy thread
     # (a scheduling cycle, a batch of agent reports). None keeps the interpreter's setting.
     gil_switch_interval_s: float | None = 0.0005
-    # The cyclic garbage collector's thresholds (gc.set_threshold), set for the whole process at start. With
-    # Python's default (700, 10, 10) a young collection runs every 700 net container allocations (parsing
-    # one 1,000-job Submit call alone runs 17) and every 100th of them is a full collection, which walks
-    # every object the process holds (over 100,000 once the modules are imported: one took 61 ms here, the
-    # machine loaded), all under the GIL, and they free almost nothing: reference counting frees what the
-    # requests make. These run young collections 140 times less often (at most a few MB behind) and full
-    # ones far less. 8 clients sending 1,000-job calls, back to back: 6,500-7,050 -> 9,850-11,280 jobs/s,
-    # the dispatcher's CPU 109-122 -> 66-71 us per job. None keeps the interpreter's setting.
+    # The cyclic garbage collector's thresholds (gc.set_threshold), set for the whole process at start.
+    # Python's default runs a collection every 700 net container allocations, each full one walking every
+    # object under the GIL, and they free almost nothing: reference counting frees what requests make.
+    # These run them far less often (at most a few MB behind). None keeps the interpreter's setting.
     gc_thresholds: tuple[int, int, int] | None = (100_000, 50, 1000)
 
 
@@ -88,7 +83,7 @@ class Dispatcher:
         except Exception:
             self.db.close()
             raise
-        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.sessions = self.db.sessions()
         self.notifier = Notifier(self.engine, (channels.WAKE_CHANNEL, channels.EVENTS_CHANNEL,
                                                channels.OUTBOX_CHANNEL))
         auth = Authenticator(self.sessions)

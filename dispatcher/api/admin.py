@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from sqlalchemy.orm import sessionmaker
+from dispatcher.store.database import Sessions
 
 from dispatcher.services import administering
 from dispatcher.api import convert
@@ -22,7 +22,7 @@ def _change(change: administering.Change) -> admin_pb2.ObjectChange:
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, sessions: sessionmaker, auth: Authenticator):
+    def __init__(self, sessions: Sessions, auth: Authenticator):
         self._sessions = sessions
         self._auth = auth
 

@@ -13,7 +13,7 @@ import threading
 from datetime import datetime, timezone
 
 import grpc
-from sqlalchemy.orm import sessionmaker
+from dispatcher.store.database import Sessions
 
 from dispatcher.services import reporting as reports
 from dispatcher.api import streams
@@ -54,7 +54,7 @@ def report_of(status: agents_pb2.AttemptStatus) -> reports.Report:
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):
-    def __init__(self, sessions: sessionmaker, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float,
+    def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float,
                  metrics: DispatcherMetrics | None = None):
         self._metrics = metrics
         self._sessions = sessions

@@ -9,7 +9,7 @@ import threading
 import time
 
 import grpc
-from sqlalchemy.orm import sessionmaker
+from dispatcher.store.database import Sessions
 
 from dispatcher.errors import PermissionDenied, Unauthenticated
 from dispatcher.store import tokens
@@ -19,7 +19,7 @@ CACHE_SECONDS = 5.0
 
 
 class Authenticator:
-    def __init__(self, sessions: sessionmaker):
+    def __init__(self, sessions: Sessions):
         self._sessions = sessions
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()

@@ -7,12 +7,12 @@ import time
 from datetime import datetime, timezone
 
 import grpc
-from sqlalchemy.orm import sessionmaker
+from dispatcher.store.database import Sessions
 
 from dispatcher.policy import accounting
 from dispatcher.services import budgets
 from dispatcher.services import reporting as reports
-from dispatcher.services import submitting
+from dispatcher.services import group_commit
 from dispatcher.api import convert, streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
@@ -41,14 +41,14 @@ MAX_GAPS = 10_000  # a longer jump of ids (a resumed cursor far behind) is not w
 
 
 class JobsService(jobs_pb2_grpc.JobsServicer):
-    def __init__(self, sessions: sessionmaker, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
+    def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
                  submit_streams: int = 16):
         self._sessions = sessions
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
         self._notifier = notifier
         self._unreachable_after_s = unreachable_after_s
-        self._submitter = submitting.Submitter(sessions)
+        self._submitter = group_commit.Submitter(sessions)
         self._submit_streams = threading.BoundedSemaphore(submit_streams) if submit_streams > 0 else None
         self.submit_streams_limit = submit_streams
 
@@ -61,10 +61,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     def SubmitStream(self, request_iterator, context):
         """Submit, one request after another on one stream. Each request is authenticated as a Submit call
         is (a revoked token is refused within the same few seconds) and answered as Submit answers it; a
-        refused one ends the stream with its error. A message costs the server less than a call (8 clients
-        sending 1-job requests back to back: 1,199-1,251 jobs/s by Submit, 1,664-1,722 on streams; the
-        dispatcher's CPU 640 -> 400 us per job), but each open stream holds one of the server's worker
-        threads: at most `submit_streams` are open at once, and one more is refused at once, before its
+        refused one ends the stream with its error. A message costs the server less than a call, but each
+        open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and one more is refused at once, before its
         headers and before reading anything, so that its client sends the request by Submit instead."""
         if self._submit_streams is None or not self._submit_streams.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -155,8 +153,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         """The events after request.after_event_id (of request.job_id, or every job), one list per poll
         that found any, for as long as the stream is open. Watch sends them one message an event;
         WatchBatches one message a poll (in runs of up to streams.RUN_BYTES): each message sent costs
-        the server's stream a round of thread hand-offs (about 1.4 ms at 100 jobs/s), so one an event
-        queued them behind each other."""
+        the server's stream a round of thread hand-offs, so one an event queued them behind each other."""
         try:
             self._auth.require(context, *READERS)
         except DispatcherError as exc:  # streams abort the same way unary calls do

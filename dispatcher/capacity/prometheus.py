@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from sqlalchemy.orm import sessionmaker
+from dispatcher.store.database import Sessions
 
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import channels
@@ -162,7 +162,7 @@ class Refresher:
     The set of clusters is looked at again every `rescan_s`, so clusters applied later are picked up.
     """
 
-    def __init__(self, sessions: sessionmaker, *, interval_s: float = 1.0, rescan_s: float = 2.0):
+    def __init__(self, sessions: Sessions, *, interval_s: float = 1.0, rescan_s: float = 2.0):
         self._sessions = sessions
         self._interval_s = interval_s
         self._rescan_s = rescan_s

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.orm import Session
+from dispatcher.store.database import Session
 
 from dispatcher.policy.placing import ClusterState
 from dispatcher.store import cycle_reads

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import yaml
-from sqlalchemy.orm import Session
+from dispatcher.store.database import Session
 
 from dispatcher.errors import Conflict, InvalidRequest, NotFound
 from dispatcher.policy import states

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.orm import Session
+from dispatcher.store.database import Session
 
 from dispatcher.policy import accounting
 from dispatcher.policy import bursting, states

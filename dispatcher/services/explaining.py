@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.orm import Session
+from dispatcher.store.database import Session
 
 from dispatcher.capacity import snapshot
 from dispatcher.policy import states

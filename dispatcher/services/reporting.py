@@ -12,8 +12,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func
-from sqlalchemy.orm import Session
 
 from dispatcher.capacity import snapshot
 from dispatcher.errors import PermissionDenied
@@ -21,6 +19,7 @@ from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import channels
+from dispatcher.store.database import Session
 from dispatcher.store import job_reads
 from dispatcher.store import lifecycle
 from dispatcher.store import outbox as outbox_store
@@ -148,7 +147,7 @@ def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
         if job.state == states.QUEUED:  # the jobs behind it move up: its queue is planned again
             channels.notify(session, channels.WAKE_CHANNEL, job.queue)
         reason = f"cancelled by {who.subject}"
-        lifecycle.transition(session, job, states.CANCELLED, reason, finished_at=func.now())
+        lifecycle.transition(session, job, states.CANCELLED, reason)
         if was_active and cluster:
             lifecycle.end_attempt(session, job_id, attempt, states.CANCELLED, reason)
             outbox_store.add_cancel(session, cluster, job_id, attempt, reason)

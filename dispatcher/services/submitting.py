@@ -1,40 +1,26 @@
-"""Accepting jobs: the server's authoritative validation, then one insert for the whole batch.
+"""Accepting jobs: the server's authoritative validation of a Submit call's documents, and the rows to insert.
 
-A batch is all-or-nothing: any invalid document rejects the call and nothing is created.
-
-Concurrent calls share a transaction (group commit, `Submitter`): the first caller in writes every call
-waiting at that moment in one transaction, validated against what that transaction reads, and each call
-is answered after the commit with its own ids or its own error. Under load that turns N commits, N
-reads of the classes, queues and clusters, and N pairs of notifications into one of each. A write hands
-on to the next once its rows are made when they are many, so one group's validating overlaps another's
-insert (two at most). A write of a few jobs goes in one round trip when it can (`_write_at_once`):
-validated against what the last write read, in one statement that first checks it is unchanged.
+A call is all-or-nothing: any invalid document rejects it and nothing is created. `submit` validates and
+inserts one call in the caller's transaction; the API's concurrent calls go through group_commit.Submitter,
+which validates with the same `SubmitConfig` and writes many calls in one transaction.
 """
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Callable
 
 import orjson
-from sqlalchemy.orm import Session, sessionmaker
 
 from dispatcher.capacity import snapshot
-from dispatcher.errors import DispatcherError, InvalidRequest, NotFound, PermissionDenied
+from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store.database import Session
 from dispatcher.store import copy_codec, lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec, SpecError, job_from_document
 
 MAX_BATCH = 10_000  # jobs per Submit call
 MAX_SPEC_BYTES = 1 << 20  # one job document
-WRITES = 2  # write transactions under way at once: one's rows go to Postgres while the next is validated
-# Jobs in a write from which it hands on before its insert (see Submitter._write): the writes that go by
-# COPY, which draw their ids before it, so the groups' ids still follow their order.
-HAND_ON_EARLY_FROM = lifecycle.COPY_FROM
-GATHER_S = 0.0003  # how long a write's leader waits for more calls (see Submitter)
 
 
 # orjson decodes a document 3x faster than `json` and, for what both take, to the same values, except an
@@ -109,231 +95,10 @@ def _nul_at(value, path: str = "") -> str | None:
 
 def submit(session: Session, principal: Principal, specs: list[JobSpec]) -> list[int]:
     """Validate and insert one call's jobs in the caller's transaction; returns their ids."""
-    return lifecycle.submit(session, _Config.read(session, {s.queue for s in specs}).rows(principal, specs))
+    return lifecycle.submit(session, SubmitConfig.read(session, {s.queue for s in specs}).rows(principal, specs))
 
 
-class Submitter:
-    """Submit calls from many threads, written in shared transactions (group commit).
-
-    A call queues its ticket; if no write is under way it writes every queued ticket itself, else it waits
-    for the writer, which hands the next write to the first ticket still queued when it is done, or, for a
-    write of many jobs, once its rows are made (validated and ready to insert): the next group then reads
-    and validates while this one's rows go to Postgres. At most WRITES writes are under way at once; a
-    leader waiting for one to end gathers every call queued meanwhile. (8 clients sending 1,000-job calls,
-    back to back: 4,500-4,900 jobs/s handing on after the commit, 5,200-7,300 after the rows.)
-
-    A leader finding fewer calls queued than the last write took waits GATHER_S first: those calls' clients
-    are sending again, and one write of several costs Postgres and this process less per job than several
-    writes. (Single-job calls, 8 clients: groups of 3.2 calls on average, 30 % of them one call alone;
-    gathering, 1,809-1,840 -> 1,896-1,981 jobs/s, Postgres' CPU 148-152 -> 127-131 us a job.) Under light
-    load the last write took one call, and a lone call does not wait.
-
-    Calls are parsed one at a time (`parse`): parsing is all Python, so parsing several at once gains
-    nothing under the GIL, and every extra thread wanting the GIL delays the writer's return from each
-    Postgres round trip (8 clients sending 1,000-job calls: 3,500-4,100 jobs/s parsing at once,
-    4,400-4,600 one at a time, the writes otherwise as they were).
-    """
-
-    def __init__(self, sessions: sessionmaker):
-        self._sessions = sessions
-        self._lock = threading.Lock()
-        self._queued: list[_Ticket] = []
-        self._writing = False
-        self._config: _Config | None = None  # what the last write read, for small writes (_write_at_once)
-        self._engine = sessions.kw["bind"]
-        self._kept = _KeptConnection(self._engine)  # small writes' autocommit connection (_write_at_once)
-        self._parsing = threading.Lock()
-        self._writes = threading.BoundedSemaphore(WRITES)
-        self._last_group = 0  # calls in the last group written
-        self.gather_s = GATHER_S
-
-    def parse(self, specs_json: list[str]) -> list[JobSpec]:
-        """`parse`, one call at a time."""
-        with self._parsing:
-            return parse(specs_json)
-
-    def submit(self, principal: Principal, specs: list[JobSpec]) -> list[int]:
-        ticket = _Ticket(principal, specs)
-        with self._lock:
-            self._queued.append(ticket)
-            leads = not self._writing
-            self._writing = True
-        if not leads:
-            ticket.turn.wait()  # answered, or handed the next write
-        if not ticket.answered:
-            with self._writes:
-                if len(self._queued) < self._last_group:  # more are on their way back (see the class)
-                    time.sleep(self.gather_s)
-                with self._lock:
-                    group, self._queued = self._queued, []
-                self._last_group = len(group)
-                handed = []
-
-                def hand_on() -> None:
-                    if not handed:
-                        handed.append(True)
-                        self._hand_on()
-                try:
-                    self._write(group, hand_on)
-                finally:
-                    hand_on()
-                    if not self._queued:  # no write follows at once: the kept connection goes back to the pool
-                        self._kept.release_if_idle()
-        return ticket.result()
-
-    def _hand_on(self) -> None:
-        """The next write may begin: the first call still queued leads it, else no write is under way."""
-        with self._lock:
-            if self._queued:
-                self._queued[0].turn.set()
-            else:
-                self._writing = False
-
-    def _write(self, group: list[_Ticket], hand_on: Callable[[], None] | None = None) -> None:
-        """Write a group in one transaction. hand_on(): the next write may begin; called once the rows are
-        made when there are many (the next group then reads and validates while they go to Postgres by
-        COPY), else by the caller after the commit, so that small calls keep gathering into one transaction
-        (single-job calls, 8 clients, every write handing on early and going by COPY: 224-278 jobs/s,
-        against 326-414 with neither)."""
-        try:
-            if self._write_at_once(group):
-                return
-            with self._sessions.begin() as session:
-                config = _Config.read(session, {s.queue for t in group for s in t.specs},
-                                      self._config.seen if self._config else None)
-                self._config = config
-                rows = []
-                for t in group:
-                    try:
-                        t.rows = config.rows(t.principal, t.specs)
-                        rows += t.rows
-                    except DispatcherError as exc:
-                        t.answer(error=exc)
-                if hand_on is not None and len(rows) >= HAND_ON_EARLY_FROM:
-                    hand_on()  # a long insert: the next group validates meanwhile
-                ids = iter(lifecycle.submit(session, rows))
-            for t in group:
-                if not t.answered:
-                    t.answer(ids=[next(ids) for _ in t.rows])
-        except Exception as exc:
-            if len(group) == 1:
-                group[0].answer(error=exc)
-                return
-            for t in group:  # one call's trouble must not fail the others: each alone, with its own error
-                if not t.answered:
-                    self._write([t])
-        finally:
-            for t in group:
-                if not t.answered:  # never leave a caller waiting
-                    t.answer(error=RuntimeError("submit: not written"))
-
-
-    def _write_at_once(self, group: list[_Ticket]) -> bool:
-        """A write of a few jobs in one round trip, when it can: validated against what the last write read,
-        and inserted by one statement in a transaction of its own, which first checks in its snapshot that
-        what was read is unchanged: the version of the classes, queues and clusters (submit_config, kept
-        by triggers) is still the one read (store.lifecycle.submit_if_unchanged). False, having answered no call and
-        written nothing, when the group must go the long way (BEGIN, read, insert, COMMIT): it names a
-        queue not read, a call is refused (its error is then the one a fresh read gives), or what was read
-        has changed. (Single-job calls, 8 clients,
-        back to back: 382-439 jobs/s the long way, 542-660 at once; the dispatcher's CPU 1.4-1.5 ->
-        1.2-1.3 ms per job.)"""
-        config = self._config
-        if config is None or sum(len(t.specs) for t in group) >= lifecycle.COPY_FROM:
-            return False
-        queues = {s.queue for t in group for s in t.specs}
-        if not queues <= config.found.keys():
-            return False
-        try:
-            for t in group:
-                t.rows = config.rows(t.principal, t.specs)
-        except DispatcherError:
-            return False
-        config.forget_if_large()
-        with self._kept as connection:
-            ids = lifecycle.submit_if_unchanged(connection, [row for t in group for row in t.rows], config.seen[0])
-        if ids is None:
-            return False
-        it = iter(ids)
-        for t in group:
-            t.answer(ids=[next(it) for _ in t.rows])
-        return True
-
-
-class _KeptConnection:
-    """An autocommit connection kept from one small write to the next while writes keep coming, so that a
-    write does not pay a pool checkout (and its isolation-level changes) each time; a write gets its psycopg
-    connection (store.lifecycle.submit_if_unchanged). It goes back to the pool once no call is queued after a write
-    (`release_if_idle`), after any error, and if unused for KEEP_S; the next write then takes one afresh.
-    One write at a time uses it (a lock; small writes hand on only after their statement anyway).
-    (Single-job calls, 8 clients: when the pool pinged on every checkout, the checkout took 1.1 ms of a
-    4.2 ms write, 360-418 -> 508-604 jobs/s; since the pool pings only connections idle 2 s, 666-780 -> 681-831.)"""
-
-    KEEP_S = 1.0
-
-    def __init__(self, engine):
-        self._engine = engine
-        self._lock = threading.Lock()
-        self._connection = None
-        self._used = 0.0
-
-    def __enter__(self):
-        self._lock.acquire()
-        try:
-            if self._connection is not None and time.monotonic() - self._used > self.KEEP_S:
-                self._drop()
-            if self._connection is None:
-                self._connection = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            return self._connection.connection.driver_connection
-        except BaseException:
-            self._lock.release()
-            raise
-
-    def __exit__(self, kind, error, traceback) -> None:
-        try:
-            if kind is not None:
-                self._drop()
-            self._used = time.monotonic()
-        finally:
-            self._lock.release()
-
-    def release_if_idle(self) -> None:
-        """Back to the pool, unless a write is using it."""
-        if self._connection is not None and self._lock.acquire(blocking=False):
-            try:
-                self._drop()
-            finally:
-                self._lock.release()
-
-    def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            try:
-                connection.close()
-            except Exception:  # noqa: BLE001 - a broken connection: the pool replaces it
-                pass
-
-
-class _Ticket:
-    def __init__(self, principal: Principal, specs: list[JobSpec]):
-        self.principal, self.specs = principal, specs
-        self.rows: list[lifecycle.NewJob] = []
-        self.turn = threading.Event()
-        self.answered = False
-        self._ids: list[int] = []
-        self._error: BaseException | None = None
-
-    def answer(self, *, ids: list[int] | None = None, error: BaseException | None = None) -> None:
-        self._ids, self._error, self.answered = ids or [], error, True
-        self.turn.set()
-
-    def result(self) -> list[int]:
-        if self._error is not None:
-            raise self._error
-        return self._ids
-
-
-class _Config:
+class SubmitConfig:
     """What validating a job reads: the service classes, the queues it names, every cluster's allocatable."""
 
     def __init__(self, classes: dict[str, int], queues: dict[str, dict], known: list[ClusterState] | None):
@@ -347,12 +112,12 @@ class _Config:
 
     def forget_if_large(self) -> None:
         """Drop the shapes and labels kept once there are many: a config kept from write to write
-        (Submitter._write_at_once) would otherwise keep every one ever submitted."""
+        (group_commit.Submitter) would otherwise keep every one ever submitted."""
         if len(self._shapes) + len(self._labels) > 10_000:
             self._shapes, self._labels = {}, {}
 
     @classmethod
-    def read(cls, session: Session, queues: set[str], seen: tuple[int | None, list | None] | None = None) -> "_Config":
+    def read(cls, session: Session, queues: set[str], seen: tuple[int | None, list | None] | None = None) -> "SubmitConfig":
         """One round trip. seen: (version, clusters) of an earlier read, reused while the version read in
         this transaction is unchanged (the clusters' documents are then neither built, sent nor parsed)."""
         classes, found, version, clusters = cluster_store.submit_config(session, queues, seen[0] if seen else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ class Database:
     engine: Engine
     embedded: object | None = None
 
+    def sessions(self) -> sessionmaker:
+        """A session factory on the engine: one transaction per unit of work, rows kept after commit."""
+        return sessionmaker(self.engine, expire_on_commit=False)
+
     def close(self) -> None:
         self.engine.dispose()
         if self.embedded is not None:
@@ -103,8 +108,8 @@ def connect(settings: DatabaseSettings) -> Database:
 def driver(session: Session) -> psycopg.Connection:
     """The psycopg connection under the session's transaction (begun if it was not yet). The hot paths
     (a job's agent reports, the Watch polls, the cycle's statements) run their plain SQL on it, with
-    psycopg's %(name)s parameters: SQLAlchemy's handling of a text() statement costs about 100 us of
-    CPU more than psycopg's own here (225 against 120 us for a one-row SELECT), and a job takes dozens.
+    psycopg's %(name)s parameters, without SQLAlchemy's statement and result handling (a job's life takes
+    dozens of statements).
     Errors are psycopg's; a dropped connection still renews the pool, through the session's rollback."""
     return session.connection().connection.driver_connection
 
@@ -200,6 +205,58 @@ def check_schema(engine: Engine) -> None:
 def statement_timeout(session, seconds: float) -> None:
     """Bound every statement of the caller's transaction (a local setting: it ends with the transaction)."""
     session.execute(text("SELECT set_config('statement_timeout', :ms, true)"), {"ms": str(max(1, int(seconds * 1000)))})
+
+
+class KeptConnection:
+    """An autocommit connection kept from one small write to the next while writes keep coming, so that a
+    write does not pay a pool checkout (and its isolation-level changes) each time; a write gets its psycopg
+    connection (lifecycle.submit_if_unchanged). It goes back to the pool once no call is queued after a write
+    (`release_if_idle`), after any error, and if unused for KEEP_S; the next write then takes one afresh.
+    One write at a time uses it (a lock; small writes hand on only after their statement anyway)."""
+
+    KEEP_S = 1.0
+
+    def __init__(self, sessions: sessionmaker):
+        self._engine = sessions.kw["bind"]
+        self._lock = threading.Lock()
+        self._connection = None
+        self._used = 0.0
+
+    def __enter__(self):
+        self._lock.acquire()
+        try:
+            if self._connection is not None and time.monotonic() - self._used > self.KEEP_S:
+                self._drop()
+            if self._connection is None:
+                self._connection = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            return self._connection.connection.driver_connection
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            if kind is not None:
+                self._drop()
+            self._used = time.monotonic()
+        finally:
+            self._lock.release()
+
+    def release_if_idle(self) -> None:
+        """Back to the pool, unless a write is using it."""
+        if self._connection is not None and self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - a broken connection: the pool replaces it
+                pass
 
 
 Sessions = sessionmaker  # what callers outside the store name a session factory by

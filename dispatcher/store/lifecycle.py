@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from sqlalchemy import update
+from sqlalchemy import func, update
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import Conflict
@@ -151,9 +151,12 @@ def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
 def transition(session: Session, job: Job, to: str, reason: str, **values) -> None:
     """Move one job from its current state to `to`, compare-and-set, with its event.
 
-    Raises Conflict when the job changed underneath (zero rows updated is never a silent success).
+    Raises Conflict when the job changed underneath (zero rows updated is never a silent success). A move
+    to a final state sets finished_at to the transaction's time.
     """
     states.check(job.state, to)
+    if to in states.FINAL:
+        values.setdefault("finished_at", func.now())
     stmt = (update(Job).where(Job.id == job.id, Job.state == job.state, Job.attempt == job.attempt)
             .values(state=to, reason=reason, **values).returning(Job.id)
             .execution_options(synchronize_session=False))

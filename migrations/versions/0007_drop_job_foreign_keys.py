@@ -5,9 +5,6 @@ in the same transaction (store.lifecycle: submit, dispatch, apply_transitions; s
 keys to clusters, queues and service classes stay: those objects can be deleted, and the references
 keep them (administering.delete).
 
-Measured: the plain-SQL claim-and-record of bench/floor.py over 200,000 queued jobs, 10,779 -> 13,154
-jobs/s; run_cycle's drain, 4,880 -> 6,209 and 5,082 -> 5,575 jobs/s (two rounds; docs/performance.md).
-
 Revision ID: 0007
 Revises: 0006
 """

@@ -1,4 +1,4 @@
-"""A small write in one round trip (dispatcher/submitting.py Submitter._write_at_once, store.jobs
+"""A small write in one round trip (dispatcher/services/group_commit.py Submitter._write_at_once, store.lifecycle
 submit_if): validated against what the last write read, inserted by one statement that first checks that
 the classes, the queues and the clusters are unchanged (the version in submit_config, which triggers
 change at the commit of any change to them: migration 0008); otherwise the write goes the long way and
@@ -15,7 +15,7 @@ from sqlalchemy import text
 import pytest
 
 from dispatcher.services import administering
-from dispatcher.services import submitting
+from dispatcher.services import group_commit, submitting
 from dispatcher.errors import InvalidRequest, PermissionDenied
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import channels
@@ -29,13 +29,13 @@ from tests.integration.test_submit_groups import ADMIN, ALICE, BOB, _specs, stor
 def at_once(monkeypatch):
     """How each small write went: True at once, False the long way (after trying, or not)."""
     ways: list[bool] = []
-    original = submitting.Submitter._write_at_once
+    original = group_commit.Submitter._write_at_once
 
     def spy(self, group):
         went = original(self, group)
         ways.append(went)
         return went
-    monkeypatch.setattr(submitting.Submitter, "_write_at_once", spy)
+    monkeypatch.setattr(group_commit.Submitter, "_write_at_once", spy)
     return ways
 
 
@@ -51,7 +51,7 @@ def _count(libpq: str, sql: str) -> int:
 
 def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(store, at_once):
     sessions, libpq = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     docs = [job_doc(name="x", cpu="2"), job_doc(name=None, cpu="500m", priority=-3, maxRetries=0)]
     docs[1]["metadata"] = {"labels": {"team": "vision"}}
     docs[1]["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["note"] = "é ✓ \"quoted\" \\ \n"
@@ -81,7 +81,7 @@ def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(s
 
 def test_a_membership_taken_away_is_seen_by_the_next_write(store, at_once):
     sessions, libpq = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     assert submitter.submit(ALICE, _specs(["a-1"], queue="vision"))
     _apply(sessions, "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [carol]}\n")
     with pytest.raises(PermissionDenied, match="alice may not submit to queue 'vision'"):
@@ -94,7 +94,7 @@ def test_a_membership_taken_away_is_seen_by_the_next_write(store, at_once):
 def test_a_membership_given_is_seen_by_the_next_write(store, at_once):
     """A call the last read refuses is judged again on a fresh one."""
     sessions, _ = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     with pytest.raises(PermissionDenied):
         submitter.submit(BOB, _specs(["b-1"], queue="vision"))
     _apply(sessions, "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [alice, bob]}\n")
@@ -104,7 +104,7 @@ def test_a_membership_given_is_seen_by_the_next_write(store, at_once):
 
 def test_a_class_changed_is_seen_by_the_next_write(store, at_once):
     sessions, libpq = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     submitter.submit(ADMIN, _specs(["a"]))
     with sessions.begin() as session:
         session.execute(text("UPDATE service_classes SET priority = priority + 7 WHERE name = 'standard'"))
@@ -125,7 +125,7 @@ def _report(sessions, allocatable: dict, free: dict) -> None:
 
 def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
     sessions, _ = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     assert submitter.submit(ADMIN, _specs(["fits"], cpu="32"))
     node = {"cpu": 16_000, "memory": 256 << 30}
     _report(sessions, node, node)
@@ -136,7 +136,7 @@ def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
 
 def test_a_heartbeat_that_changes_only_free_capacity_leaves_the_version_and_small_writes_at_once(store, at_once):
     sessions, libpq = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     submitter.submit(ADMIN, _specs(["a"]))
     version = _count(libpq, "SELECT version FROM submit_config")
     node = {"cpu": 64_000, "memory": 256 << 30}  # the fixture's allocatable
@@ -200,7 +200,7 @@ def test_changes_to_two_clusters_in_opposite_orders_do_not_deadlock_on_the_versi
 
 def test_a_new_queue_goes_the_long_way_and_many_jobs_go_by_copy(store, at_once):
     sessions, _ = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     submitter.submit(ADMIN, _specs(["a"]))
     submitter.submit(ALICE, _specs(["v"], queue="vision"))  # a queue the last write did not read
     submitter.submit(ADMIN, _specs([f"n-{n}" for n in range(lifecycle.COPY_FROM)], queue="vision"))
@@ -210,12 +210,12 @@ def test_a_new_queue_goes_the_long_way_and_many_jobs_go_by_copy(store, at_once):
 
 def test_a_group_postgres_refuses_at_once_fails_only_the_call_at_fault(store, at_once):
     sessions, libpq = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     submitter.submit(ADMIN, _specs(["a"]))
     bad = job_doc(name="bad")
     bad["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["x"] = float("nan")
-    calls = [submitting._Ticket(ADMIN, _specs(["b-1", "b-2"])),
-             submitting._Ticket(ADMIN, submitting.parse([json.dumps(bad)])), submitting._Ticket(ADMIN, _specs(["c"]))]
+    calls = [group_commit._Ticket(ADMIN, _specs(["b-1", "b-2"])),
+             group_commit._Ticket(ADMIN, submitting.parse([json.dumps(bad)])), group_commit._Ticket(ADMIN, _specs(["c"]))]
     submitter._write(calls)  # one group, as gathered calls are
     # The group's statement raised (so it is not in at_once); then each call alone, at once: the two good
     # ones wrote, the bad one's statement raised too.
@@ -231,7 +231,7 @@ def test_the_connection_is_kept_only_while_writes_follow(store):
     """Small writes keep one autocommit connection while writes follow each other (no pool ping per
     write); it goes back to the pool once nothing is queued, after an error, and after KEEP_S unused."""
     sessions, _ = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     pool = submitter._engine.pool
     submitter.submit(ADMIN, _specs(["a"]))
     submitter.submit(ADMIN, _specs(["b"]))  # at once; nothing queued after it

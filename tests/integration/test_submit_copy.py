@@ -10,7 +10,7 @@ import time
 import psycopg
 import pytest
 
-from dispatcher.services import submitting
+from dispatcher.services import group_commit, submitting
 from dispatcher.store import channels
 from dispatcher.store import lifecycle
 from tests.integration.test_spine import job_doc
@@ -44,7 +44,7 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
         listener.execute("LISTEN sluice_wake")
         listener.execute("LISTEN sluice_events")
         with sessions.begin() as session:
-            rows = submitting._Config.read(session, {"default"}).rows(ALICE, specs)
+            rows = submitting.SubmitConfig.read(session, {"default"}).rows(ALICE, specs)
             ids = lifecycle.submit(session, rows, copy_from=copy_from)
         notes = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=2))
     # The wake-up names the queue and its best new job's order; COPY draws the ids with it, so gives 0.
@@ -80,7 +80,7 @@ def test_a_write_postgres_refuses_part_way_through_a_group_fails_only_its_call(s
     sessions, libpq = store
     bad = job_doc(name="bad-2")
     bad["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["x"] = bad_value
-    calls = Calls(submitting.Submitter(sessions))
+    calls = Calls(group_commit.Submitter(sessions))
     with psycopg.connect(libpq) as blocker:  # holds the first write, so the others queue into one group
         blocker.execute("LOCK TABLE service_classes IN ACCESS EXCLUSIVE MODE")
         calls.start("first", ADMIN, _specs(["first"]))
@@ -109,7 +109,7 @@ def test_the_next_write_validates_while_one_is_in_postgres_and_at_most_two_are_u
     while the first one's COPY waits, and a third waits for one of the two to end, gathering the calls
     queued meanwhile."""
     sessions, libpq = store
-    calls = Calls(submitting.Submitter(sessions))
+    calls = Calls(group_commit.Submitter(sessions))
     many = lifecycle.COPY_FROM  # the fewest jobs that go by COPY, and so hand on before their insert
     with psycopg.connect(libpq) as blocker:  # every insert into jobs waits behind this lock
         blocker.execute("LOCK TABLE jobs IN SHARE MODE")
@@ -140,7 +140,7 @@ def test_a_small_write_hands_on_after_its_commit(store):
     """Calls of a few jobs (one statement each write) keep gathering into one transaction: the next write
     waits for the commit."""
     sessions, libpq = store
-    calls = Calls(submitting.Submitter(sessions))
+    calls = Calls(group_commit.Submitter(sessions))
     with psycopg.connect(libpq) as blocker:
         blocker.execute("LOCK TABLE jobs IN SHARE MODE")
         calls.start("first", ADMIN, _specs([f"first-{n}" for n in range(lifecycle.COPY_FROM - 1)]))

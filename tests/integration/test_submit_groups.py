@@ -1,4 +1,4 @@
-"""Group commit of Submit calls (dispatcher/submitting.py Submitter), against a real Postgres.
+"""Group commit of Submit calls (dispatcher/services/group_commit.py Submitter), against a real Postgres.
 
 Concurrent calls are written in one transaction; each call still gets its own ids (in its own order)
 or its own error, and a call that fails in Postgres itself fails alone.
@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher.services import administering
-from dispatcher.services import submitting
+from dispatcher.services import group_commit, submitting
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
@@ -57,7 +57,7 @@ def _specs(names: list[str], queue: str = "default", cpu: str = "1") -> list:
 class Calls:
     """Submit calls on threads of their own; each keeps its ids or its error."""
 
-    def __init__(self, submitter: submitting.Submitter):
+    def __init__(self, submitter: group_commit.Submitter):
         self.submitter = submitter
         self.results: dict[str, list[int] | Exception] = {}
         self.threads: list[threading.Thread] = []
@@ -98,7 +98,7 @@ def _rows(libpq: str, ids: list[int]) -> list[tuple]:
 
 def test_calls_waiting_together_share_one_transaction_and_keep_their_own_answers(store):
     sessions, libpq = store
-    calls = Calls(submitting.Submitter(sessions))
+    calls = Calls(group_commit.Submitter(sessions))
     with psycopg.connect(libpq) as blocker:  # holds the first write at its first read
         blocker.execute("LOCK TABLE service_classes IN ACCESS EXCLUSIVE MODE")
         calls.start("first", ADMIN, _specs(["first"]))
@@ -135,7 +135,7 @@ def test_a_leader_waits_for_more_calls_only_while_fewer_are_queued_than_its_last
     queued, waits gather_s for them (here 1 s, so that a call 0.2 s later is still gathered); once a write
     took one call, a lone call does not wait."""
     sessions, libpq = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     submitter.gather_s = 1.0
     calls = Calls(submitter)
     with psycopg.connect(libpq) as blocker:  # holds the first write, so that the next two queue together
@@ -164,7 +164,7 @@ def test_a_call_that_fails_in_postgres_fails_alone(store):
     """The group's transaction fails (a queue deleted under it): every call is written again on its own,
     so only the call naming that queue fails, with the error it would have had alone."""
     sessions, libpq = store
-    calls = Calls(submitting.Submitter(sessions))
+    calls = Calls(group_commit.Submitter(sessions))
     with psycopg.connect(libpq) as blocker, psycopg.connect(libpq) as deleter:
         blocker.execute("LOCK TABLE service_classes IN ACCESS EXCLUSIVE MODE")
         calls.start("first", ADMIN, _specs(["first"]))
@@ -188,7 +188,7 @@ def test_a_call_that_fails_in_postgres_fails_alone(store):
 
 def test_many_concurrent_calls_each_get_exactly_their_jobs(store):
     sessions, libpq = store
-    calls = Calls(submitting.Submitter(sessions))
+    calls = Calls(group_commit.Submitter(sessions))
     for t in range(12):
         calls.start(f"t{t}", ADMIN, _specs([f"t{t}-{i}" for i in range(1 + t % 4)]))
     calls.join()
@@ -203,7 +203,7 @@ def test_many_concurrent_calls_each_get_exactly_their_jobs(store):
 def test_a_cluster_that_grew_is_seen_by_the_next_call(store):
     """The clusters read by one write are reused by the next only while their digest is unchanged."""
     sessions, _ = store
-    submitter = submitting.Submitter(sessions)
+    submitter = group_commit.Submitter(sessions)
     with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
         submitter.submit(ADMIN, _specs(["big"], cpu="100"))
     assert submitter.submit(ADMIN, _specs(["small"]))  # the clusters unchanged: read from the last write
@@ -240,7 +240,7 @@ def test_a_write_wakes_the_scheduler_and_the_watchers_once(store):
     with psycopg.connect(libpq, autocommit=True) as listener:
         listener.execute("LISTEN sluice_wake")
         listener.execute("LISTEN sluice_events")
-        ids = submitting.Submitter(sessions).submit(ADMIN, _specs(["a", "b", "c"]))
+        ids = group_commit.Submitter(sessions).submit(ADMIN, _specs(["a", "b", "c"]))
         got = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=3))
     # The wake-up names the queue that got jobs (the scheduler plans it even while others are parked),
     # with its best new job's order: all three alike, so the first.

@@ -81,7 +81,7 @@ def test_the_documents_stored_are_those_json_decodes(store, copy_from):
     documents = [json.dumps(_doc(**{k: v})) for k, v in ODD_VALUES.items()]
     specs = submitting.parse(documents)
     with sessions.begin() as session:
-        rows = submitting._Config.read(session, {"default"}).rows(ADMIN, specs)
+        rows = submitting.SubmitConfig.read(session, {"default"}).rows(ADMIN, specs)
         ids = lifecycle.submit(session, rows, copy_from=copy_from)
     stored = _stored_templates(libpq, ids)
     assert stored == [json.loads(d)["spec"]["podSets"][0]["template"] for d in documents]
@@ -96,7 +96,7 @@ def test_nan_and_infinity_are_refused_by_postgres_as_before_never_stored_as_null
     specs = submitting.parse(documents)
     with pytest.raises(Exception) as err:
         with sessions.begin() as session:
-            rows = submitting._Config.read(session, {"default"}).rows(ADMIN, specs)
+            rows = submitting.SubmitConfig.read(session, {"default"}).rows(ADMIN, specs)
             lifecycle.submit(session, rows, copy_from=copy_from)
     assert isinstance(getattr(err.value, "orig", err.value), psycopg.DataError)
     with psycopg.connect(libpq, autocommit=True) as conn:
