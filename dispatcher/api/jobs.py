@@ -18,7 +18,7 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
 from dispatcher.capacity import snapshot
 from dispatcher.errors import DispatcherError, InvalidRequest
-from dispatcher.services.explaining import explain
+from dispatcher.scheduler.explaining import explain
 from dispatcher.store.listening import Notifier
 from dispatcher.policy import states
 from dispatcher.store import clusters as cluster_store

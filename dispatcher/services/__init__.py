@@ -1,1 +1,1 @@
-"""What the API calls: submit, agent reports and cancels, administering, explaining, burst budgets."""
+"""What the API calls: submit (and its group commit), agent reports and cancels, administering, burst budgets."""

@@ -8,7 +8,7 @@ from sqlalchemy.orm import sessionmaker
 
 from dispatcher.services import administering
 from dispatcher.services import submitting
-from dispatcher.services.explaining import explain
+from dispatcher.scheduler.explaining import explain
 from dispatcher.store import database
 from dispatcher.store import lifecycle
 from dispatcher.store.tokens import Principal
