@@ -2,7 +2,7 @@
 
 By default (split) the dispatcher runs alone in a child process (dispatcher.server.Dispatcher, what
 `sluice dispatcher serve` runs) and the sim agents of every cluster in another, the way they are
-deployed; with split=False both run in one process as `sluice up` (dispatcher.embedded.Embedded) does.
+deployed; with split=False both run in one process as `sluice up` (devstack.embedded.Embedded) does.
 Each uses a database of the run's PostgreSQL and listens on 127.0.0.1 with a free port; clients run in
 other processes and talk to it over real gRPC (sluice.client).
 """
@@ -39,7 +39,7 @@ def objects(clusters: int, nodes: int) -> list:
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
     from dispatcher import administering
-    from dispatcher.embedded import Embedded, UpSettings
+    from devstack.embedded import Embedded, UpSettings
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store import tokens
     from dispatcher.store.database import DatabaseSettings
@@ -82,7 +82,7 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
 def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
     """One sim agent per cluster, in this process: what `sluice agent run --backend sim` runs per cluster."""
     from agent.connection import Agent, AgentSettings
-    from dispatcher.embedded import sim_cluster
+    from devstack.embedded import sim_cluster
 
     logging.basicConfig(level=logging.WARNING)
     running = [Agent(AgentSettings(o.name, address, agents[o.name]), sim_cluster(o, pathlib.Path(data_dir))).start()

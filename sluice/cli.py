@@ -366,7 +366,7 @@ def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Clu
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C."""
     _logging(verbose)
-    from dispatcher.embedded import Embedded, UpSettings, load_config, summary_line
+    from devstack.embedded import Embedded, UpSettings, load_config, summary_line
     from sluice.spec import SpecError
     try:
         objects = load_config(config)
@@ -392,7 +392,7 @@ def demo(jobs: int = typer.Option(200, "--jobs", min=1, max=100_000),
          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run a mixed workload over three simulated clusters and summarise it."""
     _logging(verbose)
-    from dispatcher.demo import run_demo
+    from devstack.demo import run_demo
     ok = _start("demo", lambda: run_demo(jobs=jobs, data_dir=data_dir, json_out=json_out))
     raise typer.Exit(0 if ok else 1)
 

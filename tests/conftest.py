@@ -54,7 +54,7 @@ def empty_db_url(pg_server) -> str:
 @pytest.fixture
 def system(db_url, tmp_path):
     """Dispatcher plus in-process sim agents for the default clusters, over real gRPC on loopback."""
-    from dispatcher.embedded import Embedded, UpSettings
+    from devstack.embedded import Embedded, UpSettings
     from sluice.client import Client
     from sluice.config import ClientConfig
     from sluice.objects import default_objects
