@@ -17,10 +17,10 @@ import orjson
 from sluice.config import ClientConfig
 from sluice.spec import JobSpec
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+from sluice.wire import STREAM_MARK
 
 SUBMIT_BATCH = 1000
 STREAM_S = 60.0  # how long a submit stream takes requests; it lives timeout_s longer, so none meets its end
-STREAM_MARK = ("sluice-submit-stream", "1")  # the header a server sends once it has taken a submit stream
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
 

@@ -21,7 +21,7 @@ from dispatcher.policy import states
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
 from dispatcher.store import jobs as job_store
-from sluice.client import STREAM_MARK
+from sluice.wire import STREAM_MARK
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_resources
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
