@@ -11,7 +11,11 @@ import tempfile
 
 import pytest
 
-from dispatcher.store import database
+from sluice import process
+
+process.apply()  # the test session's entry point: before anything imports grpc, as Sluice's processes do
+
+from dispatcher.store import database  # noqa: E402
 
 _counter = itertools.count()
 

@@ -2,7 +2,7 @@
 a server (servers), on the helpers they share (common).
 
 Errors print one line, `error: <what>: <why>`, and exit 1; usage errors exit 2. No module here imports
-grpc at load time.
+grpc at load time: main() tunes the process (sluice.process) before any command does.
 """
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ from typing import NoReturn, Optional
 
 import typer
 
-from sluice import grpc_defaults
-
-grpc_defaults.apply()  # before anything imports grpc: `sluice up` and `sluice dispatcher serve` serve it
-
-from sluice.cli import admin, common, jobs, servers  # noqa: E402
+from sluice import process
+from sluice.cli import admin, common, jobs, servers
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
@@ -35,4 +32,5 @@ def main_options(ctx: typer.Context,
 
 def main() -> NoReturn:
     """The `sluice` console script (and `python -m sluice`)."""
+    process.apply()  # first: `sluice up` and `sluice dispatcher serve` serve gRPC from this process
     common.run(app)
