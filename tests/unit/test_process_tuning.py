@@ -52,7 +52,7 @@ def _run(code: str, **env: str) -> str:
 
 def _sluice(args: list[str], before: str = "", **env: str) -> dict:
     out = _run(ENTRY.format(before=before, args=args), **env)
-    return json.loads(out.rpartition("\nPROBE ")[2])
+    return json.loads(out.rpartition("PROBE ")[2])
 
 
 def test_the_sluice_command_sets_them_before_grpc_loads():
