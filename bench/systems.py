@@ -22,7 +22,7 @@ import psycopg
 from bench import workload
 from bench.figures import Figure, Run, Target
 from bench.postgres import Postgres
-from sluice import process
+from sluice import process as tuning
 from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
 
@@ -39,7 +39,7 @@ def objects(clusters: int, nodes: int) -> list:
 
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
-    process.apply()  # a process entry point: before it imports grpc
+    tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings
     from dispatcher import administering
     from dispatcher.server import Dispatcher, ServerSettings
@@ -83,7 +83,7 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
 
 def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
     """One sim agent per cluster, in this process: what `sluice agent run --backend sim` runs per cluster."""
-    process.apply()  # a process entry point: before it imports grpc
+    tuning.apply()  # a process entry point: before it imports grpc
     from agent.connection import Agent, AgentSettings
     from devstack.embedded import sim_cluster
 
@@ -218,7 +218,7 @@ class SubmitConfig:
 def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start) -> None:
     """Submit `batch` jobs per call for `seconds`; batch 0: empty calls (Health.Check) on the same kind of
     channel, the most a client can get through this gRPC server and machine per call."""
-    process.apply()  # a process entry point: before it imports grpc
+    tuning.apply()  # a process entry point: before it imports grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from sluice.client import Client
@@ -324,7 +324,7 @@ class LatencyConfig:
 
 def _watch_events(pipe, address: str, token: str) -> None:
     """Watch every job event; answer each message with what was seen so far, {(job, state): arrival}."""
-    process.apply()  # a process entry point: before it imports grpc
+    tuning.apply()  # a process entry point: before it imports grpc
     from sluice.client import Client
     from sluice.config import ClientConfig
 
