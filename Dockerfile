@@ -14,6 +14,7 @@ COPY pyproject.toml ./
 COPY sluice ./sluice
 COPY dispatcher ./dispatcher
 COPY agent ./agent
+COPY devstack ./devstack
 COPY migrations ./migrations
 RUN pip install . && rm -rf /src
 

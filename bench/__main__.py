@@ -16,6 +16,7 @@ import time
 
 from bench import dispatching, figures, systems
 from bench.postgres import Postgres
+from sluice import process
 
 BENCHMARKS = {
     "submit": "jobs/s accepted through gRPC Jobs.Submit: 1,000-job calls and single-job calls, 8 clients; empty calls as the floor",
@@ -30,6 +31,7 @@ BACKLOG = {"dispatch", "cycle", "floor", "memory"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    process.apply()  # first: the processes it spawns (the dispatcher, the clients) inherit it
     parser = argparse.ArgumentParser(prog="python -m bench", description="Sluice benchmarks (issue 7).",
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(f"  {k:<9} {v}" for k, v in BENCHMARKS.items()))

@@ -2,7 +2,7 @@
 
 By default (split) the dispatcher runs alone in a child process (dispatcher.server.Dispatcher, what
 `sluice dispatcher serve` runs) and the sim agents of every cluster in another, the way they are
-deployed; with split=False both run in one process as `sluice up` (dispatcher.embedded.Embedded) does.
+deployed; with split=False both run in one process as `sluice up` (devstack.embedded.Embedded) does.
 Each uses a database of the run's PostgreSQL and listens on 127.0.0.1 with a free port; clients run in
 other processes and talk to it over real gRPC (sluice.client).
 """
@@ -22,6 +22,7 @@ import psycopg
 from bench import workload
 from bench.figures import Figure, Run, Target
 from bench.postgres import Postgres
+from sluice import process as tuning
 from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
 
@@ -38,8 +39,9 @@ def objects(clusters: int, nodes: int) -> list:
 
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
+    tuning.apply()  # a process entry point: before it imports grpc
+    from devstack.embedded import Embedded, UpSettings
     from dispatcher.services import administering
-    from dispatcher.embedded import Embedded, UpSettings
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store import tokens
     from dispatcher.store.database import DatabaseSettings
@@ -81,8 +83,9 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
 
 def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
     """One sim agent per cluster, in this process: what `sluice agent run --backend sim` runs per cluster."""
+    tuning.apply()  # a process entry point: before it imports grpc
     from agent.connection import Agent, AgentSettings
-    from dispatcher.embedded import sim_cluster
+    from devstack.embedded import sim_cluster
 
     logging.basicConfig(level=logging.WARNING)
     running = [Agent(AgentSettings(o.name, address, agents[o.name]), sim_cluster(o, pathlib.Path(data_dir))).start()
@@ -215,6 +218,7 @@ class SubmitConfig:
 def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start) -> None:
     """Submit `batch` jobs per call for `seconds`; batch 0: empty calls (Health.Check) on the same kind of
     channel, the most a client can get through this gRPC server and machine per call."""
+    tuning.apply()  # a process entry point: before it imports grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from sluice.client import Client
@@ -320,6 +324,7 @@ class LatencyConfig:
 
 def _watch_events(pipe, address: str, token: str) -> None:
     """Watch every job event; answer each message with what was seen so far, {(job, state): arrival}."""
+    tuning.apply()  # a process entry point: before it imports grpc
     from sluice.client import Client
     from sluice.config import ClientConfig
 

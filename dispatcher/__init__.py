@@ -1,3 +1,1 @@
-from sluice import grpc_defaults
-
-grpc_defaults.apply()  # before anything of the dispatcher imports grpc
+"""The dispatcher: the server that queues jobs in Postgres, schedules them and hands them to agents."""

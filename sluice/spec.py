@@ -237,8 +237,8 @@ def _sluice_job(doc: dict, owned: bool = False) -> JobSpec:
 def _plain_job(doc: dict, owned: bool) -> JobSpec | None:
     """The JobSpec of a Sluice Job in its plain form, checked in a few straight lines; None for any other
     document (a field of an unusual type, init containers, pod overhead, anything not valid...), which
-    _sluice_job then reads, wording any error. A server reads thousands of documents a second, and
-    _sluice_job's layers (each check a call, each field's path made in case it is wrong) cost two to three
+    _sluice_job then reads, wording any error. A fast path for the server, which reads many documents:
+    _sluice_job's layers (each check a call, each field's path made in case it is wrong) cost several
     times this. Whatever this takes, _sluice_job takes to the same JobSpec (tests/unit/test_spec.py:
     test_plain_documents_read_as_the_full_checks_read_them)."""
     metadata, spec = doc.get("metadata"), doc.get("spec")
@@ -373,8 +373,8 @@ def _passes(seen: set, check, value: object) -> bool:
 
 
 def _new(cls, **fields):
-    """A frozen dataclass made without its __init__, which sets each field through object.__setattr__ (about
-    twice the cost); every field must be given."""
+    """A frozen dataclass made without its __init__, which sets each field through the slower
+    object.__setattr__; every field must be given."""
     made = object.__new__(cls)
     made.__dict__.update(fields)
     return made

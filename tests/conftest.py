@@ -11,7 +11,11 @@ import tempfile
 
 import pytest
 
-from dispatcher.store import database
+from sluice import process
+
+process.apply()  # the test session's entry point: before anything imports grpc, as Sluice's processes do
+
+from dispatcher.store import database  # noqa: E402
 
 _counter = itertools.count()
 
@@ -54,7 +58,7 @@ def empty_db_url(pg_server) -> str:
 @pytest.fixture
 def system(db_url, tmp_path):
     """Dispatcher plus in-process sim agents for the default clusters, over real gRPC on loopback."""
-    from dispatcher.embedded import Embedded, UpSettings
+    from devstack.embedded import Embedded, UpSettings
     from sluice.client import Client
     from sluice.config import ClientConfig
     from sluice.objects import default_objects

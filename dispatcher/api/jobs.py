@@ -27,7 +27,7 @@ from dispatcher.store import channels
 from dispatcher.store import job_reads
 from dispatcher.store import lifecycle
 from dispatcher.store import usage as usage_totals
-from sluice.client import STREAM_MARK
+from sluice.wire import STREAM_MARK
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_resources
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc

@@ -9,7 +9,7 @@ from tests.integration.scenarios import TIME_SCALE, wait_for
 @pytest.fixture
 def sluice(db_url, tmp_path):
     """start(objects_yaml) -> a running Embedded with a `client`, on this test's database."""
-    from dispatcher.embedded import Embedded, UpSettings
+    from devstack.embedded import Embedded, UpSettings
     from sluice.client import Client
     from sluice.config import ClientConfig
     from sluice.objects import load_objects

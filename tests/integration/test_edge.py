@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dispatcher.embedded import Embedded, UpSettings
+from devstack.embedded import Embedded, UpSettings
 from dispatcher.store import clusters as cluster_store
 from sluice.client import Client
 from sluice.config import ClientConfig

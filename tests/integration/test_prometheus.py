@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
-from dispatcher.embedded import Embedded, UpSettings
+from devstack.embedded import Embedded, UpSettings
 from sluice.client import Client
 from sluice.config import ClientConfig
 from sluice.objects import load_objects

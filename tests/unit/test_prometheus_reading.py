@@ -72,6 +72,6 @@ def test_settings_from_a_cluster_document():
 
 def test_an_unreachable_prometheus_is_a_prometheus_error():
     from dispatcher.capacity.prometheus import PrometheusError, read
-    from dispatcher.capacity.prometheus_server import free_port
+    from devstack.prometheus import free_port
     with pytest.raises(PrometheusError):
         read(PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=1, retries=0))

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from agent.backends.sim import ledger_duplicates
-from dispatcher.embedded import Embedded, UpSettings
+from devstack.embedded import Embedded, UpSettings
 from sluice.client import Client
 from sluice.config import ClientConfig
 from sluice.objects import ServiceClassObject, default_objects

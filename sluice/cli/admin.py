@@ -1,7 +1,6 @@
 """`sluice admin`: manage admin objects, quotas, members, tokens and clusters, and read the audit log.
 
-Needs an admin token. Like the rest of the CLI, it imports the client (grpc) only inside commands, and
-errors print one line and exit 1 (sluice.cli.Failed) or, for usage errors, 2.
+Needs an admin token. Like the rest of the CLI, it imports the client (grpc) only inside commands.
 """
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from sluice.cli.common import Failed, OutputOpt, call, make_client
 from sluice.output import Format, emit
 
 app = typer.Typer(no_args_is_help=True, help="Administer objects, quotas, tokens and clusters (admin token).")
@@ -23,7 +23,6 @@ app.add_typer(queue_app, name="queue")
 app.add_typer(token_app, name="token")
 app.add_typer(cluster_app, name="cluster")
 
-OutputOpt = typer.Option(Format.table, "--output", "-o", help="table, json or yaml")
 PAST = {"create": "created", "update": "updated", "unchanged": "unchanged"}
 # Spec fields shown by `admin get KIND` as a table, per kind.
 TABLE_FIELDS = {"Queue": ("parent", "guaranteed", "max", "weight", "members", "serviceClasses"),
@@ -34,13 +33,7 @@ TABLE_FIELDS = {"Queue": ("parent", "guaranteed", "max", "weight", "members", "s
 
 def _client(ctx: typer.Context, what: str):
     from sluice.admin_client import AdminClient
-    from sluice.cli import _client
-    return _client(ctx, what, AdminClient)
-
-
-def _call(what: str, fn):
-    from sluice.cli import _call
-    return _call(what, fn)
+    return make_client(ctx, what, AdminClient)
 
 
 def _kind(value: str) -> str:
@@ -62,7 +55,6 @@ def apply(ctx: typer.Context,
           dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change and the diff; change nothing")
           ) -> None:
     """Create or update admin objects, all or nothing."""
-    from sluice.cli import Failed
     from sluice.objects import load_objects
     from sluice.spec import SpecError
     what = f"admin apply {file}"
@@ -77,7 +69,7 @@ def apply(ctx: typer.Context,
     if not objects:
         raise Failed(what, "the file holds no objects")
     client = _client(ctx, what)
-    for result in _call(what, lambda: client.apply(objects, dry_run=dry_run)):
+    for result in call(what, lambda: client.apply(objects, dry_run=dry_run)):
         _changed(result["kind"], result["name"], result["action"])
         if dry_run and result["diff"]:
             print(result["diff"], end="")
@@ -93,7 +85,7 @@ def get(ctx: typer.Context, kind: str = typer.Argument(..., help="queue, class, 
     canonical = _kind(kind)
     what = f"admin get {kind}" + (f" {name}" if name else "")
     client = _client(ctx, what)
-    docs = _call(what, lambda: client.get_objects(canonical, name or ""))
+    docs = call(what, lambda: client.get_objects(canonical, name or ""))
     if output != Format.table:
         emit(docs[0] if name else docs, output)
         return
@@ -110,7 +102,7 @@ def delete(ctx: typer.Context, kind: str = typer.Argument(...), name: str = type
     canonical = _kind(kind)
     what = f"admin delete {kind} {name}"
     client = _client(ctx, what)
-    _call(what, lambda: client.delete(canonical, name))
+    call(what, lambda: client.delete(canonical, name))
     print(f"{canonical}/{name}: deleted")
 
 
@@ -145,7 +137,7 @@ def quota_set(ctx: typer.Context, queue: str = typer.Argument(...),
         raise typer.BadParameter("give at least one of --cpu, --memory, --gpu, --resource or their --max- forms")
     what = f"admin quota set {queue}"
     client = _client(ctx, what)
-    result = _call(what, lambda: client.set_quota(queue, guaranteed, maximum))
+    result = call(what, lambda: client.set_quota(queue, guaranteed, maximum))
     _show_change(result, output, ("guaranteed", "max"))
 
 
@@ -155,7 +147,7 @@ def add_member(ctx: typer.Context, queue: str = typer.Argument(...), user: str =
     """Let USER submit to QUEUE (a queue listing no members is open to every user until then)."""
     what = f"admin queue add-member {queue} {user}"
     client = _client(ctx, what)
-    _show_change(_call(what, lambda: client.add_member(queue, user)), output, ("members",))
+    _show_change(call(what, lambda: client.add_member(queue, user)), output, ("members",))
 
 
 def _show_change(result: dict, output: Format, fields: tuple[str, ...]) -> None:
@@ -190,7 +182,7 @@ def token_create(ctx: typer.Context, role: str = typer.Option(..., "--role", hel
         raise typer.BadParameter("--expires: must be at least 1s")
     what = "admin token create"
     client = _client(ctx, what)
-    token = _call(what, lambda: client.create_token(role, subject, cluster, expires_s))
+    token = call(what, lambda: client.create_token(role, subject, cluster, expires_s))
     if output == Format.table:
         print(token["secret"])
     else:
@@ -201,7 +193,7 @@ def token_create(ctx: typer.Context, role: str = typer.Option(..., "--role", hel
 def token_list(ctx: typer.Context, output: Format = OutputOpt) -> None:
     """Every token (never its secret)."""
     client = _client(ctx, "admin token list")
-    emit(_call("admin token list", client.tokens), output,
+    emit(call("admin token list", client.tokens), output,
          [("ID", "id"), ("ROLE", "role"), ("SUBJECT", "subject"), ("CLUSTER", "cluster"), ("CREATED", "createdAt"),
           ("EXPIRES", "expiresAt"), ("REVOKED", "revokedAt")])
 
@@ -211,14 +203,14 @@ def token_revoke(ctx: typer.Context, token_id: int = typer.Argument(..., metavar
     """Revoke a token: refused everywhere within seconds."""
     what = f"admin token revoke {token_id}"
     client = _client(ctx, what)
-    token = _call(what, lambda: client.revoke_token(token_id))
+    token = call(what, lambda: client.revoke_token(token_id))
     print(f"token {token_id}: {'already revoked' if token['alreadyRevoked'] else 'revoked'}")
 
 
 def _cluster_state(ctx: typer.Context, command: str, name: str, state: str) -> None:
     what = f"admin cluster {command} {name}"
     client = _client(ctx, what)
-    previous = _call(what, lambda: client.set_cluster_state(name, state))
+    previous = call(what, lambda: client.set_cluster_state(name, state))
     print(f"Cluster/{name}: {state}" + (f" (was {previous})" if previous != state else " (unchanged)"))
 
 
@@ -246,5 +238,5 @@ def audit(ctx: typer.Context, limit: int = typer.Option(100, "--limit", min=1, m
           output: Format = OutputOpt) -> None:
     """Admin changes: who did what, when (oldest first)."""
     client = _client(ctx, "admin audit")
-    emit(_call("admin audit", lambda: client.audit(limit=limit, after_id=after)), output,
+    emit(call("admin audit", lambda: client.audit(limit=limit, after_id=after)), output,
          [("ID", "id"), ("AT", "at"), ("ACTOR", "actor"), ("ACTION", "action"), ("KIND", "kind"), ("NAME", "name")])

@@ -118,7 +118,7 @@ class Embedded:
         and point each simulated cluster at it (with a cluster="<name>" selector)."""
         from agent.backends.sim_metrics import SimMetricsServer
         from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
-        from dispatcher.capacity.prometheus_server import PrometheusServer
+        from devstack.prometheus import PrometheusServer
 
         for name, sim in self.sims.items():
             self.exporters[name] = SimMetricsServer(sim)

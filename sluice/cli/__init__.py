@@ -1,0 +1,36 @@
+"""The `sluice` command line: the user's commands (jobs), `sluice admin` (admin) and the commands that run
+a server (servers), on the helpers they share (common).
+
+Errors print one line, `error: <what>: <why>`, and exit 1; usage errors exit 2. No module here imports
+grpc at load time: main() tunes the process (sluice.process) before any command does.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import NoReturn, Optional
+
+import typer
+
+from sluice import process
+from sluice.cli import admin, common, jobs, servers
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
+app.registered_commands += jobs.app.registered_commands + servers.app.registered_commands
+app.add_typer(servers.dispatcher_app, name="dispatcher")
+app.add_typer(servers.agent_app, name="agent")
+app.add_typer(admin.app, name="admin")
+
+
+@app.callback()
+def main_options(ctx: typer.Context,
+                 config: Optional[pathlib.Path] = typer.Option(
+                     None, "--config", envvar="SLUICE_CONFIG",
+                     help="Client config (address, token); default ~/.config/sluice/client.yaml")) -> None:
+    ctx.obj = {"config": config}
+
+
+def main() -> NoReturn:
+    """The `sluice` console script (and `python -m sluice`)."""
+    process.apply()  # first: `sluice up` and `sluice dispatcher serve` serve gRPC from this process
+    common.run(app)

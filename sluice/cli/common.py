@@ -1,0 +1,64 @@
+"""What every `sluice` command shares: the client it talks through, the one-line error it fails with and
+the exit codes (1 for a failed command, 2 for a usage error, 130 when interrupted), the output option.
+
+Imports no other sluice.cli module, and the client (grpc) only inside the calls.
+"""
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+
+from sluice.output import Format, error
+
+OutputOpt = typer.Option(Format.table, "--output", "-o", help="table, json or yaml")
+
+# typer vendors click: its UsageError is BadParameter's base, reached without a private import.
+UsageError = typer.BadParameter.__mro__[1]
+
+
+class Failed(Exception):
+    """A command failed in a way the user should read: printed as one line, exit 1."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(why)
+        self.what, self.why = what, why
+
+
+def make_client(ctx: typer.Context, what: str, client_class=None):
+    """A client (sluice.client.Client unless client_class) from the config `--config` names."""
+    from sluice.client import Client
+    from sluice.config import ConfigError, load
+    try:
+        return (client_class or Client)(load(ctx.obj.get("config") if ctx.obj else None))
+    except ConfigError as exc:
+        raise Failed(what, str(exc)) from None
+
+
+def call(what: str, fn):
+    """fn(), its client errors raised as Failed(what, ...)."""
+    from sluice.client import ClientError
+    try:
+        return fn()
+    except ClientError as exc:
+        if exc.code == "UNAVAILABLE":
+            raise Failed(what, f"dispatcher unavailable: {exc.message}") from None
+        raise Failed(what, exc.message) from None
+
+
+def run(app: typer.Typer) -> NoReturn:
+    """Run the command line and exit: a Failed prints `error: <what>: <why>` and exits 1, a usage error
+    prints one line and exits 2."""
+    try:
+        code = app(standalone_mode=False, prog_name="sluice")
+    except Failed as exc:
+        error(exc.what, exc.why)
+        sys.exit(1)
+    except UsageError as exc:
+        if exc.format_message():  # empty when help was printed for a bare group
+            error(exc.ctx.command_path if exc.ctx else "sluice", exc.format_message())
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,272 @@
+"""The user's commands: submit, get, list, describe, explain, cancel, watch, clusters, queues, usage.
+
+They import the client (grpc, the stubs) only inside their bodies.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import List, Optional
+
+import typer
+
+from sluice.cli.common import Failed, OutputOpt, call, make_client
+from sluice.output import Format, ReportFormat, emit, emit_csv, error, table
+
+app = typer.Typer()  # its commands join the root `sluice` app
+
+JOB_COLUMNS = [("ID", "id"), ("NAME", "name"), ("QUEUE", "queue"), ("CLASS", "serviceClass"), ("STATE", "state"),
+               ("CLUSTER", "cluster"), ("ATTEMPT", "attempt"), ("REASON", "reason")]
+
+
+def _job_id(value: str) -> int:
+    try:
+        job_id = int(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a job id") from None
+    if job_id <= 0:
+        raise typer.BadParameter(f"{value!r} is not a job id")
+    return job_id
+
+
+@app.command()
+def submit(ctx: typer.Context,
+           file: str = typer.Option(..., "-f", "--file", help="Job file (YAML/JSON, many documents); - reads stdin"),
+           queue: Optional[str] = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
+           service_class: Optional[str] = typer.Option(None, "--class", help="Service class (overrides)"),
+           wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
+           output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
+    """Submit jobs; prints their ids."""
+    from sluice.spec import SpecError, load_jobs
+    what = f"submit {file}"
+    try:
+        text = sys.stdin.read() if file == "-" else pathlib.Path(file).read_text()
+    except OSError as exc:
+        raise Failed(what, exc.strerror or str(exc)) from None
+    try:
+        specs = load_jobs(text, queue=queue, service_class=service_class, source=None)  # `what` names the file
+    except SpecError as exc:
+        raise Failed(what, str(exc)) from None
+    if not specs:
+        raise Failed(what, "the file holds no jobs")
+    client = make_client(ctx, what)
+    ids = call(what, lambda: client.submit(specs))
+    if output == Format.table:
+        print("\n".join(str(i) for i in ids))
+    else:
+        emit(ids, output)
+    if wait:
+        final = _wait_for(client, ids, what)
+        failed = [j for j in final if j["state"] != "SUCCEEDED"]
+        for j in failed:
+            error(f"job {j['id']}", f"{j['state']}: {j['reason']}")
+        if failed:
+            raise typer.Exit(1)
+
+
+def _wait_for(client, ids: list[int], what: str) -> list[dict]:
+    remaining = set(ids)
+    final: dict[int, dict] = {}
+    for job_id in list(remaining):
+        job = call(what, lambda: client.get(job_id))
+        if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            final[job_id] = job
+            remaining.discard(job_id)
+    if remaining:
+        for event in call(what, lambda: client.watch()):
+            if event["jobId"] in remaining and event["to"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                remaining.discard(event["jobId"])
+                final[event["jobId"]] = call(what, lambda: client.get(event["jobId"]))
+                if not remaining:
+                    break
+    return [final[i] for i in ids]
+
+
+@app.command()
+def get(ctx: typer.Context, job: str = typer.Argument(..., help="Job id"), output: Format = OutputOpt) -> None:
+    """Show one job."""
+    job_id = _job_id(job)
+    client = make_client(ctx, f"get {job}")
+    emit(call(f"get {job}", lambda: client.get(job_id)), output, JOB_COLUMNS)
+
+
+@app.command("list")
+def list_jobs(ctx: typer.Context, queue: str = typer.Option("", "--queue"), state: str = typer.Option("", "--state"),
+              limit: int = typer.Option(100, "--limit", min=0, help="0: all"), output: Format = OutputOpt) -> None:
+    """List jobs, oldest first."""
+    client = make_client(ctx, "list")
+    emit(call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit)), output, JOB_COLUMNS)
+
+
+@app.command()
+def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format = OutputOpt) -> None:
+    """Show a job with its events, its place in the queue and why it waits."""
+    job_id = _job_id(job)
+    client = make_client(ctx, f"describe {job}")
+    info = call(f"describe {job}", lambda: client.describe(job_id))
+    if output != Format.table:
+        emit(info, output)
+        return
+    for key in ("id", "name", "queue", "serviceClass", "priority", "state", "cluster", "attempt", "createdAt",
+                "dispatchedAt", "startedAt", "finishedAt", "submittedBy"):
+        print(f"{key + ':':<14}{info[key] if info[key] is not None else '-'}")
+    if info["state"] == "QUEUED":
+        print(f"{'position:':<14}{info['queuePosition']} in queue {info['queue']}")
+    print(f"{'reason:':<14}{info['reason']}")
+    print("events:")
+    print(_indent(table(
+        info["events"], [("AT", "at"), ("ATTEMPT", "attempt"), ("FROM", "from"), ("TO", "to"),
+                         ("CLUSTER", "cluster"), ("REASON", "reason")])))
+
+
+@app.command()
+def explain(ctx: typer.Context, job: str = typer.Argument(...), output: Format = OutputOpt) -> None:
+    """Why a job waits: its queue's quota verdict and, per cluster, why it cannot start there."""
+    job_id = _job_id(job)
+    client = make_client(ctx, f"explain {job}")
+    info = call(f"explain {job}", lambda: client.explain(job_id))
+    if output != Format.table:
+        emit(info, output)
+        return
+    print(f"job {info['id']} ({info['state']}, queue {info['queue']}"
+          + (f", position {info['queuePosition']}" if info["queuePosition"] else "") + ")")
+    print(f"reason: {info['reason']}")
+    print(f"quota:  {info['quota']}")
+    print(_indent(table(info["clusters"], [("CLUSTER", "cluster"), ("VERDICT", "verdict")])))
+    for b in info["bursts"]:
+        print(f"attempt {b['attempt']} burst to {b['cluster']} under policy {b['policy']}: {b['trigger']}")
+        starts = f", started after {b['startsInSeconds']:g}s of provisioning" if b["startsInSeconds"] else ""
+        print(f"  expected cost {b['expectedCost']:.2f} ({b['ratePerHour']:.2f}/h for {b['expectedHours']:g}h){starts}")
+        print(_indent(table(b["alternatives"], [("PAID CLUSTER", "cluster"), ("VERDICT", "verdict")])))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+@app.command()
+def cancel(ctx: typer.Context, jobs: List[str] = typer.Argument(..., help="Job ids"), output: Format = OutputOpt) -> None:
+    """Cancel jobs: queued ones at once, running ones are stopped in their cluster."""
+    ids = [_job_id(j) for j in jobs]
+    client = make_client(ctx, "cancel")
+    emit(call(f"cancel {' '.join(jobs)}", lambda: client.cancel(ids)), output, JOB_COLUMNS)
+
+
+@app.command()
+def watch(ctx: typer.Context, job: Optional[str] = typer.Argument(None, help="Only this job"),
+          after: int = typer.Option(0, "--after", help="Resume after this event id"),
+          output: Format = OutputOpt) -> None:
+    """Follow job events as they happen (Ctrl-C to stop)."""
+    import json
+    job_id = _job_id(job) if job else 0
+    client = make_client(ctx, "watch")
+    try:
+        for event in call("watch", lambda: client.watch(job_id, after)):
+            if output == Format.table:
+                print(f"{event['at']}  #{event['id']}  job {event['jobId']} attempt {event['attempt']}  "
+                      f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}", flush=True)
+            else:
+                print(json.dumps(event), flush=True)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def clusters(ctx: typer.Context, output: Format = OutputOpt) -> None:
+    """Clusters with their state, capacity source and free capacity."""
+    client = make_client(ctx, "clusters")
+    emit(call("clusters", client.clusters), output,
+         [("NAME", "name"), ("TIER", "tier"), ("SITE", "site"), ("STATE", "state"), ("SOURCE", "capacitySource"),
+          ("AGE", "capacityAgeSeconds"), ("FREE", "free"), ("ALLOCATABLE", "allocatable"), ("JOBS", "runningJobs")])
+
+
+@app.command()
+def queues(ctx: typer.Context, output: Format = OutputOpt) -> None:
+    """Queues with their quota and use."""
+    client = make_client(ctx, "queues")
+    emit(call("queues", client.queues), output,
+         [("NAME", "name"), ("PARENT", "parent"), ("QUEUED", "queuedJobs"), ("RUNNING", "runningJobs"),
+          ("USED", "used"), ("GUARANTEED", "guaranteed"), ("MAX", "max")])
+
+
+USAGE_GROUPINGS = ("queue", "class", "cluster", "user")
+# The unit of an hour of each resource, for table headers (others: unit-hours).
+HOUR_UNITS = {"cpu": "core-h", "memory": "GiB-h", "nvidia.com/gpu": "GPU-h"}
+
+
+def _since(value: str) -> float:
+    """--since: a duration back from now, or 'all'; as seconds, 0 meaning all time."""
+    from sluice.quantity import QuantityError, parse_duration
+    if value.strip().lower() == "all":
+        return 0.0
+    try:
+        seconds = parse_duration(value)
+    except QuantityError as exc:
+        raise typer.BadParameter(f"{exc}, or 'all'") from None
+    if seconds <= 0:
+        raise typer.BadParameter(f"{value!r} is an empty window; use a duration such as '30d', or 'all'")
+    return seconds
+
+
+def _valid_since(value: str) -> str:
+    _since(value)
+    return value
+
+
+def _by(value: str) -> str:
+    if value not in USAGE_GROUPINGS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(USAGE_GROUPINGS)}")
+    return value
+
+
+def _rounded(value):
+    """Floats to 6 decimals (a micro-unit of money, 3.6 ms of an hour): no binary noise in reports."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+@app.command()
+def usage(ctx: typer.Context,
+          since: str = typer.Option("30d", "--since", callback=_valid_since,
+                                    help="The window: this long back from now (90m, 12h, 30d), or 'all'"),
+          by: str = typer.Option("queue", "--by", callback=_by, help="Group by queue, class, cluster or user"),
+          output: ReportFormat = typer.Option(ReportFormat.table, "--output", "-o", help="table, json, yaml or csv")
+          ) -> None:
+    """Chargeback: resource-hours and cost (cluster price x class multiplier) per group, from the attempts."""
+    since_s = _since(since)
+    client = make_client(ctx, "usage")
+    info = call("usage", lambda: client.usage(since_s=since_s, by=by))
+    resources = list(info["total"]["resourceHours"])
+    if output == ReportFormat.csv:
+        emit_csv([{"group": g["group"], "cost": _rounded(g["cost"]), "attempts": g["attempts"],
+                   **{r: _rounded(g["resourceHours"].get(r, 0.0)) for r in resources}} for g in info["groups"]],
+                 ["group", "cost", "attempts", *resources])
+        return
+    if output != ReportFormat.table:
+        emit(_rounded(info), Format(output.value))
+        return
+    window = f"since {info['since']}" if info["since"] else "all time"
+    print(f"usage by {info['by']}, {window} until {info['until']}")
+    rows = [*info["groups"], {"group": "TOTAL", **info["total"]}]
+    cells = [{"group": r["group"], "attempts": r["attempts"], "cost": f"{r['cost']:.2f}",
+              **{res: f"{r['resourceHours'].get(res, 0.0):.2f}" for res in resources}} for r in rows]
+    print(table(cells, [(info["by"].upper(), "group"), ("ATTEMPTS", "attempts"),
+                        *[(f"{res.upper()} ({HOUR_UNITS.get(res, 'unit-h')})", res) for res in resources],
+                        (f"COST ({info['currency']})", "cost")]))
+    if info["burst"]:
+        print(f"\nburst spend against budgets ({info['currency']}; the budget day is the UTC day)")
+        limit = lambda value, fmt: "-" if value is None else fmt.format(value)
+        cells = [{"policy": b["policy"], "queue": b["queue"] or "(all)", "attempts": b["attempts"],
+                  "window": f"{b['spentInWindow']:.2f}",
+                  "today": f"{b['spentToday']:.2f} / {limit(b['budgetPerDay'], '{:.2f}')}",
+                  "rate": f"{b['ratePerHour']:.2f} / {limit(b['budgetPerHour'], '{:.2f}')}",
+                  "resources": ", ".join(f"{r} {b['resourcesInUse'].get(r, '0')} / {cap}"
+                                         for r, cap in b["maxResources"].items()) or "-"} for b in info["burst"]]
+        print(table(cells, [("POLICY", "policy"), ("QUEUE", "queue"), ("ATTEMPTS", "attempts"),
+                            ("SPENT IN WINDOW", "window"), ("TODAY / PER DAY", "today"),
+                            ("RATE / PER HOUR", "rate"), ("IN USE / MAX", "resources")]))
