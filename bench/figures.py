@@ -1,7 +1,8 @@
-"""Figures, the issue's targets, and docs/performance.md: each run appends its rows and its configuration.
+"""Figures, the issue's targets, and docs/performance.md: each run rewrites the current figures in place.
 
-The "Latest figures" table gets one dated row per figure (newest last); "Benchmark runs" gets one
-entry per run with the machine, the Postgres settings and every benchmark's exact configuration.
+The "Current figures" table holds one row per figure: a run replaces the rows of the figures it
+measured and keeps the others. "The runs behind these figures" holds one entry per run that still has
+a row (the machine, the Postgres settings and every benchmark's exact configuration).
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "performance.md"
-TABLE_HEADING = "## Latest figures"
+TABLE_HEADING = "## Current figures"
 TABLE_HEAD = ("| date | benchmark | figure | value | target | verdict (measured / target) | command |\n"
               "| --- | --- | --- | --- | --- | --- | --- |\n")
-RUNS_HEADING = "## Benchmark runs"
+RUNS_HEADING = "## The runs behind these figures"
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,7 @@ PROBE = "a loop of 1,000,000 integer steps in Python, best of 3"
 
 
 def cpu_probe_ms() -> float:
-    """How long PROBE takes now, in ms: this machine's speed at the moment. Here it moves by half within
-    seconds with no steal shown (159, 171 and 237 ms for 3,000,000 steps, 5 s apart, nothing else running)."""
+    """How long PROBE takes now, in ms: this machine's speed at the moment, which moves even with no steal shown."""
     def once() -> float:
         began, total = time.perf_counter(), 0
         for i in range(1_000_000):
@@ -127,24 +127,50 @@ def machine() -> dict:
             "commit": commit + (" (with uncommitted changes under dispatcher/, agent/ or sluice/)" if dirty else "")}
 
 
+def _section(text: str, heading: str) -> tuple[int, int]:
+    """Where the section under `heading` starts (at the heading) and ends (at the next `## ` or the end)."""
+    start = text.index(heading + "\n")
+    end = text.find("\n## ", start + len(heading))
+    return start, len(text) if end < 0 else end + 1
+
+
+def _row_key(row: str) -> tuple[str, str]:
+    """A table row's (benchmark, figure): the one figure it shows."""
+    cells = row.split(" | ")
+    return cells[1].strip(), cells[2].strip()
+
+
+def _run_date(row: str) -> str:
+    return row.split(" | ")[0].lstrip("| ").strip()
+
+
 def record(run: Run, *, postgres: dict, doc: pathlib.Path = DOC) -> None:
-    """Append the run's rows to the Latest figures table and its configuration to Benchmark runs."""
+    """Replace, in the Current figures table, the row of each figure the run measured (adding the new ones
+    after their benchmark's rows), and leave in "The runs behind these figures" the entries of the runs
+    that still have a row, this one's included."""
     date = run.started.strftime("%Y-%m-%d %H:%M UTC")
     text = doc.read_text()
-    rows = "".join(f"| {date} | {f.benchmark} | {f.name} | {f.shown_value()} | {f.shown_target()} | {f.verdict()} "
-                   f"| `{run.command}` |\n" for f in run.figures)
+    text += "" if text.endswith("\n") else "\n"
     if TABLE_HEADING not in text:
-        intro_end = text.index("\n## ") + 1 if "\n## " in text else len(text)
-        section = (f"{TABLE_HEADING}\n\nWritten by `python -m bench` (bench/): one dated row per figure, newest last; "
-                   "each run's exact configuration is under \"Benchmark runs\" below. Targets are the scale issue's "
-                   "(issue 7); the verdict's ratio is measured / target.\n\n" + TABLE_HEAD + "\n")
-        text = text[:intro_end] + section + text[intro_end:]
-    start = text.index(TABLE_HEADING)
+        text = text.rstrip("\n") + (f"\n\n{TABLE_HEADING}\n\nWritten by `python -m bench`: one row per figure; "
+                                    "the verdict's ratio is measured / target.\n\n" + TABLE_HEAD)
+    start, _ = _section(text, TABLE_HEADING)
     head = text.index(TABLE_HEAD, start) + len(TABLE_HEAD)
     end = head
     while text.startswith("|", end):
         end = text.index("\n", end) + 1
-    text = text[:end] + rows + text[end:]
+    rows = text[head:end].splitlines(keepends=True)
+    for f in run.figures:
+        row = (f"| {date} | {f.benchmark} | {f.name} | {f.shown_value()} | {f.shown_target()} | {f.verdict()} "
+               f"| `{run.command}` |\n")
+        keys = [_row_key(r) for r in rows]
+        if (f.benchmark, f.name) in keys:
+            rows[keys.index((f.benchmark, f.name))] = row
+        else:
+            same = [n for n, (benchmark, _) in enumerate(keys) if benchmark == f.benchmark]
+            rows.insert(same[-1] + 1 if same else len(rows), row)
+    text = text[:head] + "".join(rows) + text[end:]
+
     entry = [f"### {date}: `{run.command}`", "",
              f"- machine: {json.dumps(machine())}", f"- postgres: {json.dumps(postgres)}",
              f"- load average (1 min) as each part started: {json.dumps(run.load)}",
@@ -153,6 +179,17 @@ def record(run: Run, *, postgres: dict, doc: pathlib.Path = DOC) -> None:
     entry += [f"- {name}: {json.dumps(config)}" for name, config in run.configs.items()]
     entry += [f"- not run / limits: {note}" for note in run.notes]
     if RUNS_HEADING not in text:
-        text = text.rstrip("\n") + f"\n\n{RUNS_HEADING}\n\nThe configuration of every recorded run, newest last.\n"
-    text = text.rstrip("\n") + "\n\n" + "\n".join(entry) + "\n"
+        _, table_end = _section(text, TABLE_HEADING)
+        text = (text[:table_end].rstrip("\n") + f"\n\n{RUNS_HEADING}\n\nWritten by `python -m bench`: the "
+                "configuration of each run that has a row above.\n\n" + text[table_end:].lstrip("\n"))
+        if not text.endswith("\n"):
+            text += "\n"
+    start, end = _section(text, RUNS_HEADING)
+    intro, *entries = text[start:end].split("\n### ")
+    dates = {_run_date(r) for r in rows}
+    kept = ["### " + e.rstrip("\n") for e in entries if e.split(": `", 1)[0] in dates - {date}]
+    if date in dates:
+        kept.append("\n".join(entry))
+    text = (text[:start] + intro.rstrip("\n") + "\n\n" + "\n\n".join(kept) + "\n"
+            + ("\n" if end < len(text) else "") + text[end:])
     doc.write_text(text)

@@ -1,4 +1,4 @@
-"""The Python client: every user-facing call, returning plain dicts shaped as ../shared/API.md says.
+"""The Python client: every user-facing call, returning plain dicts shaped as docs/api.md says.
 
 Light on purpose: it imports grpc and the generated stubs, never the dispatcher, SQLAlchemy or the
 Kubernetes client.

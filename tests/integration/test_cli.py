@@ -1,5 +1,5 @@
 """The `sluice` command line as a user runs it: `sluice up` in the background, every other command a
-subprocess against it, output and exit codes as /work/shared/API.md promises them.
+subprocess against it, output and exit codes as docs/api.md promises them.
 
 One `sluice up` serves the whole module (startup is the slow part); its HOME and XDG dirs are private
 temp dirs, so the user's real client config is never touched. The restart test runs last.
