@@ -1,7 +1,7 @@
 """python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--profile FILE] [--doc FILE]
 
-Runs the named benchmarks (all without names), prints each figure with its configuration, and appends
-them to docs/performance.md. Every run starts its own PostgreSQL (pgserver, Unix socket only) in a
+Runs the named benchmarks (all without names), prints each figure with its configuration, and records
+them in docs/performance.md (each figure's row replaced). Every run starts its own PostgreSQL (pgserver, Unix socket only) in a
 temp dir and deletes it at the end; dispatchers and agents bind 127.0.0.1 only.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ BACKLOG = {"dispatch", "cycle", "floor", "memory"}
 
 def main(argv: list[str] | None = None) -> int:
     process.apply()  # first: the processes it spawns (the dispatcher, the clients) inherit it
-    parser = argparse.ArgumentParser(prog="python -m bench", description="Sluice benchmarks (issue 7).",
+    parser = argparse.ArgumentParser(prog="python -m bench", description="Sluice benchmarks.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(f"  {k:<9} {v}" for k, v in BENCHMARKS.items()))
     parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")

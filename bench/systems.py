@@ -285,7 +285,7 @@ def submit(pg: Postgres, config: SubmitConfig, run: Run) -> None:
                              "server": (SPLIT if config.split else "sluice up (Embedded) in its own process")
                              + ", clusters cordoned",
                              "clients": f"{config.clients} processes, sluice.client.Client (each call after a "
-                                        "client's first goes on its Jobs.SubmitStream, since session 12)"}
+                                        "client's first goes on its Jobs.SubmitStream)"}
     for clients, batch, target in ((config.clients, config.batch, 20_000), (1, config.batch, None),
                                    (config.clients, 1, 2_000)):
         r = _submit_once(pg, config, clients, batch)

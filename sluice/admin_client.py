@@ -1,6 +1,6 @@
 """The admin side of the Python client: admin objects, quotas, members, tokens, cluster states, audit.
 
-Every call needs an admin token. Results are plain dicts: objects are their API.md documents, the rest
+Every call needs an admin token. Results are plain dicts: objects are their docs/api.md documents, the rest
 camelCase like the rest of the client. As light as sluice.client: grpc and the stubs only.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Admin objects: Queue, ServiceClass, Cluster and BurstPolicy documents as frozen values (API.md).
+"""Admin objects: Queue, ServiceClass, Cluster and BurstPolicy documents as frozen values (docs/api.md).
 
 `sluice admin apply -f` and `sluice up --config` read these with load_objects(); default_objects() is
 what `sluice up` runs without a config. Validation is as strict as for job files (sluice.spec): unknown
@@ -357,7 +357,7 @@ def object_from_document(doc: dict, *, document: int | None = None, source: str 
         if doc.get("apiVersion") != API_VERSION:
             raise SpecError("apiVersion", f"must be {API_VERSION}, got {v.describe(doc.get('apiVersion'))}")
         kind = doc.get("kind")
-        cls = KINDS.get(kind)  # type: ignore[arg-type]
+        cls = KINDS.get(kind) if isinstance(kind, str) else None
         if cls is None:
             hint = " (jobs are submitted with `sluice submit`)" if kind == "Job" else ""
             raise SpecError("kind", f"unknown kind {v.describe(kind)}, known: {', '.join(sorted(KINDS))}{hint}")

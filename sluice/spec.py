@@ -1,7 +1,7 @@
 """Job files: parse and validate what users submit into frozen JobSpec values.
 
 A job file holds one or more documents (YAML with '---', or JSON: one object or an array of objects),
-each a Sluice `sluice.io/v1` Job or a plain Kubernetes `batch/v1` Job (see API.md). Everything is
+each a Sluice `sluice.io/v1` Job or a plain Kubernetes `batch/v1` Job (see docs/api.md). Everything is
 checked here, before anything reaches the dispatcher: a bad file fails with one SpecError naming the
 document and the exact field ('spec.podSets[0].count: must be an integer, got string 'four''). Pod
 templates are passed through untouched except for the checks Sluice needs (containers with a name and

@@ -1,6 +1,6 @@
 """The Admin service: admin objects, quotas, members, tokens, cluster states and the audit log.
 
-Every RPC needs an admin token; the logic is in dispatcher/administering.py, one transaction per call.
+Every RPC needs an admin token; the logic is in dispatcher/services/administering.py, one transaction per call.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Pure: the caller reads the attempts, the clusters' prices and the classes' multi
 clock in. An attempt holds its job's whole request from the moment it starts running until it ends (or,
 still running, until now); only the part of that inside the report's window counts. Usage is in hours of
 base units: cpu core-hours, memory GiB-hours, every other resource unit-hours (nvidia.com/gpu: GPU-hours).
-Cost is, per resource, hours × the cluster's price per unit-hour (API.md: memory per GiB-hour), times
+Cost is, per resource, hours × the cluster's price per unit-hour (docs/api.md: memory per GiB-hour), times
 the class's priceMultiplier. A resource the cluster puts no price on costs nothing.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Mapping
 __all__ = ["CURRENCY", "GROUPINGS", "AttemptRun", "Window", "GroupUsage", "window", "seconds_in_window",
            "base_amount", "resource_hours", "cost", "usage"]
 
-# API.md: money is a plain number in the currency named once in the config. No setting names it yet.
+# docs/api.md: money is a plain number in the currency named once in the config. No setting names it yet.
 CURRENCY = "USD"
 GROUPINGS = ("queue", "class", "cluster", "user")
 GIB = 2**30

@@ -90,7 +90,7 @@ def get(session: Session, kind: str, name: str = "") -> list[dict]:
     if not kind and name:
         raise InvalidRequest("kind: required with a name")
     canonical = resolve_kind(kind) if kind else None
-    # Re-read into objects: JSONB keeps no key order, the canonical document has API.md's.
+    # Re-read into objects: JSONB keeps no key order, the canonical document has docs/api.md's.
     stored = admin_store.documents(session, canonical, name or None)
     docs = [object_from_document(doc).to_document() for _, doc in stored]
     if name and not docs:

@@ -1,5 +1,5 @@
 """`sluice admin` as an admin runs it: each command a subprocess against an in-process dispatcher,
-pointed at it with SLUICE_ADDRESS and SLUICE_TOKEN; output and exit codes as API.md promises."""
+pointed at it with SLUICE_ADDRESS and SLUICE_TOKEN; output and exit codes as docs/api.md promises."""
 from __future__ import annotations
 
 import json

@@ -301,7 +301,7 @@ def test_big_job_reserves_capacity_and_is_not_starved_by_a_stream_of_small_ones(
 
 def test_reservations_of_a_whole_backlog_do_not_leave_the_cluster_idle(sluice):
     # As test_big_job_reserves_..., but the small jobs share the big job's class (and so its reservationAfter),
-    # like `standard` with `reservationAfter: 30m` in API.md: after 1 s of backlog they all reserve too.
+    # like `standard` with `reservationAfter: 30m` in docs/api.md: after 1 s of backlog they all reserve too.
     s = sluice(CLASSES + LARGE + queue("stream") + queue("big") + cluster("c1", 8))
     c = s.client
     stop = threading.Event()

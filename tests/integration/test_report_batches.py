@@ -1,4 +1,4 @@
-"""A batch of agent reports applied at once (dispatcher/reports.py apply_many), against a real Postgres:
+"""A batch of agent reports applied at once (dispatcher/services/reporting.py apply_many), against a real Postgres:
 the same outcome, event for event, as applying the reports one by one."""
 from __future__ import annotations
 

@@ -98,8 +98,6 @@ def known_fields(parse, doc: dict, bases: dict[str, dict]) -> set[str]:
         except SpecError as err:
             if err.path == _error_path([*keys, PROBE]) and err.message.startswith(UNKNOWN):
                 return err.message[len(UNKNOWN):-1].split(", ")
-        except TypeError:  # a mapping where the parser hashes a value (`kind`): not a mapping of fields
-            pass
         return None
 
     def walk(current: dict, keys: list) -> None:

@@ -1,4 +1,4 @@
-"""Admin objects: API.md's examples, defaults, every validation rule, and round trips."""
+"""Admin objects: docs/api.md's examples, defaults, every validation rule, and round trips."""
 import json
 from pathlib import Path
 
@@ -349,3 +349,9 @@ def test_kinds_are_named_in_any_case_and_plural(word, kind):
     assert kind_named(word) == kind
     if kind:
         assert kind_named(kind) == kind
+
+
+@pytest.mark.parametrize("kind", [{"name": "Queue"}, ["Queue"], 7, None])
+def test_a_kind_that_is_no_string_is_a_clear_error_not_a_crash(kind):
+    with pytest.raises(SpecError, match="kind: unknown kind"):
+        object_from_document({"apiVersion": "sluice.io/v1", "kind": kind, "metadata": {"name": "q"}})
