@@ -62,7 +62,7 @@ NODE = {"cpu": 32_000}  # milli-units: 32 cores per node, 8 nodes per cluster
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 READY = re.compile(r"serving on 127\.0\.0\.1:(\d+), metrics on 127\.0\.0\.1:(\d+)")
 LEADER_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO dispatcher\.scheduling: became the scheduling leader",
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO dispatcher\.scheduler\.loop: became the scheduling leader",
     re.MULTILINE)
 
 
