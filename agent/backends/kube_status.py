@@ -251,7 +251,7 @@ def pod_requests(pod_spec: object) -> dict[str, int]:
     try:
         return spec_requests({"spec": pod_spec})
     except (SpecError, QuantityError, TypeError, AttributeError):
-        from agent.backends.sim import pod_requests as tolerant
+        from agent.backends.sim.cluster import pod_requests as tolerant
 
         return tolerant(pod_spec)
 

@@ -24,7 +24,7 @@ skipped. Final attempts stay in inventory() for `final_retention` seconds of the
 Nodes: `set_node` cordons a node or marks it not Ready. Such a node is not usable: no new pod binds
 to it and `capacity()` leaves it out. The pods already on it keep running (the simulator neither
 drains nor evicts). `view()` is one consistent picture of nodes and pods, for the kube-state-metrics
-exporter (agent/backends/sim_metrics.py).
+exporter (agent/backends/sim/metrics.py).
 
 Elastic clusters (`SimConfig.max_nodes` set) behave like a cluster autoscaler:
 - Scale-up: whenever Pending pods cannot bind on the usable nodes, the cluster asks for as many new
