@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent.backends.kube_objects import ClusterSettings
+    from agent.backends.kubernetes.objects import ClusterSettings
 
 _CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 

@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from agent.backends import kube_policy
+from agent.backends.kubernetes import policy as kube_policy
 from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S, object_from_document
 from sluice.quantity import QuantityError, parse_duration
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent.backends import kube_objects as ko
+from agent.backends.kubernetes import objects as ko
 from agent.backends.base import (
     FAILED,
     LOST,
