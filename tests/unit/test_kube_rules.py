@@ -7,12 +7,12 @@ import pytest
 
 from agent.backends.kubernetes import status as ks
 from agent.backends.kubernetes.objects import (
-    ClusterSettings,
     Refused,
     attempt_key,
     job_name,
     plan_attempt,
 )
+from agent.backends.kubernetes.settings import ClusterSettings
 
 CREATED = "2026-01-01T00:00:00.000000Z"
 T0 = ks.parse_time(CREATED)
