@@ -45,7 +45,7 @@ def dispatcher_addresses(value: str) -> tuple[str, ...]:
     text = value.strip()
     if text.startswith(_GRPC_LIST_SCHEMES):
         return (text,)
-    # Nothing usable: dial the value as given, as a single address always was (gRPC says what is wrong).
+    # Nothing usable: dial the value as given, as one address (gRPC says what is wrong).
     return tuple(a.strip() for a in text.split(",") if a.strip()) or (value,)
 
 

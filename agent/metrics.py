@@ -30,7 +30,7 @@ from collections.abc import Callable
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, make_wsgi_app
 
 disable_created_metrics()  # no `<name>_created` series (sluice_agent_attempts_created_created)
 COMMAND_KINDS = ("dispatch", "cancel")

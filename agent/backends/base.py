@@ -1,4 +1,5 @@
-"""The contract between the agent's connection loop and a cluster backend.
+"""The contract between the agent's connection loop and a cluster backend, and what every backend
+counts the same way (a pod's requests).
 
 A backend owns the cluster-side objects of every attempt. Its source of truth is the cluster itself,
 so `inventory()` after a restart tells what exists. Creation is idempotent: creating an attempt that
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
+
+from sluice.quantity import QuantityError, add, parse_quantity
 
 # Attempt states as the agent sees them. PENDING: objects created, not every pod running yet.
 # LOST: the objects vanished without a result (node or cluster loss).
@@ -58,3 +61,45 @@ class Backend(Protocol):
     def capacity(self) -> CapacityReport: ...
 
     def stop(self) -> None: ...
+
+
+def pod_requests(pod_spec: object) -> dict[str, int]:
+    """Effective requests of one pod, milli-units per resource.
+
+    Per resource: max(sum over containers, max over initContainers); a container's limit stands
+    in for a missing request. Malformed parts (missing maps, unparsable amounts) count as zero:
+    validation happens elsewhere, a backend only has to keep going.
+    """
+    if not isinstance(pod_spec, dict):
+        return {}
+    total: dict[str, int] = {}
+    for container in _dicts(pod_spec.get("containers")):
+        total = add(total, _container_requests(container))
+    init_max: dict[str, int] = {}
+    for container in _dicts(pod_spec.get("initContainers")):
+        for name, amount in _container_requests(container).items():
+            init_max[name] = max(init_max.get(name, 0), amount)
+    return {name: max(total.get(name, 0), init_max.get(name, 0)) for name in total.keys() | init_max.keys()}
+
+
+def _dicts(value: object) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _amounts(mapping: object) -> dict[str, int]:
+    if not isinstance(mapping, dict):
+        return {}
+    out: dict[str, int] = {}
+    for name, amount in mapping.items():
+        try:
+            out[str(name)] = parse_quantity(amount)
+        except QuantityError:
+            out[str(name)] = 0
+    return out
+
+
+def _container_requests(container: dict) -> dict[str, int]:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return {}
+    return {**_amounts(resources.get("limits")), **_amounts(resources.get("requests"))}

@@ -450,7 +450,7 @@ def test_health_service_reports_serving(dispatcher):
 
 
 def test_real_agent_reconnects_after_a_dispatcher_restart(db_url, tmp_path):
-    from agent.backends.sim import SimCluster, SimConfig
+    from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import Agent, AgentSettings
     settings = ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))
     first = Dispatcher(settings).start()
@@ -517,7 +517,7 @@ def test_a_cycle_does_not_commit_without_the_leader_lock(dispatcher):
 
 def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
     """The backend drops finished attempts at once; the agent's unacked report still carries the result."""
-    from agent.backends.sim import SimCluster, SimConfig
+    from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import Agent, AgentSettings
     from dispatcher.store import clusters as cluster_store
     first = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
@@ -642,7 +642,7 @@ class _OlderDispatcher(agents_pb2_grpc.AgentsServicer):
 
 
 def test_an_agent_sends_an_older_dispatcher_one_message_at_a_time():
-    from agent.backends.sim import SimCluster, SimConfig
+    from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import Agent, AgentSettings
     older = _OlderDispatcher()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -666,7 +666,7 @@ def test_an_agent_sends_an_older_dispatcher_one_message_at_a_time():
 
 def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batches():
     """Agent._outgoing, the generator the agent's stream sends from, with messages already queued."""
-    from agent.backends.sim import SimCluster, SimConfig
+    from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import _HEARTBEAT, MAX_BATCH, Agent, AgentSettings
     agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
     ack = lambda n: agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))

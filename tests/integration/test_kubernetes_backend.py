@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from agent.backends.kubernetes import KubernetesBackend, KubernetesSettings
+from agent.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
 from tests.fakekube import FakeKube
 
 NS = "vision"

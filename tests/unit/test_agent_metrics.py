@@ -17,7 +17,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.backends.sim import SimCluster, SimConfig
+from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
 from agent.metrics import AgentMetrics, serve
 from sluice.v1 import agents_pb2, agents_pb2_grpc

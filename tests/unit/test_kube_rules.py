@@ -1,18 +1,18 @@
-"""The kubernetes backend's pure parts: manifests (kube_objects), pod policy (kube_policy), what objects
-mean and what the cluster can take (kube_status). No I/O."""
+"""The kubernetes backend's pure parts: manifests (objects), pod policy (policy), what objects mean and
+what the cluster can take (status), all in agent/backends/kubernetes/. No I/O."""
 from __future__ import annotations
 
 import kubernetes_validate
 import pytest
 
-from agent.backends import kube_status as ks
-from agent.backends.kube_objects import (
-    ClusterSettings,
+from agent.backends.kubernetes import status as ks
+from agent.backends.kubernetes.objects import (
     Refused,
     attempt_key,
     job_name,
     plan_attempt,
 )
+from agent.backends.kubernetes.settings import ClusterSettings
 
 CREATED = "2026-01-01T00:00:00.000000Z"
 T0 = ks.parse_time(CREATED)

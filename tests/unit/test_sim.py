@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from agent.backends.base import FAILED, LOST, PENDING, RUNNING, SUCCEEDED, AttemptStatus
-from agent.backends.sim import SimCluster, SimConfig, first_fit, ledger_duplicates, pod_requests
+from agent.backends.base import FAILED, LOST, PENDING, RUNNING, SUCCEEDED, AttemptStatus, pod_requests
+from agent.backends.sim.cluster import SimCluster, SimConfig, first_fit, ledger_duplicates
 
 CPU = 1000  # milli-units per core
 NODE = {"cpu": 4 * CPU, "memory": 16 * 2**30 * 1000}

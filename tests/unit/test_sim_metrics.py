@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.backends.sim import SimCluster, SimConfig
-from agent.backends.sim_metrics import SimMetricsServer, registry_for, resource_label, resource_unit
+from agent.backends.sim.cluster import SimCluster, SimConfig
+from agent.backends.sim.metrics import SimMetricsServer, registry_for, resource_label, resource_unit
 
 CPU = 1000
 GIB = 2**30 * 1000

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -220,7 +221,6 @@ class KubeApi:
                 try:
                     sock = getattr(getattr(response, "connection", None), "sock", None)
                     if sock is not None:
-                        import socket
                         sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent.backends import kube_objects as ko
 from agent.backends.base import (
     FAILED,
     LOST,
@@ -36,6 +35,8 @@ from agent.backends.base import (
     UNSCHEDULABLE,
     CapacityReport,
 )
+from agent.backends.base import pod_requests as tolerant_pod_requests
+from agent.backends.kubernetes import objects as ko
 from sluice.quantity import (
     QuantityError,
     add,
@@ -43,6 +44,8 @@ from sluice.quantity import (
     parse_quantity,
     subtract,
 )
+from sluice.spec import SpecError
+from sluice.spec import pod_requests as spec_requests
 
 # Waiting reasons that mean the container will not start by itself.
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -245,15 +248,10 @@ def amounts(mapping: object) -> dict[str, int]:
 def pod_requests(pod_spec: object) -> dict[str, int]:
     """Effective requests of one pod as the scheduler counts them (sluice.spec.pod_requests), and the
     tolerant sum when the spec is not what Sluice would accept (a pod someone else made)."""
-    from sluice.spec import SpecError
-    from sluice.spec import pod_requests as spec_requests
-
     try:
         return spec_requests({"spec": pod_spec})
     except (SpecError, QuantityError, TypeError, AttributeError):
-        from agent.backends.sim import pod_requests as tolerant
-
-        return tolerant(pod_spec)
+        return tolerant_pod_requests(pod_spec)
 
 
 def node_usable(node: dict) -> bool:

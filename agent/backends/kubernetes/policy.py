@@ -15,10 +15,7 @@ behind. What is checked, and the Cluster field that allows it:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from agent.backends.kube_objects import ClusterSettings
+from agent.backends.kubernetes.settings import ClusterSettings
 
 _CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 

@@ -2,8 +2,9 @@
 
 Per attempt it creates the objects of every pod set (Pods, or one batch/v1 Job per pod set: the
 cluster's `spec.kubernetes.workload`, see docs/adr/0003-pods-or-jobs.md) in the namespace the job's
-queue maps to, watches them and reports the attempt's state; the rules are in kube_status.py, the
-manifests in kube_objects.py, the pod policy in kube_policy.py, the API calls in kube_api.py.
+queue maps to, watches them and reports the attempt's state; the rules are in status.py, the
+manifests in objects.py, the Cluster object's settings in settings.py, the pod policy in policy.py,
+the API calls in api.py.
 
 Guarantees:
 - Stateless: the cluster is the source of truth. Every object carries `sluice.io/job-id`,
@@ -40,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from agent.backends import kube_status as ks
 from agent.backends.base import (
     FAILED,
     FINAL_STATES,
@@ -51,17 +51,18 @@ from agent.backends.base import (
     CapacityReport,
     StatusCallback,
 )
-from agent.backends.kube_api import ApiSettings, KubeApi, KubeError
-from agent.backends.kube_objects import (
+from agent.backends.kubernetes import status as ks
+from agent.backends.kubernetes.api import ApiSettings, KubeApi, KubeError
+from agent.backends.kubernetes.objects import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     MANAGED_SELECTOR,
-    ClusterSettings,
     Refused,
     attempt_key,
     attempt_selector,
     plan_attempt,
 )
+from agent.backends.kubernetes.settings import ClusterSettings
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ import copy
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from agent.backends import kube_policy
-from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S, object_from_document
+from agent.backends.kubernetes.policy import violations
+from agent.backends.kubernetes.settings import WORKLOAD_JOBS, ClusterSettings
 from sluice.quantity import QuantityError, parse_duration
 
 LABEL_JOB_ID = "sluice.io/job-id"
@@ -39,8 +39,6 @@ ANNOTATION_CREATED_AT = "sluice.io/created-at"
 ANNOTATION_MAX_RUNTIME = "sluice.io/max-runtime"
 ANNOTATION_POD_INDEX = "sluice.io/pod-index"
 
-WORKLOAD_PODS = "pods"
-WORKLOAD_JOBS = "jobs"
 RESTART_LIMIT = 6  # in-place restarts (restartPolicy OnFailure) before a pod counts as failed: the Job default
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -49,37 +47,6 @@ _MAX_JOB_NAME = 52  # a Job's pods are named <job>-<index>-<5 chars>: keep them 
 
 class Refused(Exception):
     """The attempt must not be created; the message is the attempt's FAILED reason."""
-
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    """What the kubernetes agent reads from its Cluster object (spec.kubernetes and spec.podPolicy)."""
-
-    namespaces: dict[str, str] = field(default_factory=dict)  # queue -> namespace; others: the queue's name
-    create_namespaces: bool = False
-    gang_start_timeout_s: float = DEFAULT_GANG_START_TIMEOUT_S  # seconds
-    workload: str = WORKLOAD_PODS  # pods | jobs
-    allow_privileged: bool = False
-    allow_host_path: bool = False
-    allow_host_network: bool = False
-    allow_host_pid: bool = False
-    service_accounts: tuple[str, ...] = ()  # besides `default`
-
-    @classmethod
-    def from_document(cls, document: dict) -> ClusterSettings:
-        """From the Cluster object document (validated again here; SpecError when invalid)."""
-        obj = object_from_document(document)
-        if getattr(obj, "kind", None) != "Cluster":
-            raise ValueError(f"expected a Cluster document, got {document.get('kind')!r}")
-        k8s, policy = obj.kubernetes, obj.pod_policy  # type: ignore[union-attr]
-        return cls(namespaces=dict(k8s["namespaces"]), create_namespaces=bool(k8s["createNamespaces"]),
-                   gang_start_timeout_s=float(k8s["gangStartTimeout"]), workload=k8s["workload"],
-                   allow_privileged=bool(policy["allowPrivileged"]), allow_host_path=bool(policy["allowHostPath"]),
-                   allow_host_network=bool(policy["allowHostNetwork"]), allow_host_pid=bool(policy["allowHostPID"]),
-                   service_accounts=tuple(policy["serviceAccounts"]))
-
-    def namespace_for(self, queue: str) -> str:
-        return self.namespaces.get(queue, queue)
 
 
 @dataclass(frozen=True)
@@ -156,7 +123,7 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
         if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or not isinstance(count, int) or count < 1:
             raise Refused(f"spec.podSets[{i}] needs a DNS-label name and a positive count")
         template = pod_set["template"]
-        for problem in kube_policy.violations(template, namespace, cluster):
+        for problem in violations(template, namespace, cluster):
             problems.append(f"pod set {name}: {problem}")
         restart = (template.get("spec") or {}).get("restartPolicy")
         if restart not in (None, "Never", "OnFailure"):

@@ -24,7 +24,7 @@ skipped. Final attempts stay in inventory() for `final_retention` seconds of the
 Nodes: `set_node` cordons a node or marks it not Ready. Such a node is not usable: no new pod binds
 to it and `capacity()` leaves it out. The pods already on it keep running (the simulator neither
 drains nor evicts). `view()` is one consistent picture of nodes and pods, for the kube-state-metrics
-exporter (agent/backends/sim_metrics.py).
+exporter (agent/backends/sim/metrics.py).
 
 Elastic clusters (`SimConfig.max_nodes` set) behave like a cluster autoscaler:
 - Scale-up: whenever Pending pods cannot bind on the usable nodes, the cluster asks for as many new
@@ -74,8 +74,9 @@ from agent.backends.base import (
     AttemptStatus,
     CapacityReport,
     StatusCallback,
+    pod_requests,
 )
-from sluice.quantity import QuantityError, add, fits, parse_duration, parse_quantity, subtract
+from sluice.quantity import QuantityError, add, fits, parse_duration, subtract
 
 logger = logging.getLogger(__name__)
 
@@ -179,25 +180,6 @@ class SimView:
 # Pure helpers
 
 
-def pod_requests(pod_spec: object) -> dict[str, int]:
-    """Effective requests of one pod, milli-units per resource.
-
-    Per resource: max(sum over containers, max over initContainers); a container's limit stands
-    in for a missing request. Malformed parts (missing maps, unparsable amounts) count as zero:
-    validation happens elsewhere, the simulator only has to keep going.
-    """
-    if not isinstance(pod_spec, dict):
-        return {}
-    total: dict[str, int] = {}
-    for container in _dicts(pod_spec.get("containers")):
-        total = add(total, _container_requests(container))
-    init_max: dict[str, int] = {}
-    for container in _dicts(pod_spec.get("initContainers")):
-        for name, amount in _container_requests(container).items():
-            init_max[name] = max(init_max.get(name, 0), amount)
-    return {name: max(total.get(name, 0), init_max.get(name, 0)) for name in total.keys() | init_max.keys()}
-
-
 def first_fit(request: dict[str, int], free_per_node: list[dict[str, int]]) -> int | None:
     """Index of the first node whose free resources hold the request, or None."""
     for index, free in enumerate(free_per_node):
@@ -241,25 +223,6 @@ def ledger_duplicates(path: pathlib.Path | str) -> int:
 
 def _dicts(value: object) -> list[dict]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _amounts(mapping: object) -> dict[str, int]:
-    if not isinstance(mapping, dict):
-        return {}
-    out: dict[str, int] = {}
-    for name, amount in mapping.items():
-        try:
-            out[str(name)] = parse_quantity(amount)
-        except QuantityError:
-            out[str(name)] = 0
-    return out
-
-
-def _container_requests(container: dict) -> dict[str, int]:
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        return {}
-    return {**_amounts(resources.get("limits")), **_amounts(resources.get("requests"))}
 
 
 def _seconds(value: object, default: float | None) -> float | None:
