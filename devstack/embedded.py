@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import yaml
 
-from agent.backends.sim import SimCluster, SimConfig
+from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
 from dispatcher.services import administering
 from dispatcher.server import Dispatcher, ServerSettings
@@ -116,7 +116,7 @@ class Embedded:
     def _start_prometheus(self, data: pathlib.Path, clusters: list) -> None:
         """Serve each sim's kube-state-metrics series, scrape them with a real Prometheus every second,
         and point each simulated cluster at it (with a cluster="<name>" selector)."""
-        from agent.backends.sim_metrics import SimMetricsServer
+        from agent.backends.sim.metrics import SimMetricsServer
         from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
         from devstack.prometheus import PrometheusServer
 

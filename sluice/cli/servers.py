@@ -188,15 +188,15 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
     except OSError as exc:
         raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
     if backend == "kubernetes":
-        from agent.backends.kube_api import ConfigError
-        from agent.backends.kubernetes import KubernetesBackend, KubernetesSettings
+        from agent.backends.kubernetes.api import ConfigError
+        from agent.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
         try:
             cluster_backend = KubernetesBackend(KubernetesSettings(
                 kubeconfig=str(kubeconfig) if kubeconfig is not None else None, context=context))
         except ConfigError as exc:
             raise Failed("agent run --backend kubernetes", str(exc)) from None
     else:
-        from agent.backends.sim import SimCluster, SimConfig
+        from agent.backends.sim.cluster import SimCluster, SimConfig
         try:
             node = parse_resources(dict(item.split("=", 1) for item in sim_node.split(",") if item))
         except (ValueError, QuantityError) as exc:
