@@ -232,7 +232,7 @@ def test_the_connection_is_kept_only_while_writes_follow(store):
     write); it goes back to the pool once nothing is queued, after an error, and after KEEP_S unused."""
     sessions, _ = store
     submitter = group_commit.Submitter(sessions)
-    pool = submitter._engine.pool
+    pool = sessions.kw["bind"].pool
     submitter.submit(ADMIN, _specs(["a"]))
     submitter.submit(ADMIN, _specs(["b"]))  # at once; nothing queued after it
     assert pool.checkedout() == 0
