@@ -183,21 +183,23 @@ def choice(value: object, path: str, choices: Iterable[str]) -> str:
     return value  # type: ignore[return-value]
 
 
+def _short_matching(value: object, path: str, pattern: re.Pattern, what: str) -> str:
+    """A string of at most 63 characters that `pattern` matches; else "<value> is not <what>"."""
+    string(value, path, max_len=63)
+    if not pattern.match(value):  # type: ignore[arg-type]
+        raise SpecError(path, f"{value!r} is not {what}")
+    return value  # type: ignore[return-value]
+
+
 def name(value: object, path: str) -> str:
     """A Sluice object name: queues, service classes, clusters, burst policies."""
-    string(value, path, max_len=63)
-    if not NAME.match(value):  # type: ignore[arg-type]
-        raise SpecError(path, f"{value!r} is not a valid name (lowercase letters, digits, '-', '_' "
-                              "and '.', starting and ending with a letter or digit)")
-    return value  # type: ignore[return-value]
+    return _short_matching(value, path, NAME, "a valid name (lowercase letters, digits, '-', '_' and '.', "
+                                              "starting and ending with a letter or digit)")
 
 
 def dns_label(value: object, path: str) -> str:
-    string(value, path, max_len=63)
-    if not DNS_LABEL.match(value):  # type: ignore[arg-type]
-        raise SpecError(path, f"{value!r} is not a DNS label (lowercase letters, digits and '-', "
-                              "starting and ending with a letter or digit)")
-    return value  # type: ignore[return-value]
+    return _short_matching(value, path, DNS_LABEL, "a DNS label (lowercase letters, digits and '-', "
+                                                   "starting and ending with a letter or digit)")
 
 
 def label_key(value: object, path: str) -> str:

@@ -41,11 +41,21 @@ def _document(kind: str, name: str, spec: dict, labels: dict[str, str] | None = 
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": spec}
 
 
-@dataclass(frozen=True)
-class QueueObject:
-    kind: ClassVar[str] = "Queue"
-    spec_fields: ClassVar[tuple[str, ...]] = ("parent", "guaranteed", "max", "weight", "members", "serviceClasses")
+class _Kind:
+    """An admin object's kind: its `kind:` word and the fields its document's spec may hold, given where the
+    class is declared (`class QueueObject(_Kind, kind="Queue", spec_fields=(...))`)."""
 
+    kind: ClassVar[str]
+    spec_fields: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, *, kind: str, spec_fields: tuple[str, ...], **rest) -> None:
+        super().__init_subclass__(**rest)
+        cls.kind, cls.spec_fields = kind, spec_fields
+
+
+@dataclass(frozen=True)
+class QueueObject(_Kind, kind="Queue",
+                  spec_fields=("parent", "guaranteed", "max", "weight", "members", "serviceClasses")):
     name: str
     parent: str | None = None
     guaranteed: dict[str, int] = field(default_factory=dict)  # milli-units
@@ -82,11 +92,9 @@ class QueueObject:
 
 
 @dataclass(frozen=True)
-class ServiceClassObject:
-    kind: ClassVar[str] = "ServiceClass"
-    spec_fields: ClassVar[tuple[str, ...]] = ("priority", "preemptible", "canPreempt", "weight", "reservationAfter",
-                                         "priceMultiplier", "burst")
-
+class ServiceClassObject(_Kind, kind="ServiceClass",
+                         spec_fields=("priority", "preemptible", "canPreempt", "weight", "reservationAfter",
+                                      "priceMultiplier", "burst")):
     name: str
     priority: int = 0  # MIN_PRIORITY..MAX_PRIORITY; higher goes first
     preemptible: bool = False  # may be evicted to make room
@@ -133,11 +141,9 @@ class SimulatedSpec:
 
 
 @dataclass(frozen=True)
-class ClusterObject:
-    kind: ClassVar[str] = "Cluster"
-    spec_fields: ClassVar[tuple[str, ...]] = ("tier", "site", "leaseDuration", "price", "prometheus", "elastic",
-                                         "podPolicy", "kubernetes", "simulated")
-
+class ClusterObject(_Kind, kind="Cluster",
+                    spec_fields=("tier", "site", "leaseDuration", "price", "prometheus", "elastic", "podPolicy",
+                                 "kubernetes", "simulated")):
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     tier: str = "onprem"  # onprem | cloud | edge
@@ -278,11 +284,9 @@ def _simulated(value: object, path: str) -> SimulatedSpec:
 
 
 @dataclass(frozen=True)
-class BurstPolicyObject:
-    kind: ClassVar[str] = "BurstPolicy"
-    spec_fields: ClassVar[tuple[str, ...]] = ("queues", "serviceClasses", "clusterSelector", "after", "budget",
-                                         "maxResources", "perQueue")
-
+class BurstPolicyObject(_Kind, kind="BurstPolicy",
+                        spec_fields=("queues", "serviceClasses", "clusterSelector", "after", "budget",
+                                     "maxResources", "perQueue")):
     name: str
     queues: tuple[str, ...] = ()  # () means all
     service_classes: tuple[str, ...] = ()  # () means all

@@ -1,4 +1,18 @@
-"""What the client and the dispatcher must agree on beyond the protobuf messages."""
+"""What the client, the dispatcher and the agents must agree on beyond the protobuf messages."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 STREAM_MARK = ("sluice-submit-stream", "1")  # the header a server sends once it has taken a submit stream
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """What an agent reports of one attempt (agents.proto AttemptStatus), as both ends hold it: its state
+    as the agent sees it (PENDING, RUNNING, SUCCEEDED, FAILED, LOST, UNSCHEDULABLE), why, and its exit code."""
+
+    job_id: int
+    attempt: int
+    state: str
+    reason: str = ""
+    exit_code: int = 0

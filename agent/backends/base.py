@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from sluice.quantity import QuantityError, add, parse_quantity
+from sluice.wire import AttemptReport
 
 # Attempt states as the agent sees them. PENDING: objects created, not every pod running yet.
 # LOST: the objects vanished without a result (node or cluster loss).
@@ -24,12 +25,9 @@ FINAL_STATES = frozenset({SUCCEEDED, FAILED, LOST, UNSCHEDULABLE})
 
 
 @dataclass(frozen=True)
-class AttemptStatus:
-    job_id: int
-    attempt: int
-    state: str
-    reason: str = ""
-    exit_code: int = 0
+class AttemptStatus(AttemptReport):
+    """An attempt's report as the agent keeps it until the dispatcher acks it."""
+
     at: float = 0.0  # wall-clock seconds since the epoch when the state was observed
 
 

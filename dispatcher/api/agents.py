@@ -27,6 +27,7 @@ from dispatcher.store import database
 from dispatcher.store import channels
 from dispatcher.store import outbox as outbox_store
 from sluice.v1 import agents_pb2, agents_pb2_grpc
+from sluice.wire import AttemptReport
 
 log = logging.getLogger(__name__)
 _POLL, _END = object(), object()
@@ -49,8 +50,8 @@ def more_room(before: dict | None, after: dict) -> bool:
                for resource, amount in after.get(part, {}).items())
 
 
-def report_of(status: agents_pb2.AttemptStatus) -> reports.Report:
-    return reports.Report(status.job_id, status.attempt, status.state, status.reason, status.exit_code)
+def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
+    return AttemptReport(status.job_id, status.attempt, status.state, status.reason, status.exit_code)
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):

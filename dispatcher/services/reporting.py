@@ -8,7 +8,7 @@ whose dispatch the agent had acked but which it no longer holds, are lost.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from dispatcher.store import outbox as outbox_store
 from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
 from sluice.quantity import format_duration
+from sluice.wire import AttemptReport
 
 if TYPE_CHECKING:
     from dispatcher.metrics import DispatcherMetrics
@@ -33,22 +34,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Report:
-    job_id: int
-    attempt: int
-    state: str
-    reason: str = ""
-    exit_code: int = 0
-
-
-def apply(session: Session, cluster: str, report: Report, metrics: DispatcherMetrics | None = None) -> bool:
+def apply(session: Session, cluster: str, report: AttemptReport, metrics: DispatcherMetrics | None = None) -> bool:
     """Apply one report; True when it freed capacity (the scheduler should look again).
     metrics: observes dispatch-to-running when the report starts the attempt."""
     return apply_many(session, cluster, [report], metrics) > 0
 
 
-def apply_many(session: Session, cluster: str, reports: list[Report],
+def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
                metrics: DispatcherMetrics | None = None) -> int:
     """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
     all of them: the jobs are locked and read at once (in id order), each report is judged against its
@@ -96,7 +88,7 @@ def apply_many(session: Session, cluster: str, reports: list[Report],
     return ended
 
 
-def reconcile(session: Session, cluster: str, inventory: list[Report],
+def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
               metrics: DispatcherMetrics | None = None) -> list[tuple[int, int]]:
     """Apply an agent's inventory; return the (job, attempt) pairs it holds that are not live (orphans).
 
@@ -110,7 +102,7 @@ def reconcile(session: Session, cluster: str, inventory: list[Report],
     for job in job_reads.active_on_cluster(session, cluster):
         key = (job.id, job.attempt)
         if key not in held and key not in unacked:
-            apply(session, cluster, Report(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))
+            apply(session, cluster, AttemptReport(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))
     live = {(j.id, j.attempt) for j in job_reads.active_on_cluster(session, cluster)}
     orphans = [(r.job_id, r.attempt) for r in inventory if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
     known = job_reads.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
@@ -184,6 +176,6 @@ def expire_leases(session: Session, now: datetime, clusters: list) -> int:
         if silent <= lease:
             continue
         reason = f"cluster {name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
-        given_up += apply_many(session, name, [Report(job.id, job.attempt, states.LOST, reason)
+        given_up += apply_many(session, name, [AttemptReport(job.id, job.attempt, states.LOST, reason)
                                                for job in job_reads.active_on_cluster(session, name)])
     return given_up

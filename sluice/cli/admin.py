@@ -4,13 +4,11 @@ Needs an admin token. Like the rest of the CLI, it imports the client (grpc) onl
 """
 from __future__ import annotations
 
-import pathlib
-import sys
 from typing import List, Optional
 
 import typer
 
-from sluice.cli.common import Failed, OutputOpt, call, make_client
+from sluice.cli.common import Failed, OutputOpt, call, make_client, read_documents
 from sluice.output import Format, emit
 
 app = typer.Typer(no_args_is_help=True, help="Administer objects, quotas, tokens and clusters (admin token).")
@@ -56,16 +54,8 @@ def apply(ctx: typer.Context,
           ) -> None:
     """Create or update admin objects, all or nothing."""
     from sluice.objects import load_objects
-    from sluice.spec import SpecError
     what = f"admin apply {file}"
-    try:
-        text = sys.stdin.read() if file == "-" else pathlib.Path(file).read_text()
-    except OSError as exc:
-        raise Failed(what, exc.strerror or str(exc)) from None
-    try:
-        objects = load_objects(text, source=None)  # `what` names the file
-    except SpecError as exc:
-        raise Failed(what, str(exc)) from None
+    objects = read_documents(what, file, lambda text: load_objects(text, source=None))
     if not objects:
         raise Failed(what, "the file holds no objects")
     client = _client(ctx, what)

@@ -5,6 +5,7 @@ Imports no other sluice.cli module, and the client (grpc) only inside the calls.
 """
 from __future__ import annotations
 
+import pathlib
 import sys
 from typing import NoReturn
 
@@ -45,6 +46,20 @@ def call(what: str, fn):
         if exc.code == "UNAVAILABLE":
             raise Failed(what, f"dispatcher unavailable: {exc.message}") from None
         raise Failed(what, exc.message) from None
+
+
+def read_documents(what: str, file: str, load):
+    """load(text) of `file` (stdin for "-"): what it parsed, or Failed with the OS's or the parser's words
+    (`what` names the file, so the parser is given none)."""
+    from sluice.spec import SpecError
+    try:
+        text = sys.stdin.read() if file == "-" else pathlib.Path(file).read_text()
+    except OSError as exc:
+        raise Failed(what, exc.strerror or str(exc)) from None
+    try:
+        return load(text)
+    except SpecError as exc:
+        raise Failed(what, str(exc)) from None
 
 
 def run(app: typer.Typer) -> NoReturn:

@@ -4,13 +4,11 @@ They import the client (grpc, the stubs) only inside their bodies.
 """
 from __future__ import annotations
 
-import pathlib
-import sys
 from typing import List, Optional
 
 import typer
 
-from sluice.cli.common import Failed, OutputOpt, call, make_client
+from sluice.cli.common import Failed, OutputOpt, call, make_client, read_documents
 from sluice.output import Format, ReportFormat, emit, emit_csv, error, table
 
 app = typer.Typer()  # its commands join the root `sluice` app
@@ -37,16 +35,10 @@ def submit(ctx: typer.Context,
            wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
            output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
     """Submit jobs; prints their ids."""
-    from sluice.spec import SpecError, load_jobs
+    from sluice.spec import load_jobs
     what = f"submit {file}"
-    try:
-        text = sys.stdin.read() if file == "-" else pathlib.Path(file).read_text()
-    except OSError as exc:
-        raise Failed(what, exc.strerror or str(exc)) from None
-    try:
-        specs = load_jobs(text, queue=queue, service_class=service_class, source=None)  # `what` names the file
-    except SpecError as exc:
-        raise Failed(what, str(exc)) from None
+    specs = read_documents(what, file, lambda text: load_jobs(text, queue=queue, service_class=service_class,
+                                                              source=None))
     if not specs:
         raise Failed(what, "the file holds no jobs")
     client = make_client(ctx, what)
@@ -98,14 +90,23 @@ def list_jobs(ctx: typer.Context, queue: str = typer.Option("", "--queue"), stat
     emit(call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit)), output, JOB_COLUMNS)
 
 
+def _job_view(ctx: typer.Context, verb: str, job: str, output: Format, read) -> dict | None:
+    """A job's `verb` view, read(client, job_id): printed here as JSON or YAML (None), or returned for the
+    caller's table."""
+    job_id = _job_id(job)
+    client = make_client(ctx, f"{verb} {job}")
+    info = call(f"{verb} {job}", lambda: read(client, job_id))
+    if output != Format.table:
+        emit(info, output)
+        return None
+    return info
+
+
 @app.command()
 def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format = OutputOpt) -> None:
     """Show a job with its events, its place in the queue and why it waits."""
-    job_id = _job_id(job)
-    client = make_client(ctx, f"describe {job}")
-    info = call(f"describe {job}", lambda: client.describe(job_id))
-    if output != Format.table:
-        emit(info, output)
+    info = _job_view(ctx, "describe", job, output, lambda client, job_id: client.describe(job_id))
+    if info is None:
         return
     for key in ("id", "name", "queue", "serviceClass", "priority", "state", "cluster", "attempt", "createdAt",
                 "dispatchedAt", "startedAt", "finishedAt", "submittedBy"):
@@ -122,11 +123,8 @@ def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format 
 @app.command()
 def explain(ctx: typer.Context, job: str = typer.Argument(...), output: Format = OutputOpt) -> None:
     """Why a job waits: its queue's quota verdict and, per cluster, why it cannot start there."""
-    job_id = _job_id(job)
-    client = make_client(ctx, f"explain {job}")
-    info = call(f"explain {job}", lambda: client.explain(job_id))
-    if output != Format.table:
-        emit(info, output)
+    info = _job_view(ctx, "explain", job, output, lambda client, job_id: client.explain(job_id))
+    if info is None:
         return
     print(f"job {info['id']} ({info['state']}, queue {info['queue']}"
           + (f", position {info['queuePosition']}" if info["queuePosition"] else "") + ")")

@@ -11,7 +11,7 @@ from sqlalchemy.orm import sessionmaker
 from dispatcher.services import administering
 from dispatcher.services import reporting as reports
 from dispatcher.services import submitting
-from dispatcher.services.reporting import Report
+from sluice.wire import AttemptReport as Report
 from dispatcher.store import database
 from dispatcher.store import channels
 from dispatcher.store import lifecycle
