@@ -36,7 +36,7 @@ class BacklogConfig:
     floor_time_limit_s: float = 900.0
 
     @classmethod
-    def quick(cls) -> "BacklogConfig":
+    def quick(cls) -> BacklogConfig:
         return cls(jobs=20_000, queues=100, clusters=10, sizes=(1_000, 5_000, 20_000), wait_cycles=7,
                    wait_time_limit_s=120.0, drain_time_limit_s=300.0, floor_time_limit_s=120.0)
 

@@ -41,8 +41,8 @@ def objects(clusters: int, nodes: int) -> list:
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
     tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings
-    from dispatcher.services import administering
     from dispatcher.server import Dispatcher, ServerSettings
+    from dispatcher.services import administering
     from dispatcher.store import tokens
     from dispatcher.store.database import DatabaseSettings
 
@@ -192,7 +192,7 @@ class System:
                 self.leader_stats = said  # the leading dispatcher's cycle count and time, from its metrics
         self._children = []
 
-    def __enter__(self) -> "System":
+    def __enter__(self) -> System:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -211,7 +211,7 @@ class SubmitConfig:
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
-    def quick(cls) -> "SubmitConfig":
+    def quick(cls) -> SubmitConfig:
         return cls(seconds=3.0)
 
 
@@ -318,7 +318,7 @@ class LatencyConfig:
     apart: bool = False  # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
 
     @classmethod
-    def quick(cls) -> "LatencyConfig":
+    def quick(cls) -> LatencyConfig:
         return cls(seconds=5.0)
 
 
@@ -483,7 +483,7 @@ class EndToEndConfig:
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
-    def quick(cls) -> "EndToEndConfig":
+    def quick(cls) -> EndToEndConfig:
         return cls(jobs=1_000, timeout_s=180.0)
 
 

@@ -15,8 +15,8 @@ import yaml
 
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
-from dispatcher.services import administering
 from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.services import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
@@ -65,7 +65,7 @@ class Embedded:
     def client_config_path(self) -> pathlib.Path:
         return self.settings.data_dir / "client.yaml"
 
-    def start(self) -> "Embedded":
+    def start(self) -> Embedded:
         data = self.settings.data_dir.resolve()
         data.mkdir(parents=True, exist_ok=True)
         # One `sluice up` per data dir: a second one would run a second set of agents for the same clusters.
@@ -117,8 +117,8 @@ class Embedded:
         """Serve each sim's kube-state-metrics series, scrape them with a real Prometheus every second,
         and point each simulated cluster at it (with a cluster="<name>" selector)."""
         from agent.backends.sim.metrics import SimMetricsServer
-        from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
         from devstack.prometheus import PrometheusServer
+        from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
 
         for name, sim in self.sims.items():
             self.exporters[name] = SimMetricsServer(sim)

@@ -42,7 +42,7 @@ class PrometheusServer:
                 "scrape_configs": [{"job_name": "kube-state-metrics", "static_configs": [
                     {"targets": [address], "labels": {"cluster": name}} for name, address in sorted(self.targets.items())]}]}
 
-    def start(self, timeout_s: float = 30.0) -> "PrometheusServer":
+    def start(self, timeout_s: float = 30.0) -> PrometheusServer:
         binary = shutil.which("prometheus")
         if binary is None:
             raise PrometheusMissing("the `prometheus` binary is not installed (Debian: apt-get install prometheus)")

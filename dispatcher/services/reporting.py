@@ -12,17 +12,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-
 from dispatcher.capacity import snapshot
 from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
+from dispatcher.store import channels, job_reads, lifecycle
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import channels
-from dispatcher.store.database import Session
-from dispatcher.store import job_reads
-from dispatcher.store import lifecycle
 from dispatcher.store import outbox as outbox_store
+from dispatcher.store.database import Session
 from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
 from sluice.quantity import format_duration

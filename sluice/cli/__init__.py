@@ -24,7 +24,7 @@ app.add_typer(admin.app, name="admin")
 
 @app.callback()
 def main_options(ctx: typer.Context,
-                 config: Optional[pathlib.Path] = typer.Option(
+                 config: pathlib.Path | None = typer.Option(
                      None, "--config", envvar="SLUICE_CONFIG",
                      help="Client config (address, token); default ~/.config/sluice/client.yaml")) -> None:
     ctx.obj = {"config": config}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import List, Optional
 
 import typer
 
@@ -32,8 +31,8 @@ def _job_id(value: str) -> int:
 @app.command()
 def submit(ctx: typer.Context,
            file: str = typer.Option(..., "-f", "--file", help="Job file (YAML/JSON, many documents); - reads stdin"),
-           queue: Optional[str] = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
-           service_class: Optional[str] = typer.Option(None, "--class", help="Service class (overrides)"),
+           queue: str | None = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
+           service_class: str | None = typer.Option(None, "--class", help="Service class (overrides)"),
            wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
            output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
     """Submit jobs; prints their ids."""
@@ -145,7 +144,7 @@ def _indent(text: str) -> str:
 
 
 @app.command()
-def cancel(ctx: typer.Context, jobs: List[str] = typer.Argument(..., help="Job ids"), output: Format = OutputOpt) -> None:
+def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job ids"), output: Format = OutputOpt) -> None:
     """Cancel jobs: queued ones at once, running ones are stopped in their cluster."""
     ids = [_job_id(j) for j in jobs]
     client = make_client(ctx, "cancel")
@@ -153,7 +152,7 @@ def cancel(ctx: typer.Context, jobs: List[str] = typer.Argument(..., help="Job i
 
 
 @app.command()
-def watch(ctx: typer.Context, job: Optional[str] = typer.Argument(None, help="Only this job"),
+def watch(ctx: typer.Context, job: str | None = typer.Argument(None, help="Only this job"),
           after: int = typer.Option(0, "--after", help="Resume after this event id"),
           output: Format = OutputOpt) -> None:
     """Follow job events as they happen (Ctrl-C to stop)."""

@@ -22,7 +22,6 @@ from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import agents_pb2
-
 from tests.integration.test_agent_link import OBJECTS, ScriptedAgent, wait_for
 from tests.integration.test_spine import job_doc
 

@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from concurrent import futures
+from datetime import UTC
 
 import grpc
 import pytest
@@ -22,7 +23,6 @@ from sluice.client import Client, ClientError, event_dict
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
-
 from tests.integration.test_spine import job_doc
 
 OBJECTS = """
@@ -507,12 +507,12 @@ def test_outbox_writes_for_one_cluster_commit_in_id_order(dispatcher):
 
 
 def test_a_cycle_does_not_commit_without_the_leader_lock(dispatcher):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from dispatcher.scheduler.cycle import LostLeadership, run_cycle
     from dispatcher.scheduler.settings import SchedulerSettings
     with pytest.raises(LostLeadership):
-        run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(timezone.utc), leader_pid=1)
+        run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(UTC), leader_pid=1)
 
 
 def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
@@ -557,7 +557,7 @@ def test_jobs_deeper_than_the_head_say_how_many_are_ahead(dispatcher):
 
 def test_prometheus_readings_count_each_attempt_once(dispatcher):
     """free = reading.free − requests of active attempts the reading does not show (and only those)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from dispatcher.store import clusters as cluster_store
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
@@ -567,18 +567,18 @@ def test_prometheus_readings_count_each_attempt_once(dispatcher):
     reading = {"allocatable": {"cpu": 16000}, "free": {"cpu": 15000}, "largestFreeNode": {"cpu": 8000},
                "attempts": [[shown, 1]]}  # the first job's pod is in it (1 cpu), the second's is not yet
     with dispatcher.sessions.begin() as session:
-        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(timezone.utc))
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
     view = {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]
     assert view["capacitySource"] == "prometheus"
     assert view["allocatable"] == {"cpu": "16"} and view["free"] == {"cpu": "13"}  # 15 − 2, not 15 − 1 − 2
     # Once the reading shows the second one too, nothing is subtracted on top of it.
     reading.update(free={"cpu": 13000}, attempts=[[shown, 1], [unseen, 1]])
     with dispatcher.sessions.begin() as session:
-        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(timezone.utc))
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
     assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["free"] == {"cpu": "13"}
     # A reading older than the staleness bound is not trusted: the agent's report is used.
     with dispatcher.sessions.begin() as session:
-        cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=timezone.utc))
+        cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=UTC))
     assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["capacitySource"] == "agent"
     agent.close()
 

@@ -9,8 +9,8 @@ import time
 import pytest
 from sqlalchemy import text
 
-from dispatcher.store import cycle_reads
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.store import cycle_reads
 from dispatcher.store import outbox as outbox_store
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from tests.integration.scenarios import store_with

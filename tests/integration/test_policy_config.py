@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
 from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.services import administering
 from dispatcher.store import database
 from sluice.objects import default_objects, load_objects
 

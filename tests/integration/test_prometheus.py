@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
 from devstack.embedded import Embedded, UpSettings
+from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
 from sluice.client import Client
 from sluice.config import ClientConfig
 from sluice.objects import load_objects

@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
-from sqlalchemy import text
 import pytest
+from sqlalchemy import text
 
-from dispatcher.services import administering
-from dispatcher.services import group_commit, submitting
 from dispatcher.errors import InvalidRequest, PermissionDenied
+from dispatcher.services import administering, group_commit, submitting
+from dispatcher.store import channels, lifecycle
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import channels
-from dispatcher.store import lifecycle
 from sluice.objects import load_objects
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import ADMIN, ALICE, BOB, _specs, store  # noqa: F401 - a fixture
@@ -120,7 +118,7 @@ def _report(sessions, allocatable: dict, free: dict) -> None:
         for cluster in cluster_store.list_clusters(session):
             cluster_store.record_capacity(session, cluster.name, {"allocatable": allocatable, "free": free,
                                                                   "largestFreeNode": free},
-                                          0, datetime.now(timezone.utc))
+                                          0, datetime.now(UTC))
 
 
 def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):

@@ -5,11 +5,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sluice.quantity import parse_resources
 from sluice.objects import (
-    KINDS, BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec, default_objects,
-    kind_named, load_objects, object_from_document,
+    KINDS,
+    BurstPolicyObject,
+    ClusterObject,
+    QueueObject,
+    ServiceClassObject,
+    SimulatedSpec,
+    default_objects,
+    kind_named,
+    load_objects,
+    object_from_document,
 )
+from sluice.quantity import parse_resources
 from sluice.spec import SpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

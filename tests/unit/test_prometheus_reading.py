@@ -1,13 +1,13 @@
 """Capacity from kube-state-metrics series: the pure arithmetic of dispatcher/capacity/prometheus.py."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from dispatcher.capacity.prometheus import PrometheusSettings, compute, resource_name
 
-NOW = datetime(2026, 11, 22, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def series(value, **labels):
@@ -71,7 +71,7 @@ def test_settings_from_a_cluster_document():
 
 
 def test_an_unreachable_prometheus_is_a_prometheus_error():
-    from dispatcher.capacity.prometheus import PrometheusError, read
     from devstack.prometheus import free_port
+    from dispatcher.capacity.prometheus import PrometheusError, read
     with pytest.raises(PrometheusError):
         read(PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=1, retries=0))

@@ -10,8 +10,15 @@ from hypothesis import strategies as st
 
 from sluice import spec as spec_module
 from sluice.spec import (
-    JobSpec, Placement, PodSet, SpecError, job_from_document, load_jobs, parse_documents,
-    parse_numbered_documents, pod_requests,
+    JobSpec,
+    Placement,
+    PodSet,
+    SpecError,
+    job_from_document,
+    load_jobs,
+    parse_documents,
+    parse_numbered_documents,
+    pod_requests,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
