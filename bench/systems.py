@@ -352,7 +352,8 @@ def _watch_events(pipe, address: str, token: str) -> None:
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
-    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    def at(q):
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
     return at(0.5), at(0.99)
 
 
@@ -465,7 +466,8 @@ def _anatomy(submitted: dict[int, float], walls: dict[int, float], seen: dict, d
     if len(parts) < 20:
         return
     parts.sort()
-    mean = lambda rows, i: sum(r[i] for r in rows) / len(rows) * 1000
+    def mean(rows, i):
+        return sum(r[i] for r in rows) / len(rows) * 1000
     for label, rows in (("all jobs", parts), ("slowest 5%", parts[-max(1, len(parts) // 20):])):
         print(f"  {label}: {mean(rows, 0):.1f} ms = call to its transaction {mean(rows, 1):.1f} + to the dispatch "
               f"transaction {mean(rows, 2):.1f} + to the stream {mean(rows, 3):.1f} (means)", flush=True)

@@ -64,7 +64,8 @@ def _seconds(a: str | None, b: str | None) -> float | None:
     from datetime import datetime
     if not a or not b:
         return None
-    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))
+    def parse(s):
+        return datetime.fromisoformat(s.replace("Z", "+00:00"))
     return (parse(b) - parse(a)).total_seconds()
 
 

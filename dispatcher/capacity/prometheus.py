@@ -174,7 +174,7 @@ class Refresher:
 
     def stop(self) -> None:
         self._stop.set()
-        for _, thread, stop in self._threads.values():
+        for _, _thread, stop in self._threads.values():
             stop.set()
         self._thread.join(5)
         for _, thread, _ in self._threads.values():

@@ -7,7 +7,7 @@ grpc at load time: main() tunes the process (sluice.process) before any command 
 from __future__ import annotations
 
 import pathlib
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 

@@ -4,6 +4,7 @@ They import the client (grpc, the stubs) only inside their bodies.
 """
 from __future__ import annotations
 
+import functools
 import pathlib
 import sys
 
@@ -67,7 +68,7 @@ def _wait_for(client, ids: list[int], what: str) -> list[dict]:
     remaining = set(ids)
     final: dict[int, dict] = {}
     for job_id in list(remaining):
-        job = call(what, lambda: client.get(job_id))
+        job = call(what, functools.partial(client.get, job_id))
         if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             final[job_id] = job
             remaining.discard(job_id)
@@ -75,7 +76,7 @@ def _wait_for(client, ids: list[int], what: str) -> list[dict]:
         for event in call(what, lambda: client.watch()):
             if event["jobId"] in remaining and event["to"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 remaining.discard(event["jobId"])
-                final[event["jobId"]] = call(what, lambda: client.get(event["jobId"]))
+                final[event["jobId"]] = call(what, functools.partial(client.get, event["jobId"]))
                 if not remaining:
                     break
     return [final[i] for i in ids]
@@ -259,7 +260,8 @@ def usage(ctx: typer.Context,
                         (f"COST ({info['currency']})", "cost")]))
     if info["burst"]:
         print(f"\nburst spend against budgets ({info['currency']}; the budget day is the UTC day)")
-        limit = lambda value, fmt: "-" if value is None else fmt.format(value)
+        def limit(value, fmt):
+            return "-" if value is None else fmt.format(value)
         cells = [{"policy": b["policy"], "queue": b["queue"] or "(all)", "attempts": b["attempts"],
                   "window": f"{b['spentInWindow']:.2f}",
                   "today": f"{b['spentToday']:.2f} / {limit(b['budgetPerDay'], '{:.2f}')}",

@@ -343,7 +343,8 @@ class FakeKube:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        serve = lambda: self._server.serve_forever(poll_interval=0.05)
+        def serve():
+            self._server.serve_forever(poll_interval=0.05)
         for target, name in ((serve, "fakekube-http"), (self._controller, "fakekube-ctl")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()

@@ -359,7 +359,8 @@ def test_cordon_drain_and_uncordon(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     agent.next("welcome")
     with Client(ClientConfig(dispatcher.address, dispatcher.admin_token)) as client:
-        states = lambda: {c["name"]: c["state"] for c in client.clusters()}
+        def states():
+            return {c["name"]: c["state"] for c in client.clusters()}
         assert states()["alpha"] == "active"
         assert admin.set_cluster_state("alpha", "cordoned") == "active"
         assert states()["alpha"] == "cordoned"

@@ -335,8 +335,9 @@ def test_an_agents_batch_is_applied_as_its_messages_in_order(dispatcher):
     assert agent.next("welcome").reads_batches
     [job_id] = dispatcher.client.submit([job_doc(cpu="3")])
     command = agent.next("command")
-    status = lambda seq, state: agents_pb2.AgentMessage(status=agents_pb2.StatusReport(
-        seq=seq, status=agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state=state)))
+    def status(seq, state):
+        return agents_pb2.AgentMessage(status=agents_pb2.StatusReport(
+            seq=seq, status=agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state=state)))
     agent.send(batch=agents_pb2.AgentMessages(messages=[
         agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])),
         status(1, "PENDING"), status(2, "RUNNING"),
@@ -371,7 +372,8 @@ def test_commands_of_large_documents_are_split_over_messages(dispatcher):
     assert sorted(agent.next("command").dispatch.job_id for _ in ids) == ids
     assert agent.received == ["welcome", "batch", "command"]  # 4 in one message, under RUN_BYTES; then 1
     # A message larger than the limit goes alone; the runs keep the order.
-    small = lambda n: agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=n))
+    def small(n):
+        return agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=n))
     huge = agents_pb2.DispatcherMessage(command=agents_pb2.Command(id=9, dispatch=agents_pb2.DispatchAttempt(
         spec_json="x" * 100)))
     assert runs([small(1), small(2), huge, small(3)], limit=50) == [[small(1), small(2)], [huge], [small(3)]]
@@ -382,7 +384,8 @@ def test_commands_of_large_documents_are_split_over_messages(dispatcher):
 def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
     agent.next("welcome")
-    free = lambda: {c["name"]: c["free"].get("cpu") for c in dispatcher.client.clusters()}["alpha"]
+    def free():
+        return {c["name"]: c["free"].get("cpu") for c in dispatcher.client.clusters()}["alpha"]
     wait_for(lambda: free() == "8")
     [job_id] = dispatcher.client.submit([job_doc(cpu="3")])
     command = agent.next("command")
@@ -669,7 +672,8 @@ def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batche
     from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import _HEARTBEAT, MAX_BATCH, Agent, AgentSettings
     agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
-    ack = lambda n: agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
+    def ack(n):
+        return agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
     out, batches = queue.Queue(), threading.Event()
     for item in (ack(1), ack(2), _HEARTBEAT, ack(3), None):
         out.put(item)

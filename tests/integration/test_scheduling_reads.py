@@ -37,7 +37,7 @@ def _load(session, n: int, seed: int) -> None:
     """n jobs in every state that matters, of random queues, classes, shapes, clusters and maxRuntime."""
     rnd = random.Random(seed)
     priority = {c.name: c.priority for c in CLASSES}
-    for i in range(n):
+    for _ in range(n):
         cls = rnd.choice(sorted(priority))
         state = rnd.choice(("QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"))
         shape = rnd.choice(SHAPES)
