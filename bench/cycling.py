@@ -95,8 +95,9 @@ def cycles(url: str, clusters: list[str], nodes: int, *, mode: str, max_cycles: 
                 profiler.stop()
             holds = result.holds
             mem = rss()
-            out["cycles"].append({"seconds": result.seconds, "cpu": cpu, "dispatched": result.dispatched, "waiting": result.waiting,
-                                  "reasons": write_reasons, "rss": mem["now"], "kind": kind, "planned": result.planned})
+            out["cycles"].append({"seconds": result.seconds, "cpu": cpu, "dispatched": result.dispatched,
+                                  "waiting": result.waiting, "reasons": write_reasons, "rss": mem["now"], "kind": kind,
+                                  "planned": result.planned})
             if mode == "drain" and result.dispatched == 0:
                 break
             if time.monotonic() > deadline:

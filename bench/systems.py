@@ -38,7 +38,8 @@ def objects(clusters: int, nodes: int) -> list:
               for i in range(clusters)]]
 
 
-def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
+def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool,
+           schedule: bool = True) -> None:
     tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings
     from dispatcher.server import Dispatcher, ServerSettings
@@ -315,7 +316,8 @@ class LatencyConfig:
     settle_s: float = 60.0  # after the last submit, how long to wait for every job to run
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
     replicas: int = 1  # dispatcher processes (split only): the first leads and serves the agents, clients call the last
-    apart: bool = False  # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
+    # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
+    apart: bool = False
 
     @classmethod
     def quick(cls) -> LatencyConfig:
@@ -338,7 +340,8 @@ def _watch_events(pipe, address: str, token: str) -> None:
                 key = (event["jobId"], event["to"])
                 if key not in seen:
                     seen[key] = time.monotonic()
-                    lags.setdefault(event["to"], []).append(time.time() - datetime.fromisoformat(event["at"]).timestamp())
+                    lags.setdefault(event["to"], []).append(
+                        time.time() - datetime.fromisoformat(event["at"]).timestamp())
         except Exception:
             pass
 
@@ -411,7 +414,8 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
             in_db = conn.execute("SELECT count(*) FROM job_events WHERE to_state = 'DISPATCHED' AND job_id = ANY(%s)",
                                  (unseen,)).fetchone()[0] if unseen else 0
             db_rows = conn.execute(
-                """SELECT extract(epoch FROM a.dispatched_at - j.created_at), extract(epoch FROM a.started_at - j.created_at),
+                "SELECT extract(epoch FROM a.dispatched_at - j.created_at), "
+                """extract(epoch FROM a.started_at - j.created_at),
                           j.id, extract(epoch FROM j.created_at), extract(epoch FROM a.dispatched_at)
                    FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.attempt = 1""").fetchall()
         client.close()
@@ -432,8 +436,10 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
     run.add(Figure("latency", f"submit->dispatched p50, {pace}", d50 * 1000, "ms", note=note))
     run.add(Figure("latency", f"submit->dispatched p99, {pace}", d99 * 1000, "ms",
                    Target("<=", 50) if target else None, note=note))
-    run.add(Figure("latency", f"submit->running p50, {pace}", r50 * 1000, "ms", note=f"{len(running):,} jobs seen RUNNING"))
-    run.add(Figure("latency", f"submit->running p99, {pace}", r99 * 1000, "ms", note=f"{len(running):,} jobs seen RUNNING"))
+    run.add(Figure("latency", f"submit->running p50, {pace}", r50 * 1000, "ms",
+                   note=f"{len(running):,} jobs seen RUNNING"))
+    run.add(Figure("latency", f"submit->running p99, {pace}", r99 * 1000, "ms",
+                   note=f"{len(running):,} jobs seen RUNNING"))
     db_d = [float(r[0]) for r in db_rows if r[0] is not None]
     db_r = [float(r[1]) for r in db_rows if r[1] is not None]
     if db_d and db_r:

@@ -78,7 +78,8 @@ class Embedded:
             raise OSError(f"another `sluice up` is running on {data}") from None
         self.dispatcher = d = Dispatcher(ServerSettings(
             listen=self.settings.listen, database=DatabaseSettings(
-                url=self.settings.database_url, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
+                url=self.settings.database_url, data_dir=data,
+                embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
         try:
             with d.sessions.begin() as session:
                 if self.objects is not None:
@@ -102,7 +103,8 @@ class Embedded:
             client_config.make_default(self.client_config_path)
         for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
             if obj.simulated is not None:
-                token = _secret(data / "tokens" / f"agent-{obj.name}", new_token("agent", f"agent-{obj.name}", obj.name))
+                token = _secret(data / "tokens" / f"agent-{obj.name}",
+                                new_token("agent", f"agent-{obj.name}", obj.name))
                 sim = self.sims[obj.name] = sim_cluster(obj, data, self.settings.sim_time_scale)
                 self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()
         if self.settings.prometheus:
@@ -164,7 +166,8 @@ def sim_cluster(obj, data: pathlib.Path, time_scale: float = 1.0) -> SimCluster:
     (data / "sim").mkdir(parents=True, exist_ok=True)
     return SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
                                 ledger_path=data / "sim" / f"{obj.name}.ledger", time_scale=time_scale,
-                                max_nodes=elastic.get("maxNodes"), provisioning_delay=elastic.get("provisioningDelay", 0.0),
+                                max_nodes=elastic.get("maxNodes"),
+                                provisioning_delay=elastic.get("provisioningDelay", 0.0),
                                 scale_down_after=elastic.get("scaleDownAfter", 600.0)))
 
 

@@ -57,8 +57,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         """Submit, one request after another on one stream. Each request is authenticated as a Submit call
         is (a revoked token is refused within the same few seconds) and answered as Submit answers it; a
         refused one ends the stream with its error. A message costs the server less than a call, but each
-        open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and one more is refused at once, before its
-        headers and before reading anything, so that its client sends the request by Submit instead."""
+        open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and
+        one more is refused at once, before its headers and before reading anything, so that its client
+        sends the request by Submit instead."""
         if self._submit_streams is None or not self._submit_streams.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"submit streams: all {self.submit_streams_limit} open; use Submit")
@@ -213,7 +214,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 for r in requests:
                     used = add(used, r)
                 views.append(jobs_pb2.QueueView(
-                    name=q.name, parent=q.parent or "", guaranteed=convert.resources(parse_resources(spec.get("guaranteed"))),
+                    name=q.name, parent=q.parent or "",
+                    guaranteed=convert.resources(parse_resources(spec.get("guaranteed"))),
                     max=convert.resources(parse_resources(spec.get("max"))), used=convert.resources(used),
                     queued_jobs=queued, running_jobs=active))
         return jobs_pb2.ListQueuesResponse(queues=views)

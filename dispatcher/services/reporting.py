@@ -109,7 +109,8 @@ def reconcile(session: Session, cluster: str, inventory: list[Report],
         if key not in held and key not in unacked:
             apply(session, cluster, Report(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))
     live = {(j.id, j.attempt) for j in job_reads.active_on_cluster(session, cluster)}
-    orphans = [(r.job_id, r.attempt) for r in inventory if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
+    orphans = [(r.job_id, r.attempt) for r in inventory
+               if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
     known = job_reads.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
     for job_id, attempt in orphans:
         if job_id not in known:  # another installation's, or from before the database was wiped: left alone

@@ -145,7 +145,8 @@ def _indent(text: str) -> str:
 
 
 @app.command()
-def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job ids"), output: Format = OutputOpt) -> None:
+def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job ids"),
+           output: Format = OutputOpt) -> None:
     """Cancel jobs: queued ones at once, running ones are stopped in their cluster."""
     ids = [_job_id(j) for j in jobs]
     client = make_client(ctx, "cancel")
@@ -164,7 +165,8 @@ def watch(ctx: typer.Context, job: str | None = typer.Argument(None, help="Only 
         for event in call("watch", lambda: client.watch(job_id, after)):
             if output == Format.table:
                 print(f"{event['at']}  #{event['id']}  job {event['jobId']} attempt {event['attempt']}  "
-                      f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}", flush=True)
+                      f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}",
+                      flush=True)
             else:
                 print(json.dumps(event), flush=True)
     except KeyboardInterrupt:

@@ -55,7 +55,8 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
        data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
        listen: str = typer.Option("127.0.0.1:7070", "--listen", help="HOST:PORT for the dispatcher"),
        prometheus: bool = typer.Option(False, "--prometheus",
-                                       help="Run a real Prometheus (the `prometheus` binary) scraping the sim clusters"),
+                                       help="Run a real Prometheus (the `prometheus` binary) scraping the sim "
+                                            "clusters"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C."""
     _logging(verbose)
@@ -65,7 +66,8 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
         objects = load_config(config)
     except (OSError, SpecError) as exc:
         raise Failed(f"up --config {config}", str(exc)) from None
-    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus), objects).start())
+    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus),
+                                             objects).start())
     print(summary_line(embedded), end="", flush=True)
     _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
 
@@ -161,7 +163,8 @@ def dispatcher_token(
 
 @agent_app.command("run")
 def agent_run(cluster: str = typer.Option(..., "--cluster"),
-              dispatcher: str = typer.Option(..., "--dispatcher", help="HOST:PORT[,HOST:PORT...] (replicas, tried in turn)"),
+              dispatcher: str = typer.Option(..., "--dispatcher",
+                                             help="HOST:PORT[,HOST:PORT...] (replicas, tried in turn)"),
               token_file: pathlib.Path = typer.Option(..., "--token-file"),
               backend: str = typer.Option("sim", "--backend", help="sim (in-process simulated cluster) or kubernetes"),
               kubeconfig: pathlib.Path | None = typer.Option(
@@ -171,7 +174,8 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
               context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context"),
               sim_nodes: int = typer.Option(4, "--sim-nodes", min=1),
               sim_node: str = typer.Option("cpu=32,memory=128Gi", "--sim-node", help="Per-node capacity"),
-              metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen", envvar="SLUICE_AGENT_METRICS_LISTEN",
+              metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen",
+                                                 envvar="SLUICE_AGENT_METRICS_LISTEN",
                                                  help="HOST:PORT for the agent's /metrics ('' turns it off)"),
               verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Connect this cluster's agent to a dispatcher and run its jobs, until Ctrl-C."""
