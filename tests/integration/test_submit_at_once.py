@@ -213,7 +213,8 @@ def test_a_group_postgres_refuses_at_once_fails_only_the_call_at_fault(store, at
     bad = job_doc(name="bad")
     bad["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["x"] = float("nan")
     calls = [group_commit._Ticket(ADMIN, _specs(["b-1", "b-2"])),
-             group_commit._Ticket(ADMIN, submitting.parse([json.dumps(bad)])), group_commit._Ticket(ADMIN, _specs(["c"]))]
+             group_commit._Ticket(ADMIN, submitting.parse([json.dumps(bad)])),
+             group_commit._Ticket(ADMIN, _specs(["c"]))]
     submitter._write(calls)  # one group, as gathered calls are
     # The group's statement raised (so it is not in at_once); then each call alone, at once: the two good
     # ones wrote, the bad one's statement raised too.

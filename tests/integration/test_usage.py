@@ -294,7 +294,8 @@ def test_cli_json_and_csv(recorded):
     burst = {b["queue"]: b for b in report["burst"]}
     assert set(burst) == {None, "vision", "nlp"} and {b["policy"] for b in burst.values()} == {"beta"}
     assert burst[None]["spentInWindow"] == pytest.approx(19.2) and burst[None]["attempts"] == 2
-    assert burst["vision"]["spentInWindow"] == pytest.approx(19.0) and burst["nlp"]["spentInWindow"] == pytest.approx(0.2)
+    assert (burst["vision"]["spentInWindow"] == pytest.approx(19.0)
+            and burst["nlp"]["spentInWindow"] == pytest.approx(0.2))
     assert (burst[None]["budgetPerDay"], burst[None]["budgetPerHour"], burst[None]["ratePerHour"]) == (None, None, 0)
     clusters = {g["group"]: g for g in report["groups"]}
     # alpha: j1 8.32 + j3 0.26 + j6 12 + j4 running about an hour × 2.02; beta: j2 19 + j3 0.2.

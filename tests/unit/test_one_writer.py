@@ -14,7 +14,8 @@ LIFECYCLE = ROOT / "dispatcher" / "store" / "lifecycle.py"
 CODEC = ROOT / "dispatcher" / "store" / "copy_codec.py"  # encodes the rows lifecycle.py copies in
 
 WRITES = {
-    "an insert of job events": re.compile(r"INSERT\s+INTO\s+job_events|COPY\s+job_events|(?<!class )(?<![\w.])JobEvent\(", re.I),
+    "an insert of job events": re.compile(r"INSERT\s+INTO\s+job_events|COPY\s+job_events|"
+                                          r"(?<!class )(?<![\w.])JobEvent\(", re.I),
     "a write of a job's state": re.compile(r"UPDATE\s+jobs\s+SET\s+state|update\(Job\)|INSERT\s+INTO\s+jobs\b|"
                                            r"COPY\s+jobs\b", re.I),
 }

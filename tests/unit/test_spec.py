@@ -143,7 +143,8 @@ def test_to_document_is_canonical():
         "apiVersion": "sluice.io/v1", "kind": "Job",
         "metadata": {"name": "train", "labels": {}},
         "spec": {"queue": "vision", "priority": 0,
-                 "podSets": [{"name": "worker", "count": 2, "template": sluice_doc()["spec"]["podSets"][0]["template"]}],
+                 "podSets": [{"name": "worker", "count": 2,
+                              "template": sluice_doc()["spec"]["podSets"][0]["template"]}],
                  "placement": {"clusterSelector": {}, "tiers": [], "sites": []},
                  "maxRetries": 2, "maxRuntime": "90m"}}
 
