@@ -100,7 +100,7 @@ class Agent:
         self.metrics = AgentMetrics(settings.cluster, unacked=lambda: len(self._unacked))
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> "Agent":
+    def start(self) -> Agent:
         self.backend.start(self._on_status)
         self._thread = threading.Thread(target=self.run, name=f"agent-{self.settings.cluster}", daemon=True)
         self._thread.start()

@@ -1,8 +1,8 @@
 """python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--profile FILE] [--doc FILE]
 
 Runs the named benchmarks (all without names), prints each figure with its configuration, and records
-them in docs/performance.md (each figure's row replaced). Every run starts its own PostgreSQL (pgserver, Unix socket only) in a
-temp dir and deletes it at the end; dispatchers and agents bind 127.0.0.1 only.
+them in docs/performance.md (each figure's row replaced). Every run starts its own PostgreSQL (pgserver,
+Unix socket only) in a temp dir and deletes it at the end; dispatchers and agents bind 127.0.0.1 only.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from bench.postgres import Postgres
 from sluice import process
 
 BENCHMARKS = {
-    "submit": "jobs/s accepted through gRPC Jobs.Submit: 1,000-job calls and single-job calls, 8 clients; empty calls as the floor",
+    "submit": ("jobs/s accepted through gRPC Jobs.Submit: 1,000-job calls and single-job calls, 8 clients; "
+               "empty calls as the floor"),
     "dispatch": "jobs/s decided and committed by run_cycle from a deep backlog (with the floor, same run)",
     "cycle": "cycle time at 1k, 100k and 1M queued, nothing able to start",
     "floor": "plain-SQL claim-and-record rate of Postgres over the same backlog, batches of 1,000",
@@ -39,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="everything scaled down: a smoke run of a minute or two")
     parser.add_argument("--jobs", type=int, help="backlog size for dispatch/cycle/floor/memory (default 1,000,000)")
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
-    parser.add_argument("--profile", metavar="FILE", help="pyinstrument profiles: the dispatch drain's cycles to FILE, the waiting cycles at the largest size to FILE.wait")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="pyinstrument profiles: the dispatch drain's cycles to FILE, the waiting cycles "
+                             "at the largest size to FILE.wait")
     parser.add_argument("--doc", metavar="FILE", default=str(figures.DOC),
                         help="where to record (default: this checkout's docs/performance.md)")
     args = parser.parse_args(argv)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import struct
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from sqlalchemy import text
@@ -27,7 +27,7 @@ from dispatcher.store import database
 from dispatcher.store.copy_codec import COPY_HEADER, COPY_TRAILER
 from dispatcher.store.lifecycle import SUBMITTED
 
-PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 JOB_COLUMNS = ("id", "queue", "service_class", "class_priority", "priority", "state", "reason", "attempt",
                "max_retries", "spec", "requests", "largest_pod", "placement", "labels", "submitted_by", "created_at")
 EVENT_COLUMNS = ("job_id", "attempt", "from_state", "to_state", "reason", "at")
@@ -62,7 +62,7 @@ class Rows:
         self.priority_of = {c.name: c.priority for c in classes}
         self._middle: dict[tuple, bytes] = {}
         self._event_middle = (_int4(0) + _text("") + _text("QUEUED") + _text(SUBMITTED))
-        self.base = _micros(datetime.now(timezone.utc)) - 3_600_000_000  # submitted over the last hour or so
+        self.base = _micros(datetime.now(UTC)) - 3_600_000_000  # submitted over the last hour or so
 
     def key(self, i: int) -> tuple[str, workload.Shape, str, int]:
         """Job number i: queues in turn, shapes in turn per round, class and priority from a cheap hash."""

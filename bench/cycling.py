@@ -16,17 +16,17 @@ import logging
 import multiprocessing
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
 from bench import backlog, workload
-from dispatcher.services import submitting
 from dispatcher.scheduler.cycle import run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.services import submitting
 from dispatcher.store import database
 from dispatcher.store.tokens import Principal
 
@@ -71,7 +71,7 @@ def cycles(url: str, clusters: list[str], nodes: int, *, mode: str, max_cycles: 
         for n in range(max_cycles):
             began = time.perf_counter()
             with sessions.begin() as session:
-                agents.report(session, datetime.now(timezone.utc), full=mode == "wait")
+                agents.report(session, datetime.now(UTC), full=mode == "wait")
             out["heartbeat_s"] += time.perf_counter() - began
             kind = "drain" if mode == "drain" else "first" if n == 0 else WAIT_KINDS[(n - 1) % len(WAIT_KINDS)]
             if kind == "submit":
@@ -88,15 +88,16 @@ def cycles(url: str, clusters: list[str], nodes: int, *, mode: str, max_cycles: 
             if profiler:
                 profiler.start()
             cpu = time.process_time()
-            result = run_cycle(sessions, settings, datetime.now(timezone.utc), holds=holds, write_reasons=write_reasons,
+            result = run_cycle(sessions, settings, datetime.now(UTC), holds=holds, write_reasons=write_reasons,
                                config=config, parking=parking)
             cpu = time.process_time() - cpu
             if profiler:
                 profiler.stop()
             holds = result.holds
             mem = rss()
-            out["cycles"].append({"seconds": result.seconds, "cpu": cpu, "dispatched": result.dispatched, "waiting": result.waiting,
-                                  "reasons": write_reasons, "rss": mem["now"], "kind": kind, "planned": result.planned})
+            out["cycles"].append({"seconds": result.seconds, "cpu": cpu, "dispatched": result.dispatched,
+                                  "waiting": result.waiting, "reasons": write_reasons, "rss": mem["now"], "kind": kind,
+                                  "planned": result.planned})
             if mode == "drain" and result.dispatched == 0:
                 break
             if time.monotonic() > deadline:

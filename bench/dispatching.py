@@ -36,7 +36,7 @@ class BacklogConfig:
     floor_time_limit_s: float = 900.0
 
     @classmethod
-    def quick(cls) -> "BacklogConfig":
+    def quick(cls) -> BacklogConfig:
         return cls(jobs=20_000, queues=100, clusters=10, sizes=(1_000, 5_000, 20_000), wait_cycles=7,
                    wait_time_limit_s=120.0, drain_time_limit_s=300.0, floor_time_limit_s=120.0)
 
@@ -48,7 +48,8 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
         else (config.jobs,)
     shown = {**asdict(config), "sizes": list(sizes), "nodes_per_cluster": nodes,
              "node": {"cpu": "64", "memory": "256Gi"}, "queue_tree": f"{min(10, config.queues)} parents, "
-             f"{config.queues} leaf queues, no quotas", "classes": "critical 5% / standard 70% / batch 25%, priority 0-9",
+             f"{config.queues} leaf queues, no quotas",
+             "classes": "critical 5% / standard 70% / batch 25%, priority 0-9",
              "shapes": [asdict(s) for s in workload.SHAPES], "per_queue": 64, "floor_batch": floor.BATCH}
     run.configs[", ".join(sorted(wanted & {"dispatch", "cycle", "floor", "memory"}))] = shown
     print(f"backlog: {config.jobs:,} jobs in {config.queues:,} queues, {config.clusters} clusters of {nodes} nodes",
@@ -119,12 +120,12 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
               f"({wall:.1f}s wall, agents' heartbeats {result['heartbeat_s']:.1f}s); the cycle process used "
               f"{cycle_cpu:.1f}s of CPU in them", flush=True)
         for n, c in enumerate(cycles):
-            print(f"    cycle {n + 1}: {c['dispatched']:,} dispatched in {c['seconds']:.2f}s (cpu {c['cpu']:.2f}s), rss {c['rss'] / 2**20:.0f} MiB",
-                  flush=True)
+            print(f"    cycle {n + 1}: {c['dispatched']:,} dispatched in {c['seconds']:.2f}s (cpu {c['cpu']:.2f}s), "
+                  f"rss {c['rss'] / 2**20:.0f} MiB", flush=True)
         limited = " (stopped by the time limit)" if result.get("stopped_by_time_limit") else ""
         if limited:
-            run.notes.append(f"dispatch stopped by its {config.drain_time_limit_s:,.0f} s limit after {dispatched:,} of "
-                             f"{config.jobs:,} jobs; the floor claimed as many")
+            run.notes.append(f"dispatch stopped by its {config.drain_time_limit_s:,.0f} s limit after "
+                             f"{dispatched:,} of {config.jobs:,} jobs; the floor claimed as many")
         if "dispatch" in wanted:
             run.add(Figure("dispatch", f"dispatch from a {config.jobs:,}-job backlog", dispatch_rate, "jobs/s",
                            Target(">=", 10_000), note=f"{dispatched:,} jobs in {len(cycles)} cycles, "
@@ -145,7 +146,8 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
                                             .splitlines()[:8]), flush=True)
         result = floor.drain(pg.libpq(floor_db), config.clusters, limit=dispatched,
                              time_limit_s=config.floor_time_limit_s)
-        print(f"  floor: {result['jobs']:,} claimed in {result['batches']:,} batches, {result['seconds']:.1f}s", flush=True)
+        print(f"  floor: {result['jobs']:,} claimed in {result['batches']:,} batches, {result['seconds']:.1f}s",
+              flush=True)
         if "floor" in wanted or "dispatch" in wanted:
             run.add(Figure("floor", f"plain-SQL claim-and-record, batches of {floor.BATCH:,}", result["rate"], "jobs/s",
                            note=f"{result['jobs']:,} jobs in {result['seconds']:.1f}s"))

@@ -13,7 +13,7 @@ import platform
 import subprocess
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 TABLE_HEADING = "## Current figures"
@@ -61,7 +61,7 @@ class Figure:
 @dataclass
 class Run:
     command: str
-    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
     figures: list[Figure] = field(default_factory=list)
     configs: dict[str, dict] = field(default_factory=dict)  # per benchmark, its exact configuration
     notes: list[str] = field(default_factory=list)  # what did not run, and why

@@ -30,7 +30,8 @@ def main() -> None:
     if args.full:
         return full(args)
     room = {"cpu": 10**9, "memory": 10**19}  # each cluster: far more than the whole backlog asks
-    clusters = [ClusterState(f"c{i}", "onprem", "dc-1", {}, dict(room), {"cpu": 10**8, "memory": 10**18}, "", dict(room))
+    clusters = [ClusterState(f"c{i}", "onprem", "dc-1", {}, dict(room), {"cpu": 10**8, "memory": 10**18}, "",
+                             dict(room))
                 for i in range(args.clusters)]
     heads, total = _heads(args, {"standard": ClassPolicy("standard", 500)}, ("standard",))
     started = time.perf_counter()

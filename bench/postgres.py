@@ -79,7 +79,7 @@ class Postgres:
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "Postgres":
+    def __enter__(self) -> Postgres:
         return self
 
     def __exit__(self, *exc) -> None:

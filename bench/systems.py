@@ -38,11 +38,12 @@ def objects(clusters: int, nodes: int) -> list:
               for i in range(clusters)]]
 
 
-def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool, schedule: bool = True) -> None:
+def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool,
+           schedule: bool = True) -> None:
     tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings
-    from dispatcher.services import administering
     from dispatcher.server import Dispatcher, ServerSettings
+    from dispatcher.services import administering
     from dispatcher.store import tokens
     from dispatcher.store.database import DatabaseSettings
 
@@ -192,7 +193,7 @@ class System:
                 self.leader_stats = said  # the leading dispatcher's cycle count and time, from its metrics
         self._children = []
 
-    def __enter__(self) -> "System":
+    def __enter__(self) -> System:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -211,7 +212,7 @@ class SubmitConfig:
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
-    def quick(cls) -> "SubmitConfig":
+    def quick(cls) -> SubmitConfig:
         return cls(seconds=3.0)
 
 
@@ -315,10 +316,11 @@ class LatencyConfig:
     settle_s: float = 60.0  # after the last submit, how long to wait for every job to run
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
     replicas: int = 1  # dispatcher processes (split only): the first leads and serves the agents, clients call the last
-    apart: bool = False  # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
+    # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
+    apart: bool = False
 
     @classmethod
-    def quick(cls) -> "LatencyConfig":
+    def quick(cls) -> LatencyConfig:
         return cls(seconds=5.0)
 
 
@@ -338,7 +340,8 @@ def _watch_events(pipe, address: str, token: str) -> None:
                 key = (event["jobId"], event["to"])
                 if key not in seen:
                     seen[key] = time.monotonic()
-                    lags.setdefault(event["to"], []).append(time.time() - datetime.fromisoformat(event["at"]).timestamp())
+                    lags.setdefault(event["to"], []).append(
+                        time.time() - datetime.fromisoformat(event["at"]).timestamp())
         except Exception:
             pass
 
@@ -352,7 +355,8 @@ def _watch_events(pipe, address: str, token: str) -> None:
 
 def _percentiles(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
-    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    def at(q):
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
     return at(0.5), at(0.99)
 
 
@@ -410,7 +414,8 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
             in_db = conn.execute("SELECT count(*) FROM job_events WHERE to_state = 'DISPATCHED' AND job_id = ANY(%s)",
                                  (unseen,)).fetchone()[0] if unseen else 0
             db_rows = conn.execute(
-                """SELECT extract(epoch FROM a.dispatched_at - j.created_at), extract(epoch FROM a.started_at - j.created_at),
+                "SELECT extract(epoch FROM a.dispatched_at - j.created_at), "
+                """extract(epoch FROM a.started_at - j.created_at),
                           j.id, extract(epoch FROM j.created_at), extract(epoch FROM a.dispatched_at)
                    FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.attempt = 1""").fetchall()
         client.close()
@@ -431,8 +436,10 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
     run.add(Figure("latency", f"submit->dispatched p50, {pace}", d50 * 1000, "ms", note=note))
     run.add(Figure("latency", f"submit->dispatched p99, {pace}", d99 * 1000, "ms",
                    Target("<=", 50) if target else None, note=note))
-    run.add(Figure("latency", f"submit->running p50, {pace}", r50 * 1000, "ms", note=f"{len(running):,} jobs seen RUNNING"))
-    run.add(Figure("latency", f"submit->running p99, {pace}", r99 * 1000, "ms", note=f"{len(running):,} jobs seen RUNNING"))
+    run.add(Figure("latency", f"submit->running p50, {pace}", r50 * 1000, "ms",
+                   note=f"{len(running):,} jobs seen RUNNING"))
+    run.add(Figure("latency", f"submit->running p99, {pace}", r99 * 1000, "ms",
+                   note=f"{len(running):,} jobs seen RUNNING"))
     db_d = [float(r[0]) for r in db_rows if r[0] is not None]
     db_r = [float(r[1]) for r in db_rows if r[1] is not None]
     if db_d and db_r:
@@ -465,7 +472,8 @@ def _anatomy(submitted: dict[int, float], walls: dict[int, float], seen: dict, d
     if len(parts) < 20:
         return
     parts.sort()
-    mean = lambda rows, i: sum(r[i] for r in rows) / len(rows) * 1000
+    def mean(rows, i):
+        return sum(r[i] for r in rows) / len(rows) * 1000
     for label, rows in (("all jobs", parts), ("slowest 5%", parts[-max(1, len(parts) // 20):])):
         print(f"  {label}: {mean(rows, 0):.1f} ms = call to its transaction {mean(rows, 1):.1f} + to the dispatch "
               f"transaction {mean(rows, 2):.1f} + to the stream {mean(rows, 3):.1f} (means)", flush=True)
@@ -483,7 +491,7 @@ class EndToEndConfig:
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
 
     @classmethod
-    def quick(cls) -> "EndToEndConfig":
+    def quick(cls) -> EndToEndConfig:
         return cls(jobs=1_000, timeout_s=180.0)
 
 

@@ -170,7 +170,8 @@ def _split_image(ref: str) -> tuple[str, str]:
 # -- helm -------------------------------------------------------------------------------------------
 ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.DOTALL)
 TOKEN = re.compile(r"""\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?\d+(?:\.\d+)?)|(?P<pipe>\|)|(?P<open>\()|(?P<close>\))
-                       |(?P<field>\$?(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\$|\.)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*))""", re.VERBOSE)
+                       |(?P<field>\$?(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\$|\.)"""
+                   r"""|(?P<ident>[A-Za-z_][A-Za-z0-9_]*))""", re.VERBOSE)
 
 
 def helm(chart: str | pathlib.Path, values_files: list[str | pathlib.Path] = (), release: str = "sluice",

@@ -48,8 +48,8 @@ def _job(n: int, rng: random.Random) -> tuple[dict, str]:
     spec["podSets"] = [{"name": "worker", "count": rng.choice([1, 1, 2, 3]), "template": {
         "metadata": {"annotations": annotations},
         "spec": {"containers": [{"name": "main", "image": "demo/work:1", "resources": {"requests": cpu}}]}}}]
-    doc = {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": f"demo-{kind}-{n}", "labels": {"demo": kind}},
-           "spec": spec}
+    doc = {"apiVersion": "sluice.io/v1", "kind": "Job",
+           "metadata": {"name": f"demo-{kind}-{n}", "labels": {"demo": kind}}, "spec": spec}
     return doc, "FAILED" if kind == "fail" else "SUCCEEDED"
 
 
@@ -64,7 +64,8 @@ def _seconds(a: str | None, b: str | None) -> float | None:
     from datetime import datetime
     if not a or not b:
         return None
-    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))
+    def parse(s):
+        return datetime.fromisoformat(s.replace("Z", "+00:00"))
     return (parse(b) - parse(a)).total_seconds()
 
 
@@ -147,7 +148,8 @@ def run_demo(*, jobs: int = 200, data_dir: pathlib.Path | None = None, json_out:
 
 def _print_summary(summary: dict, wrong: list[dict], ok: bool) -> None:
     print(f"{summary['jobs']} jobs in {summary['elapsedSeconds']}s: {summary['succeeded']} succeeded, "
-          f"{summary['failed']} failed (as intended: {summary['failed'] - sum(1 for j in wrong if j['state'] == 'FAILED')}), "
+          f"{summary['failed']} failed "
+          f"(as intended: {summary['failed'] - sum(1 for j in wrong if j['state'] == 'FAILED')}), "
           f"lost {summary['lost']}, duplicated {summary['duplicated']}")
     print("by cluster: " + ", ".join(f"{c} {n}" for c, n in summary["byCluster"].items()))
     lat = summary["submitToStartSeconds"]

@@ -15,8 +15,8 @@ import yaml
 
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
-from dispatcher.services import administering
 from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.services import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
@@ -65,7 +65,7 @@ class Embedded:
     def client_config_path(self) -> pathlib.Path:
         return self.settings.data_dir / "client.yaml"
 
-    def start(self) -> "Embedded":
+    def start(self) -> Embedded:
         data = self.settings.data_dir.resolve()
         data.mkdir(parents=True, exist_ok=True)
         # One `sluice up` per data dir: a second one would run a second set of agents for the same clusters.
@@ -78,7 +78,8 @@ class Embedded:
             raise OSError(f"another `sluice up` is running on {data}") from None
         self.dispatcher = d = Dispatcher(ServerSettings(
             listen=self.settings.listen, database=DatabaseSettings(
-                url=self.settings.database_url, data_dir=data, embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
+                url=self.settings.database_url, data_dir=data,
+                embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
         try:
             with d.sessions.begin() as session:
                 if self.objects is not None:
@@ -102,7 +103,8 @@ class Embedded:
             client_config.make_default(self.client_config_path)
         for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
             if obj.simulated is not None:
-                token = _secret(data / "tokens" / f"agent-{obj.name}", new_token("agent", f"agent-{obj.name}", obj.name))
+                token = _secret(data / "tokens" / f"agent-{obj.name}",
+                                new_token("agent", f"agent-{obj.name}", obj.name))
                 sim = self.sims[obj.name] = sim_cluster(obj, data, self.settings.sim_time_scale)
                 self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()
         if self.settings.prometheus:
@@ -117,8 +119,8 @@ class Embedded:
         """Serve each sim's kube-state-metrics series, scrape them with a real Prometheus every second,
         and point each simulated cluster at it (with a cluster="<name>" selector)."""
         from agent.backends.sim.metrics import SimMetricsServer
-        from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
         from devstack.prometheus import PrometheusServer
+        from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
 
         for name, sim in self.sims.items():
             self.exporters[name] = SimMetricsServer(sim)
@@ -164,7 +166,8 @@ def sim_cluster(obj, data: pathlib.Path, time_scale: float = 1.0) -> SimCluster:
     (data / "sim").mkdir(parents=True, exist_ok=True)
     return SimCluster(SimConfig(nodes=obj.simulated.nodes, node=dict(obj.simulated.node),
                                 ledger_path=data / "sim" / f"{obj.name}.ledger", time_scale=time_scale,
-                                max_nodes=elastic.get("maxNodes"), provisioning_delay=elastic.get("provisioningDelay", 0.0),
+                                max_nodes=elastic.get("maxNodes"),
+                                provisioning_delay=elastic.get("provisioningDelay", 0.0),
                                 scale_down_after=elastic.get("scaleDownAfter", 600.0)))
 
 

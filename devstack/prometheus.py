@@ -40,9 +40,10 @@ class PrometheusServer:
         interval = f"{self.scrape_interval_s:g}s"
         return {"global": {"scrape_interval": interval, "evaluation_interval": interval},
                 "scrape_configs": [{"job_name": "kube-state-metrics", "static_configs": [
-                    {"targets": [address], "labels": {"cluster": name}} for name, address in sorted(self.targets.items())]}]}
+                    {"targets": [address], "labels": {"cluster": name}}
+                    for name, address in sorted(self.targets.items())]}]}
 
-    def start(self, timeout_s: float = 30.0) -> "PrometheusServer":
+    def start(self, timeout_s: float = 30.0) -> PrometheusServer:
         binary = shutil.which("prometheus")
         if binary is None:
             raise PrometheusMissing("the `prometheus` binary is not installed (Debian: apt-get install prometheus)")
@@ -58,7 +59,8 @@ class PrometheusServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise OSError(f"prometheus exited with {self.process.returncode}; see {self.data_dir / 'prometheus.log'}")
+                raise OSError(f"prometheus exited with {self.process.returncode}; "
+                              f"see {self.data_dir / 'prometheus.log'}")
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as reply:
                     if reply.status == 200:

@@ -20,18 +20,18 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from prometheus_client import CollectorRegistry, disable_created_metrics, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from dispatcher.store.database import Sessions
 
 from dispatcher.capacity import snapshot
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
-from dispatcher.store import usage as usage_totals
 from dispatcher.store import outbox as outbox_store
+from dispatcher.store import usage as usage_totals
+from dispatcher.store.database import Sessions
 
 log = logging.getLogger(__name__)
 # No `<name>_created` series beside counters and histograms: they double every series for no use here.
@@ -116,7 +116,7 @@ class StoreCollector(Collector):
         up = _gauge("sluice_database_up", "Whether this scrape could read the dispatcher's Postgres "
                                           "(0: the other database gauges are missing from it).", [])
         try:
-            families = self._read(datetime.now(timezone.utc))
+            families = self._read(datetime.now(UTC))
         except Exception:
             # A failed read must not hide the in-process series, which matter most during an outage.
             log.warning("metrics: cannot read the database", exc_info=True)

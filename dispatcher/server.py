@@ -6,8 +6,8 @@ the tests: one object to start and stop, owning everything it started.
 Any number of them may serve one database (docs/scaling.md). Every replica serves the whole API, agent
 streams included, and listens for notifications; only the one holding the leader lock schedules and
 reads Prometheus (its refresher runs while it leads). A replica started with `schedule=False` never
-leads: API replicas so started leave the scheduling replicas' processes to the cycles alone. The /metrics gauges read from Postgres are served
-by every replica, each scrape being one short read-only transaction.
+leads: API replicas so started leave the scheduling replicas' processes to the cycles alone. The /metrics
+gauges read from Postgres are served by every replica, each scrape being one short read-only transaction.
 """
 from __future__ import annotations
 
@@ -27,12 +27,11 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
 from dispatcher.capacity.prometheus import Refresher
 from dispatcher.metrics import DispatcherMetrics, MetricsServer, StoreCollector
-from dispatcher.store.listening import Notifier
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.scheduler.settings import SchedulerSettings
-from dispatcher.store import database
-from dispatcher.store import channels
+from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
+from dispatcher.store.listening import Notifier
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -129,7 +128,7 @@ class Dispatcher:
                 raise
         self.metrics_port = self.metrics_server.port if self.metrics_server else 0  # 0: no /metrics
 
-    def start(self) -> "Dispatcher":
+    def start(self) -> Dispatcher:
         if self.settings.gil_switch_interval_s:
             sys.setswitchinterval(self.settings.gil_switch_interval_s)
         if self.settings.gc_thresholds:

@@ -19,8 +19,8 @@ def generate(out: pathlib.Path) -> list[pathlib.Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "sluice" / "v1").glob("*.proto"))
-    args = ["protoc", f"-I{PROTO_ROOT}", f"-I{protoc._get_resource_file_name('grpc_tools', '_proto')}", f"--python_out={out}",
-            f"--pyi_out={out}", f"--grpc_python_out={out}", *protos]
+    args = ["protoc", f"-I{PROTO_ROOT}", f"-I{protoc._get_resource_file_name('grpc_tools', '_proto')}",
+            f"--python_out={out}", f"--pyi_out={out}", f"--grpc_python_out={out}", *protos]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
     written = sorted((out / "sluice" / "v1").glob("*.py*"))

@@ -1,1 +1,3 @@
-from sluice.cli import main; main()
+from sluice.cli import main
+
+main()

@@ -6,7 +6,7 @@ camelCase like the rest of the client. As light as sluice.client: grpc and the s
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 from sluice.client import Client, _time
 from sluice.config import ClientConfig

@@ -9,7 +9,7 @@ import json
 import queue
 import threading
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import grpc
 import orjson
@@ -200,7 +200,7 @@ class Client:
                 self._stream = None
         self._channel.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -192,7 +192,8 @@ class ClusterObject(_Kind, kind="Cluster",
         price = {}
         for resource, amount in v.mapping(spec.get("price"), "spec.price").items():
             price[v.string(resource, "spec.price")] = v.number(amount, f"spec.price.{resource}", minimum=0)
-        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy", allowed=POD_POLICY_FIELDS + ("serviceAccounts",))
+        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy",
+                               allowed=POD_POLICY_FIELDS + ("serviceAccounts",))
         elastic = v.optional(_elastic, spec.get("elastic"), "spec.elastic")
         simulated = v.optional(_simulated, spec.get("simulated"), "spec.simulated")
         if simulated is not None and elastic is None and simulated.nodes == 0:

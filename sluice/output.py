@@ -10,13 +10,13 @@ from enum import Enum
 import yaml
 
 
-class Format(str, Enum):
+class Format(str, Enum):  # noqa: UP042 - a typer option type; StrEnum would change str() and f-strings of members
     table = "table"
     json = "json"
     yaml = "yaml"
 
 
-class ReportFormat(str, Enum):
+class ReportFormat(str, Enum):  # noqa: UP042 - a typer option type; StrEnum would change str() and f-strings of members
     """Reports (`sluice usage`) also print as CSV for spreadsheets."""
 
     table = "table"

@@ -112,7 +112,8 @@ class JobSpec:
         if self.service_class is not None:
             spec["serviceClass"] = self.service_class
         spec["priority"] = self.priority
-        spec["podSets"] = [{"name": p.name, "count": p.count, "template": p.template if share_templates else json_copy(p.template)}
+        spec["podSets"] = [{"name": p.name, "count": p.count,
+                            "template": p.template if share_templates else json_copy(p.template)}
                            for p in self.pod_sets]
         spec["placement"] = {"clusterSelector": dict(self.placement.cluster_selector),
                              "tiers": list(self.placement.tiers), "sites": list(self.placement.sites)}

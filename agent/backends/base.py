@@ -7,8 +7,9 @@ already exists (or existed) changes nothing.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from sluice.quantity import QuantityError, add, parse_quantity
 from sluice.wire import AttemptReport

@@ -5,15 +5,14 @@ Every RPC needs an admin token; the logic is in dispatcher/services/administerin
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from dispatcher.store.database import Sessions
-
-from dispatcher.services import administering
 from dispatcher.api import convert
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import translated
+from dispatcher.services import administering
 from dispatcher.store import tokens
+from dispatcher.store.database import Sessions
 from sluice.v1 import admin_pb2, admin_pb2_grpc
 
 
@@ -73,7 +72,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         with self._sessions.begin() as session:
             token_id, secret = administering.create_token(session, actor, request.role, request.subject,
                                                           request.cluster, request.expires_seconds,
-                                                          datetime.now(timezone.utc))
+                                                          datetime.now(UTC))
         return admin_pb2.CreateTokenResponse(id=token_id, secret=secret)
 
     @translated

@@ -10,22 +10,21 @@ import json
 import logging
 import queue
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
-from dispatcher.store.database import Sessions
 
-from dispatcher.services import reporting as reports
 from dispatcher.api import streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
 from dispatcher.metrics import DispatcherMetrics
-from dispatcher.store.listening import Notifier
+from dispatcher.services import reporting as reports
+from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database
-from dispatcher.store import channels
 from dispatcher.store import outbox as outbox_store
+from dispatcher.store.database import Sessions
+from dispatcher.store.listening import Notifier
 from sluice.v1 import agents_pb2, agents_pb2_grpc
 from sluice.wire import AttemptReport
 
@@ -122,7 +121,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         hello = first.hello
         if who.role == "agent" and who.cluster != hello.cluster:
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with self._sessions.begin() as session:
             document = dict(cluster_store.get_cluster(session, hello.cluster).spec or {})
             acked = outbox_store.acked_through(session, hello.cluster)
@@ -213,7 +212,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             if ids:
                 outbox_store.ack(session, cluster, ids)
             if heartbeat is not None:
-                cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(timezone.utc))
+                cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(UTC))
                 if more_room(state.capacity, heartbeat[0]):
                     channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
         state.acked = acked

@@ -9,10 +9,10 @@ import threading
 import time
 
 import grpc
-from dispatcher.store.database import Sessions
 
 from dispatcher.errors import PermissionDenied, Unauthenticated
 from dispatcher.store import tokens
+from dispatcher.store.database import Sessions
 from dispatcher.store.tokens import Principal
 
 CACHE_SECONDS = 5.0

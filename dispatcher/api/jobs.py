@@ -4,33 +4,28 @@ from __future__ import annotations
 import math
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
-from dispatcher.store.database import Sessions
 
-from dispatcher.policy import accounting
-from dispatcher.services import budgets
-from dispatcher.services import reporting as reports
-from dispatcher.services import group_commit
 from dispatcher.api import convert, streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for, translated
 from dispatcher.capacity import snapshot
 from dispatcher.errors import DispatcherError, InvalidRequest
+from dispatcher.policy import accounting, states
 from dispatcher.scheduler.explaining import explain
-from dispatcher.store.listening import Notifier
-from dispatcher.policy import states
+from dispatcher.services import budgets, group_commit
+from dispatcher.services import reporting as reports
+from dispatcher.store import channels, database, job_reads, lifecycle
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database
-from dispatcher.store import channels
-from dispatcher.store import job_reads
-from dispatcher.store import lifecycle
 from dispatcher.store import usage as usage_totals
-from sluice.wire import STREAM_MARK
+from dispatcher.store.database import Sessions
+from dispatcher.store.listening import Notifier
 from sluice.objects import object_from_document
 from sluice.quantity import add, parse_resources
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+from sluice.wire import STREAM_MARK
 
 READERS = ("admin", "user")
 MAX_LIST = 1000
@@ -62,8 +57,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         """Submit, one request after another on one stream. Each request is authenticated as a Submit call
         is (a revoked token is refused within the same few seconds) and answered as Submit answers it; a
         refused one ends the stream with its error. A message costs the server less than a call, but each
-        open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and one more is refused at once, before its
-        headers and before reading anything, so that its client sends the request by Submit instead."""
+        open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and
+        one more is refused at once, before its headers and before reading anything, so that its client
+        sends the request by Submit instead."""
         if self._submit_streams is None or not self._submit_streams.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"submit streams: all {self.submit_streams_limit} open; use Submit")
@@ -104,7 +100,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     def Explain(self, request, context):
         self._auth.require(context, *READERS)
         with self._sessions() as session:
-            found = explain(session, request.id, datetime.now(timezone.utc),
+            found = explain(session, request.id, datetime.now(UTC),
                             unreachable_after_s=self._unreachable_after_s)
             return jobs_pb2.ExplainResponse(
                 job=convert.job(found.job, with_spec=False), queue_position=found.queue_position, quota=found.quota,
@@ -191,7 +187,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     @translated
     def ListClusters(self, request, context):
         self._auth.require(context, *READERS)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with self._sessions() as session:
             running = cluster_store.running_per_cluster(session)
             views = []
@@ -218,7 +214,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 for r in requests:
                     used = add(used, r)
                 views.append(jobs_pb2.QueueView(
-                    name=q.name, parent=q.parent or "", guaranteed=convert.resources(parse_resources(spec.get("guaranteed"))),
+                    name=q.name, parent=q.parent or "",
+                    guaranteed=convert.resources(parse_resources(spec.get("guaranteed"))),
                     max=convert.resources(parse_resources(spec.get("max"))), used=convert.resources(used),
                     queued_jobs=queued, running_jobs=active))
         return jobs_pb2.ListQueuesResponse(queues=views)
@@ -231,7 +228,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             raise InvalidRequest(f"by: {by!r} is not one of {', '.join(accounting.GROUPINGS)}")
         if not math.isfinite(request.since_seconds) or request.since_seconds < 0:
             raise InvalidRequest("since_seconds: must be a non-negative number of seconds (0: all time)")
-        win = accounting.window(datetime.now(timezone.utc), request.since_seconds or None)
+        win = accounting.window(datetime.now(UTC), request.since_seconds or None)
         with self._sessions() as session:
             runs = [accounting.AttemptRun(queue=r.queue, service_class=r.service_class, cluster=r.cluster,
                                           user=r.submitted_by, requests=r.requests, started_at=r.started_at,

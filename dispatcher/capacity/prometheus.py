@@ -18,12 +18,11 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from dispatcher.store.database import Sessions
-
-from dispatcher.store import clusters as cluster_store
 from dispatcher.store import channels
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store.database import Sessions
 from sluice.quantity import add, subtract
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ class PrometheusSettings:
     queries: dict[str, str] = field(default_factory=dict)  # overrides of QUERIES by name
 
     @staticmethod
-    def from_document(doc: dict) -> "PrometheusSettings":
+    def from_document(doc: dict) -> PrometheusSettings:
         return PrometheusSettings(
             url=doc["url"], selector=doc.get("selector", ""), timeout_s=float(doc.get("timeout", 5.0)),
             retries=int(doc.get("retries", 1)), headers=dict(doc.get("headers", {})),
@@ -153,7 +152,7 @@ def read(settings: PrometheusSettings) -> Reading:
         raise PrometheusError(f"{settings.url}: {exc}") from exc
     if not results["allocatable"]:
         raise PrometheusError(f"{settings.url}: no kube_node_status_allocatable series for {settings.selector or 'it'}")
-    return compute(sampled_at=datetime.fromtimestamp(float(at), timezone.utc), **results)
+    return compute(sampled_at=datetime.fromtimestamp(float(at), UTC), **results)
 
 
 class Refresher:
@@ -175,7 +174,7 @@ class Refresher:
 
     def stop(self) -> None:
         self._stop.set()
-        for _, thread, stop in self._threads.values():
+        for _, _thread, stop in self._threads.values():
             stop.set()
         self._thread.join(5)
         for _, thread, _ in self._threads.values():

@@ -25,10 +25,9 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from dispatcher.store.database import Session
-
 from dispatcher.policy.placing import ClusterState
 from dispatcher.store import cycle_reads
+from dispatcher.store.database import Session
 from sluice.objects import ClusterObject, object_from_document
 from sluice.quantity import add, subtract
 

@@ -9,9 +9,9 @@ the class's priceMultiplier. A resource the cluster puts no price on costs nothi
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Mapping
 
 __all__ = ["CURRENCY", "GROUPINGS", "AttemptRun", "Window", "GroupUsage", "window", "seconds_in_window",
            "base_amount", "resource_hours", "cost", "usage"]

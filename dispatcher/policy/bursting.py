@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 from dispatcher.policy.accounting import cost, resource_hours
-from dispatcher.policy.placing import ClusterState, QueuedJob, allowed_on, why_not, start_delay
+from dispatcher.policy.placing import ClusterState, QueuedJob, allowed_on, start_delay, why_not
 from sluice.quantity import add, fits, format_duration, format_quantity
 
 DEFAULT_EXPECTED_HOURS = 1.0  # a job without maxRuntime is expected to cost this many hours

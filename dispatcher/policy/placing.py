@@ -224,7 +224,8 @@ def verdicts(job: QueuedJob, clusters: list[ClusterState]) -> list[tuple[str, st
     out = []
     for c in sorted(clusters, key=_rank):
         if not allowed_on(job, c):
-            out.append((c.name, f"not allowed by its placement{_placement_text(job)}: tier {c.tier}, site {c.site or '-'}"))
+            out.append((c.name, f"not allowed by its placement{_placement_text(job)}: "
+                                f"tier {c.tier}, site {c.site or '-'}"))
         else:
             out.append((c.name, why_not(job, c) or "fits"))
     return out

@@ -7,15 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dispatcher.store.database import Session
-
 from dispatcher.capacity import snapshot
 from dispatcher.policy import states
 from dispatcher.policy.placing import verdicts
 from dispatcher.policy.quotas import QuotaTree
 from dispatcher.scheduler.mapping import candidate, queue_quotas
-from dispatcher.store import cycle_reads
-from dispatcher.store import job_reads
+from dispatcher.store import cycle_reads, job_reads
+from dispatcher.store.database import Session
 from dispatcher.store.models import Job
 
 

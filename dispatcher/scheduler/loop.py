@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dispatcher.metrics import DispatcherMetrics
@@ -128,7 +128,7 @@ class Scheduler:
             write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
-            result = run_cycle(self._sessions, self._settings, datetime.now(timezone.utc), holds=self._holds,
+            result = run_cycle(self._sessions, self._settings, datetime.now(UTC), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock.backend_pid,
                                config=self._config, parking=self._parking)
             self._holds = result.holds

@@ -95,7 +95,7 @@ class PolicyConfig:
     quotas: list[QueueQuota] = field(default_factory=list)
     rules: list = field(default_factory=list)
 
-    def refresh(self, session, digest: str | None = None) -> "PolicyConfig":
+    def refresh(self, session, digest: str | None = None) -> PolicyConfig:
         """`digest`: the documents' digest, when the caller read it already in this transaction."""
         digest = digest if digest is not None else cycle_reads.policy_digest(session)
         if digest != self.digest:

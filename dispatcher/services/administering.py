@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import yaml
-from dispatcher.store.database import Session
 
 from dispatcher.errors import Conflict, InvalidRequest, NotFound
 from dispatcher.policy import states
 from dispatcher.store import admin as admin_store
+from dispatcher.store import channels, tokens
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import channels
-from dispatcher.store import tokens
+from dispatcher.store.database import Session
 from dispatcher.store.models import ApiToken, AuditRecord
 from sluice.objects import KINDS, AdminObject, kind_named, object_from_document
 from sluice.quantity import format_quantity

@@ -9,13 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from dispatcher.store.database import Session
-
-from dispatcher.policy import accounting
-from dispatcher.policy import bursting, states
+from dispatcher.policy import accounting, bursting, states
 from dispatcher.policy.bursting import Budget, BurstRule, Spend
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import usage as usage_totals
+from dispatcher.store.database import Session
 from sluice.objects import object_from_document
 
 

@@ -12,17 +12,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-
 from dispatcher.capacity import snapshot
 from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
+from dispatcher.store import channels, job_reads, lifecycle
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import channels
-from dispatcher.store.database import Session
-from dispatcher.store import job_reads
-from dispatcher.store import lifecycle
 from dispatcher.store import outbox as outbox_store
+from dispatcher.store.database import Session
 from dispatcher.store.models import Job
 from dispatcher.store.tokens import Principal
 from sluice.quantity import format_duration
@@ -104,7 +101,8 @@ def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
         if key not in held and key not in unacked:
             apply(session, cluster, AttemptReport(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))
     live = {(j.id, j.attempt) for j in job_reads.active_on_cluster(session, cluster)}
-    orphans = [(r.job_id, r.attempt) for r in inventory if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
+    orphans = [(r.job_id, r.attempt) for r in inventory
+               if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
     known = job_reads.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
     for job_id, attempt in orphans:
         if job_id not in known:  # another installation's, or from before the database was wiped: left alone

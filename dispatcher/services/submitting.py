@@ -14,8 +14,8 @@ from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store.database import Session
 from dispatcher.store import copy_codec, lifecycle
+from dispatcher.store.database import Session
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec, SpecError, job_from_document
 
@@ -117,7 +117,8 @@ class SubmitConfig:
             self._shapes, self._labels = {}, {}
 
     @classmethod
-    def read(cls, session: Session, queues: set[str], seen: tuple[int | None, list | None] | None = None) -> "SubmitConfig":
+    def read(cls, session: Session, queues: set[str],
+             seen: tuple[int | None, list | None] | None = None) -> SubmitConfig:
         """One round trip. seen: (version, clusters) of an earlier read, reused while the version read in
         this transaction is unchanged (the clusters' documents are then neither built, sent nor parsed)."""
         classes, found, version, clusters = cluster_store.submit_config(session, queues, seen[0] if seen else None)

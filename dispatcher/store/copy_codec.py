@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import struct
-
 from typing import TYPE_CHECKING
 
 import orjson

@@ -12,11 +12,11 @@ import time
 import warnings
 from dataclasses import dataclass
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.orm import Session, sessionmaker

@@ -46,7 +46,7 @@ class LeaderLock:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "LeaderLock":
+    def __enter__(self) -> LeaderLock:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -22,7 +22,15 @@ from dispatcher.errors import Conflict
 from dispatcher.policy import states
 from dispatcher.policy.states import DISPATCHED, QUEUED, RUNNING
 from dispatcher.store import copy_codec
-from dispatcher.store.channels import EVENTS_CHANNEL, NOTIFY_SQL, OUTBOX_CHANNEL, WAKE_CHANNEL, notes_params, notify, submit_wake
+from dispatcher.store.channels import (
+    EVENTS_CHANNEL,
+    NOTIFY_SQL,
+    OUTBOX_CHANNEL,
+    WAKE_CHANNEL,
+    notes_params,
+    notify,
+    submit_wake,
+)
 from dispatcher.store.database import driver
 from dispatcher.store.models import Job, JobEvent
 from dispatcher.store.outbox import lock_clusters

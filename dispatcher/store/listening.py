@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import psycopg
 from sqlalchemy import Engine

@@ -4,8 +4,8 @@ from __future__ import annotations
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.orm import Session
 
-from dispatcher.store.database import driver, named
 from dispatcher.store.channels import OUTBOX_CHANNEL, notify
+from dispatcher.store.database import driver, named
 from dispatcher.store.models import OutboxCommand
 
 

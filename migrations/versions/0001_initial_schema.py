@@ -73,7 +73,8 @@ def upgrade() -> None:
     sa.Column('spec', postgresql.JSONB(astext_type=sa.Text()), nullable=False),
     sa.Column('requests', postgresql.JSONB(astext_type=sa.Text()), nullable=False),
     sa.Column('largest_pod', postgresql.JSONB(astext_type=sa.Text()), nullable=False),
-    sa.Column('placement', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('placement', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+              nullable=False),
     sa.Column('labels', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
     sa.Column('submitted_by', sa.Text(), server_default='', nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
@@ -85,9 +86,12 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['service_class'], ['service_classes.name'], ),
     sa.PrimaryKeyConstraint('id')
     )
-    op.create_index('ix_jobs_active_cluster', 'jobs', ['cluster'], unique=False, postgresql_where=sa.text("state IN ('DISPATCHED', 'RUNNING')"))
+    op.create_index('ix_jobs_active_cluster', 'jobs', ['cluster'], unique=False,
+                    postgresql_where=sa.text("state IN ('DISPATCHED', 'RUNNING')"))
     op.create_index('ix_jobs_queue_state', 'jobs', ['queue', 'state'], unique=False)
-    op.create_index('ix_jobs_queued_order', 'jobs', [sa.literal_column('class_priority DESC'), sa.literal_column('priority DESC'), 'id'], unique=False, postgresql_where=sa.text("state = 'QUEUED'"))
+    op.create_index('ix_jobs_queued_order', 'jobs',
+                    [sa.literal_column('class_priority DESC'), sa.literal_column('priority DESC'), 'id'],
+                    unique=False, postgresql_where=sa.text("state = 'QUEUED'"))
     op.create_index('ix_jobs_state_id', 'jobs', ['state', 'id'], unique=False)
     op.create_table('attempts',
     sa.Column('job_id', sa.BigInteger(), nullable=False),
@@ -122,7 +126,8 @@ def upgrade() -> None:
     sa.Column('kind', sa.Text(), nullable=False),
     sa.Column('job_id', sa.BigInteger(), nullable=False),
     sa.Column('attempt', sa.Integer(), nullable=False),
-    sa.Column('payload', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('payload', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+              nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('acked_at', sa.DateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['cluster'], ['clusters.name'], ),
@@ -130,7 +135,8 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id')
     )
     op.create_index('ix_outbox_cluster_id', 'outbox', ['cluster', 'id'], unique=False)
-    op.create_index('ix_outbox_unacked', 'outbox', ['cluster', 'id'], unique=False, postgresql_where=sa.text('acked_at IS NULL'))
+    op.create_index('ix_outbox_unacked', 'outbox', ['cluster', 'id'], unique=False,
+                    postgresql_where=sa.text('acked_at IS NULL'))
     # ### end Alembic commands ###
 
 
@@ -145,7 +151,8 @@ def downgrade() -> None:
     op.drop_index('ix_jobs_state_id', table_name='jobs')
     op.drop_index('ix_jobs_queued_order', table_name='jobs', postgresql_where=sa.text("state = 'QUEUED'"))
     op.drop_index('ix_jobs_queue_state', table_name='jobs')
-    op.drop_index('ix_jobs_active_cluster', table_name='jobs', postgresql_where=sa.text("state IN ('DISPATCHED', 'RUNNING')"))
+    op.drop_index('ix_jobs_active_cluster', table_name='jobs',
+                  postgresql_where=sa.text("state IN ('DISPATCHED', 'RUNNING')"))
     op.drop_table('jobs')
     op.drop_table('api_tokens')
     op.drop_table('service_classes')

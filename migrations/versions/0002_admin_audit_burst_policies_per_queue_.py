@@ -22,7 +22,8 @@ def upgrade() -> None:
     sa.Column('action', sa.Text(), nullable=False),
     sa.Column('kind', sa.Text(), nullable=False),
     sa.Column('name', sa.Text(), nullable=False),
-    sa.Column('details', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('details', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+              nullable=False),
     sa.PrimaryKeyConstraint('id')
     )
     op.create_index('ix_admin_audit_at', 'admin_audit', ['at'], unique=False)
@@ -32,7 +33,9 @@ def upgrade() -> None:
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.PrimaryKeyConstraint('name')
     )
-    op.create_index('ix_jobs_queue_head', 'jobs', ['queue', sa.literal_column('class_priority DESC'), sa.literal_column('priority DESC'), 'id'], unique=False, postgresql_where=sa.text("state = 'QUEUED'"))
+    op.create_index('ix_jobs_queue_head', 'jobs',
+                    ['queue', sa.literal_column('class_priority DESC'), sa.literal_column('priority DESC'), 'id'],
+                    unique=False, postgresql_where=sa.text("state = 'QUEUED'"))
 
 
 def downgrade() -> None:

@@ -20,4 +20,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index('ix_jobs_active_usage', table_name='jobs', postgresql_where=sa.text("state IN ('DISPATCHED', 'RUNNING')"))
+    op.drop_index('ix_jobs_active_usage', table_name='jobs',
+                  postgresql_where=sa.text("state IN ('DISPATCHED', 'RUNNING')"))

@@ -22,7 +22,8 @@ down_revision = '0007'
 branch_labels = None
 depends_on = None
 
-_ALLOCATABLE = "CASE WHEN {t}.capacity IS NULL OR {t}.capacity = '{{}}' THEN NULL ELSE coalesce({t}.capacity -> 'allocatable', '{{}}') END"
+_ALLOCATABLE = ("CASE WHEN {t}.capacity IS NULL OR {t}.capacity = '{{}}' THEN NULL "
+                "ELSE coalesce({t}.capacity -> 'allocatable', '{{}}') END")
 # table -> the columns whose change matters to Submit (UPDATE; any INSERT or DELETE matters)
 WATCHED = {
     "service_classes": ("(OLD.name, OLD.priority)", "(NEW.name, NEW.priority)"),

@@ -7,7 +7,7 @@ grpc at load time: main() tunes the process (sluice.process) before any command 
 from __future__ import annotations
 
 import pathlib
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
@@ -24,7 +24,7 @@ app.add_typer(admin.app, name="admin")
 
 @app.callback()
 def main_options(ctx: typer.Context,
-                 config: Optional[pathlib.Path] = typer.Option(
+                 config: pathlib.Path | None = typer.Option(
                      None, "--config", envvar="SLUICE_CONFIG",
                      help="Client config (address, token); default ~/.config/sluice/client.yaml")) -> None:
     ctx.obj = {"config": config}

@@ -4,8 +4,6 @@ Needs an admin token. Like the rest of the CLI, it imports the client (grpc) onl
 """
 from __future__ import annotations
 
-from typing import List, Optional
-
 import typer
 
 from sluice.cli.common import Failed, OutputOpt, call, make_client, read_documents
@@ -70,7 +68,7 @@ def apply(ctx: typer.Context,
 @app.command()
 def get(ctx: typer.Context, kind: str = typer.Argument(..., help="queue, class, cluster or burstpolicy (any case, "
                                                                  "plural too)"),
-        name: Optional[str] = typer.Argument(None), output: Format = OutputOpt) -> None:
+        name: str | None = typer.Argument(None), output: Format = OutputOpt) -> None:
     """Show admin objects as stored: one, or every object of a kind."""
     canonical = _kind(kind)
     what = f"admin get {kind}" + (f" {name}" if name else "")
@@ -96,7 +94,7 @@ def delete(ctx: typer.Context, kind: str = typer.Argument(...), name: str = type
     print(f"{canonical}/{name}: deleted")
 
 
-def _resources(values: List[str], option: str) -> dict[str, str]:
+def _resources(values: list[str], option: str) -> dict[str, str]:
     out = {}
     for item in values:
         resource, sep, amount = item.partition("=")
@@ -108,14 +106,14 @@ def _resources(values: List[str], option: str) -> dict[str, str]:
 
 @quota_app.command("set")
 def quota_set(ctx: typer.Context, queue: str = typer.Argument(...),
-              cpu: Optional[str] = typer.Option(None, "--cpu", help="Guaranteed cpu ('' removes it)"),
-              memory: Optional[str] = typer.Option(None, "--memory", help="Guaranteed memory"),
-              gpu: Optional[str] = typer.Option(None, "--gpu", help="Guaranteed nvidia.com/gpu"),
-              resource: List[str] = typer.Option([], "--resource", help="Guaranteed NAME=QUANTITY, repeatable"),
-              max_cpu: Optional[str] = typer.Option(None, "--max-cpu"),
-              max_memory: Optional[str] = typer.Option(None, "--max-memory"),
-              max_gpu: Optional[str] = typer.Option(None, "--max-gpu", help="Maximum nvidia.com/gpu"),
-              max_resource: List[str] = typer.Option([], "--max-resource", help="Maximum NAME=QUANTITY, repeatable"),
+              cpu: str | None = typer.Option(None, "--cpu", help="Guaranteed cpu ('' removes it)"),
+              memory: str | None = typer.Option(None, "--memory", help="Guaranteed memory"),
+              gpu: str | None = typer.Option(None, "--gpu", help="Guaranteed nvidia.com/gpu"),
+              resource: list[str] = typer.Option([], "--resource", help="Guaranteed NAME=QUANTITY, repeatable"),
+              max_cpu: str | None = typer.Option(None, "--max-cpu"),
+              max_memory: str | None = typer.Option(None, "--max-memory"),
+              max_gpu: str | None = typer.Option(None, "--max-gpu", help="Maximum nvidia.com/gpu"),
+              max_resource: list[str] = typer.Option([], "--max-resource", help="Maximum NAME=QUANTITY, repeatable"),
               output: Format = OutputOpt) -> None:
     """Set a queue's guaranteed and maximum resources (merged into its spec; '' removes one)."""
     def named(cpu_, memory_, gpu_, extra, option):
@@ -155,8 +153,8 @@ def _show_change(result: dict, output: Format, fields: tuple[str, ...]) -> None:
 @token_app.command("create")
 def token_create(ctx: typer.Context, role: str = typer.Option(..., "--role", help="admin, user or agent"),
                  subject: str = typer.Option(..., "--subject", help="User name, or the agent's name"),
-                 cluster: Optional[str] = typer.Option(None, "--cluster", help="The cluster an agent token serves"),
-                 expires: Optional[str] = typer.Option(None, "--expires", help="e.g. 30d, 12h; default: never"),
+                 cluster: str | None = typer.Option(None, "--cluster", help="The cluster an agent token serves"),
+                 expires: str | None = typer.Option(None, "--expires", help="e.g. 30d, 12h; default: never"),
                  output: Format = OutputOpt) -> None:
     """Create an API token; prints the secret, which is shown only once."""
     from sluice.quantity import QuantityError, parse_duration

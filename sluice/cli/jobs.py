@@ -4,7 +4,7 @@ They import the client (grpc, the stubs) only inside their bodies.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+import functools
 
 import typer
 
@@ -30,8 +30,8 @@ def _job_id(value: str) -> int:
 @app.command()
 def submit(ctx: typer.Context,
            file: str = typer.Option(..., "-f", "--file", help="Job file (YAML/JSON, many documents); - reads stdin"),
-           queue: Optional[str] = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
-           service_class: Optional[str] = typer.Option(None, "--class", help="Service class (overrides)"),
+           queue: str | None = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
+           service_class: str | None = typer.Option(None, "--class", help="Service class (overrides)"),
            wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
            output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
     """Submit jobs; prints their ids."""
@@ -60,7 +60,7 @@ def _wait_for(client, ids: list[int], what: str) -> list[dict]:
     remaining = set(ids)
     final: dict[int, dict] = {}
     for job_id in list(remaining):
-        job = call(what, lambda: client.get(job_id))
+        job = call(what, functools.partial(client.get, job_id))
         if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             final[job_id] = job
             remaining.discard(job_id)
@@ -68,7 +68,7 @@ def _wait_for(client, ids: list[int], what: str) -> list[dict]:
         for event in call(what, lambda: client.watch()):
             if event["jobId"] in remaining and event["to"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 remaining.discard(event["jobId"])
-                final[event["jobId"]] = call(what, lambda: client.get(event["jobId"]))
+                final[event["jobId"]] = call(what, functools.partial(client.get, event["jobId"]))
                 if not remaining:
                     break
     return [final[i] for i in ids]
@@ -143,7 +143,8 @@ def _indent(text: str) -> str:
 
 
 @app.command()
-def cancel(ctx: typer.Context, jobs: List[str] = typer.Argument(..., help="Job ids"), output: Format = OutputOpt) -> None:
+def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job ids"),
+           output: Format = OutputOpt) -> None:
     """Cancel jobs: queued ones at once, running ones are stopped in their cluster."""
     ids = [_job_id(j) for j in jobs]
     client = make_client(ctx, "cancel")
@@ -151,7 +152,7 @@ def cancel(ctx: typer.Context, jobs: List[str] = typer.Argument(..., help="Job i
 
 
 @app.command()
-def watch(ctx: typer.Context, job: Optional[str] = typer.Argument(None, help="Only this job"),
+def watch(ctx: typer.Context, job: str | None = typer.Argument(None, help="Only this job"),
           after: int = typer.Option(0, "--after", help="Resume after this event id"),
           output: Format = OutputOpt) -> None:
     """Follow job events as they happen (Ctrl-C to stop)."""
@@ -162,7 +163,8 @@ def watch(ctx: typer.Context, job: Optional[str] = typer.Argument(None, help="On
         for event in call("watch", lambda: client.watch(job_id, after)):
             if output == Format.table:
                 print(f"{event['at']}  #{event['id']}  job {event['jobId']} attempt {event['attempt']}  "
-                      f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}", flush=True)
+                      f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}",
+                      flush=True)
             else:
                 print(json.dumps(event), flush=True)
     except KeyboardInterrupt:
@@ -258,7 +260,8 @@ def usage(ctx: typer.Context,
                         (f"COST ({info['currency']})", "cost")]))
     if info["burst"]:
         print(f"\nburst spend against budgets ({info['currency']}; the budget day is the UTC day)")
-        limit = lambda value, fmt: "-" if value is None else fmt.format(value)
+        def limit(value, fmt):
+            return "-" if value is None else fmt.format(value)
         cells = [{"policy": b["policy"], "queue": b["queue"] or "(all)", "attempts": b["attempts"],
                   "window": f"{b['spentInWindow']:.2f}",
                   "today": f"{b['spentToday']:.2f} / {limit(b['budgetPerDay'], '{:.2f}')}",

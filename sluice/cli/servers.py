@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import Optional
 
 import typer
 
@@ -17,7 +16,7 @@ dispatcher_app = typer.Typer(no_args_is_help=True, help="Run or maintain a dispa
 agent_app = typer.Typer(no_args_is_help=True, help="Run a cluster agent.")
 
 
-def _data_dir(value: Optional[pathlib.Path]) -> pathlib.Path:
+def _data_dir(value: pathlib.Path | None) -> pathlib.Path:
     import os
     if value:
         return value
@@ -52,11 +51,12 @@ def _serve_until_interrupted(stop, ready: str = "") -> None:
 
 
 @app.command()
-def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Cluster/Queue/ServiceClass objects (YAML)"),
-       data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
+def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluster/Queue/ServiceClass objects (YAML)"),
+       data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
        listen: str = typer.Option("127.0.0.1:7070", "--listen", help="HOST:PORT for the dispatcher"),
        prometheus: bool = typer.Option(False, "--prometheus",
-                                       help="Run a real Prometheus (the `prometheus` binary) scraping the sim clusters"),
+                                       help="Run a real Prometheus (the `prometheus` binary) scraping the sim "
+                                            "clusters"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C."""
     _logging(verbose)
@@ -66,7 +66,8 @@ def up(config: Optional[pathlib.Path] = typer.Option(None, "--config", help="Clu
         objects = load_config(config)
     except (OSError, SpecError) as exc:
         raise Failed(f"up --config {config}", str(exc)) from None
-    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus), objects).start())
+    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus),
+                                             objects).start())
     print(summary_line(embedded), end="", flush=True)
     _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
 
@@ -82,7 +83,7 @@ def _start(what: str, fn):
 @app.command()
 def demo(jobs: int = typer.Option(200, "--jobs", min=1, max=100_000),
          json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object"),
-         data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", help="Default: a fresh temporary dir"),
+         data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", help="Default: a fresh temporary dir"),
          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run a mixed workload over three simulated clusters and summarise it."""
     _logging(verbose)
@@ -93,9 +94,9 @@ def demo(jobs: int = typer.Option(200, "--jobs", min=1, max=100_000),
 
 @dispatcher_app.command("serve")
 def dispatcher_serve(
-        database_url: Optional[str] = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL",
+        database_url: str | None = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL",
                                                    help="Postgres URL; none: embedded server under --data-dir"),
-        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
+        data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR"),
         listen: str = typer.Option("127.0.0.1:7070", "--listen"),
         migrate: bool = typer.Option(False, "--migrate", help="Bring the schema to head before serving"),
         metrics_listen: str = typer.Option("127.0.0.1:9464", "--metrics-listen", envvar="SLUICE_METRICS_LISTEN",
@@ -117,8 +118,8 @@ def dispatcher_serve(
 
 @dispatcher_app.command("migrate")
 def dispatcher_migrate(
-        database_url: Optional[str] = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
-        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
+        database_url: str | None = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
+        data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
     """Bring the database schema to the newest revision."""
     from dispatcher.store import database
     settings = database.DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir))
@@ -139,9 +140,9 @@ def dispatcher_migrate(
 def dispatcher_token(
         role: str = typer.Option(..., "--role", help="admin, user or agent"),
         subject: str = typer.Option(..., "--subject", help="User name, or the agent's name"),
-        cluster: Optional[str] = typer.Option(None, "--cluster", help="The cluster an agent token is bound to"),
-        database_url: Optional[str] = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
-        data_dir: Optional[pathlib.Path] = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
+        cluster: str | None = typer.Option(None, "--cluster", help="The cluster an agent token is bound to"),
+        database_url: str | None = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
+        data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
     """Create an API token directly in the database (bootstrap); prints the secret once."""
     from dispatcher.store import database, tokens
     if role not in tokens.ROLES:
@@ -162,17 +163,19 @@ def dispatcher_token(
 
 @agent_app.command("run")
 def agent_run(cluster: str = typer.Option(..., "--cluster"),
-              dispatcher: str = typer.Option(..., "--dispatcher", help="HOST:PORT[,HOST:PORT...] (replicas, tried in turn)"),
+              dispatcher: str = typer.Option(..., "--dispatcher",
+                                             help="HOST:PORT[,HOST:PORT...] (replicas, tried in turn)"),
               token_file: pathlib.Path = typer.Option(..., "--token-file"),
               backend: str = typer.Option("sim", "--backend", help="sim (in-process simulated cluster) or kubernetes"),
-              kubeconfig: Optional[pathlib.Path] = typer.Option(
+              kubeconfig: pathlib.Path | None = typer.Option(
                   None, "--kubeconfig",
                   help="kubernetes: kubeconfig file (default: the in-cluster service account inside a pod, "
                        "else ~/.kube/config)"),
-              context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context"),
+              context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context"),
               sim_nodes: int = typer.Option(4, "--sim-nodes", min=1),
               sim_node: str = typer.Option("cpu=32,memory=128Gi", "--sim-node", help="Per-node capacity"),
-              metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen", envvar="SLUICE_AGENT_METRICS_LISTEN",
+              metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen",
+                                                 envvar="SLUICE_AGENT_METRICS_LISTEN",
                                                  help="HOST:PORT for the agent's /metrics ('' turns it off)"),
               verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Connect this cluster's agent to a dispatcher and run its jobs, until Ctrl-C."""

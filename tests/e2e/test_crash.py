@@ -87,7 +87,8 @@ def test_kill_9_mid_run_then_restart_finishes_every_job_exactly_once():
         assert ledgers and sum(ledger_duplicates(p) for p in ledgers) == 0
         retried = [j for j in jobs if j["attempt"] > 1]
         assert all(j["attempt"] <= 2 for j in jobs), "one crash costs at most one extra attempt"
-        print(f"killed with {sum(s in FINAL for s in killed_at.values())} final; {len(retried)} jobs took a second attempt")
+        print(f"killed with {sum(s in FINAL for s in killed_at.values())} final; "
+              f"{len(retried)} jobs took a second attempt")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -343,7 +343,8 @@ class FakeKube:
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        serve = lambda: self._server.serve_forever(poll_interval=0.05)
+        def serve():
+            self._server.serve_forever(poll_interval=0.05)
         for target, name in ((serve, "fakekube-http"), (self._controller, "fakekube-ctl")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -431,7 +432,8 @@ class FakeKube:
         """Create an object as a cluster admin would (validated like any create)."""
         plural = next(r.plural for r in RESOURCES.values() if r.kind == obj["kind"])
         with self._cond:
-            return copy.deepcopy(self._create(RESOURCES[plural], obj["metadata"].get("namespace", ""), copy.deepcopy(obj)))
+            return copy.deepcopy(self._create(RESOURCES[plural], obj["metadata"].get("namespace", ""),
+                                              copy.deepcopy(obj)))
 
     def delete(self, plural: str, namespace: str, name: str, propagation: str = "Background") -> None:
         """Delete an object as someone else would (kubectl delete)."""
@@ -445,8 +447,10 @@ class FakeKube:
     def add_namespace(self, name: str) -> None:
         self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
-    def add_node(self, name: str, allocatable: dict[str, str], *, ready: bool = True, unschedulable: bool = False) -> None:
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    def add_node(self, name: str, allocatable: dict[str, str], *, ready: bool = True,
+                 unschedulable: bool = False) -> None:
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                 "spec": {"unschedulable": True} if unschedulable else {},
                 "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable),
                            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
@@ -470,7 +474,8 @@ class FakeKube:
             self._set_condition(pod, "PodScheduled", "True")
             self._modified("pods", pod)
 
-    def unschedulable(self, namespace: str, name: str, message: str = "0/1 nodes are available: 1 Insufficient cpu.") -> None:
+    def unschedulable(self, namespace: str, name: str,
+                      message: str = "0/1 nodes are available: 1 Insufficient cpu.") -> None:
         with self._cond:
             pod = self._pod(namespace, name)
             self._set_condition(pod, "PodScheduled", "False", reason="Unschedulable", message=message)
@@ -510,8 +515,10 @@ class FakeKube:
             pod["spec"].setdefault("nodeName", self._any_node())
             pod["status"]["phase"] = "Running"
             pod["status"]["containerStatuses"] = [
-                {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False, "restartCount": restarts,
-                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}},
+                {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False,
+                 "restartCount": restarts,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                       "message": "back-off restarting failed container"}},
                  "lastState": {"terminated": {"exitCode": exit_code, "reason": reason}}}
                 for c in pod["spec"]["containers"]]
             self._modified("pods", pod)
@@ -730,7 +737,8 @@ class FakeKube:
             for c in pod["spec"]["containers"]]
         self._modified("pods", pod)
 
-    def _end(self, pod: dict, exit_code: int, *, reason: str = "", message: str = "", pod_reason: str | None = None) -> None:
+    def _end(self, pod: dict, exit_code: int, *, reason: str = "", message: str = "",
+             pod_reason: str | None = None) -> None:
         pod["spec"]["nodeName"] = pod["spec"].get("nodeName") or self._any_node()
         pod["status"]["phase"] = "Succeeded" if exit_code == 0 and not pod_reason else "Failed"
         self._set_condition(pod, "Ready", "False", reason="PodCompleted")

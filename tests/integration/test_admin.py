@@ -22,7 +22,6 @@ from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import agents_pb2
-
 from tests.integration.test_agent_link import OBJECTS, ScriptedAgent, wait_for
 from tests.integration.test_spine import job_doc
 
@@ -360,7 +359,8 @@ def test_cordon_drain_and_uncordon(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     agent.next("welcome")
     with Client(ClientConfig(dispatcher.address, dispatcher.admin_token)) as client:
-        states = lambda: {c["name"]: c["state"] for c in client.clusters()}
+        def states():
+            return {c["name"]: c["state"] for c in client.clusters()}
         assert states()["alpha"] == "active"
         assert admin.set_cluster_state("alpha", "cordoned") == "active"
         assert states()["alpha"] == "cordoned"

@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from concurrent import futures
+from datetime import UTC
 
 import grpc
 import pytest
@@ -22,7 +23,6 @@ from sluice.client import Client, ClientError, event_dict
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
-
 from tests.integration.test_spine import job_doc
 
 OBJECTS = """
@@ -335,8 +335,9 @@ def test_an_agents_batch_is_applied_as_its_messages_in_order(dispatcher):
     assert agent.next("welcome").reads_batches
     [job_id] = dispatcher.client.submit([job_doc(cpu="3")])
     command = agent.next("command")
-    status = lambda seq, state: agents_pb2.AgentMessage(status=agents_pb2.StatusReport(
-        seq=seq, status=agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state=state)))
+    def status(seq, state):
+        return agents_pb2.AgentMessage(status=agents_pb2.StatusReport(
+            seq=seq, status=agents_pb2.AttemptStatus(job_id=job_id, attempt=1, state=state)))
     agent.send(batch=agents_pb2.AgentMessages(messages=[
         agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])),
         status(1, "PENDING"), status(2, "RUNNING"),
@@ -371,7 +372,8 @@ def test_commands_of_large_documents_are_split_over_messages(dispatcher):
     assert sorted(agent.next("command").dispatch.job_id for _ in ids) == ids
     assert agent.received == ["welcome", "batch", "command"]  # 4 in one message, under RUN_BYTES; then 1
     # A message larger than the limit goes alone; the runs keep the order.
-    small = lambda n: agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=n))
+    def small(n):
+        return agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=n))
     huge = agents_pb2.DispatcherMessage(command=agents_pb2.Command(id=9, dispatch=agents_pb2.DispatchAttempt(
         spec_json="x" * 100)))
     assert runs([small(1), small(2), huge, small(3)], limit=50) == [[small(1), small(2)], [huge], [small(3)]]
@@ -382,7 +384,8 @@ def test_commands_of_large_documents_are_split_over_messages(dispatcher):
 def test_in_flight_dispatches_are_counted_exactly_once(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
     agent.next("welcome")
-    free = lambda: {c["name"]: c["free"].get("cpu") for c in dispatcher.client.clusters()}["alpha"]
+    def free():
+        return {c["name"]: c["free"].get("cpu") for c in dispatcher.client.clusters()}["alpha"]
     wait_for(lambda: free() == "8")
     [job_id] = dispatcher.client.submit([job_doc(cpu="3")])
     command = agent.next("command")
@@ -507,12 +510,12 @@ def test_outbox_writes_for_one_cluster_commit_in_id_order(dispatcher):
 
 
 def test_a_cycle_does_not_commit_without_the_leader_lock(dispatcher):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from dispatcher.scheduler.cycle import LostLeadership, run_cycle
     from dispatcher.scheduler.settings import SchedulerSettings
     with pytest.raises(LostLeadership):
-        run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(timezone.utc), leader_pid=1)
+        run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(UTC), leader_pid=1)
 
 
 def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
@@ -557,7 +560,7 @@ def test_jobs_deeper_than_the_head_say_how_many_are_ahead(dispatcher):
 
 def test_prometheus_readings_count_each_attempt_once(dispatcher):
     """free = reading.free − requests of active attempts the reading does not show (and only those)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from dispatcher.store import clusters as cluster_store
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity=CPU8)
@@ -567,18 +570,18 @@ def test_prometheus_readings_count_each_attempt_once(dispatcher):
     reading = {"allocatable": {"cpu": 16000}, "free": {"cpu": 15000}, "largestFreeNode": {"cpu": 8000},
                "attempts": [[shown, 1]]}  # the first job's pod is in it (1 cpu), the second's is not yet
     with dispatcher.sessions.begin() as session:
-        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(timezone.utc))
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
     view = {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]
     assert view["capacitySource"] == "prometheus"
     assert view["allocatable"] == {"cpu": "16"} and view["free"] == {"cpu": "13"}  # 15 − 2, not 15 − 1 − 2
     # Once the reading shows the second one too, nothing is subtracted on top of it.
     reading.update(free={"cpu": 13000}, attempts=[[shown, 1], [unseen, 1]])
     with dispatcher.sessions.begin() as session:
-        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(timezone.utc))
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
     assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["free"] == {"cpu": "13"}
     # A reading older than the staleness bound is not trusted: the agent's report is used.
     with dispatcher.sessions.begin() as session:
-        cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=timezone.utc))
+        cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=UTC))
     assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["capacitySource"] == "agent"
     agent.close()
 
@@ -669,7 +672,8 @@ def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batche
     from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import _HEARTBEAT, MAX_BATCH, Agent, AgentSettings
     agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
-    ack = lambda n: agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
+    def ack(n):
+        return agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
     out, batches = queue.Queue(), threading.Event()
     for item in (ack(1), ack(2), _HEARTBEAT, ack(3), None):
         out.put(item)

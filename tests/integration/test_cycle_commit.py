@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
-from dispatcher.services import submitting
 from dispatcher.scheduler.cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.services import administering, submitting
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database
-from dispatcher.store import lifecycle
+from dispatcher.store import database, lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from tests.integration.test_spine import job_doc
@@ -33,7 +31,7 @@ class World:
                  classes: tuple[ServiceClassObject, ...] = (ServiceClassObject("standard", priority=500),)):
         self.db = database.connect(database.DatabaseSettings(url=db_url))
         self.sessions = sessionmaker(self.db.engine, expire_on_commit=False)
-        self.now = datetime.now(timezone.utc)
+        self.now = datetime.now(UTC)
         with self.sessions.begin() as session:
             administering.apply(session, "test", [*classes, QueueObject("default"), *[
                 ClusterObject(c, simulated=SimulatedSpec(1, NODE)) for c in clusters]])

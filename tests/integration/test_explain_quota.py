@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
-from dispatcher.services import submitting
 from dispatcher.scheduler.explaining import explain
-from dispatcher.store import database
-from dispatcher.store import lifecycle
+from dispatcher.services import administering, submitting
+from dispatcher.store import database, lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects, load_objects
 from tests.integration.test_spine import job_doc
@@ -36,7 +34,7 @@ def test_the_quota_verdict_counts_the_queues_running_jobs(db_url):
         with sessions.begin() as session:
             lifecycle.dispatch(session, [(i, "onprem") for i in running])
         [small], [big] = submit("1", 1), submit("2", 1)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with sessions() as session:
             def quota(job_id: int) -> str:
                 return explain(session, job_id, now, unreachable_after_s=5).quota

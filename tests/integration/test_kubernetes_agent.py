@@ -104,8 +104,9 @@ class Agents:
     def start(self, cluster: str) -> subprocess.Popen:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sluice", "agent", "run", "--cluster", cluster, "--dispatcher",
-             self.dispatcher.address, "--token-file", str(self.tmp_path / f"{cluster}.token"), "--backend", "kubernetes",
-             "--kubeconfig", str(self.tmp_path / f"{cluster}.kubeconfig"), "--context", cluster, "--metrics-listen", ""],
+             self.dispatcher.address, "--token-file", str(self.tmp_path / f"{cluster}.token"),
+             "--backend", "kubernetes", "--kubeconfig", str(self.tmp_path / f"{cluster}.kubeconfig"),
+             "--context", cluster, "--metrics-listen", ""],
             env=self.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         wait_until(lambda: _reachable(self.dispatcher.client, cluster), timeout=30,
@@ -238,7 +239,9 @@ def test_agent_run_kubernetes_refuses_a_bad_connection_config(tmp_path):
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: agent run --backend kubernetes: cannot load the default kubeconfig")
     (tmp_path / "kc").write_text('{"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}')
-    context = run_sluice(env, *common, "--backend", "kubernetes", "--kubeconfig", str(tmp_path / "kc"), "--context", "x")
-    assert context.returncode == 1 and f"error: agent run --backend kubernetes: cannot load {tmp_path / 'kc'}" in context.stderr
+    context = run_sluice(env, *common, "--backend", "kubernetes", "--kubeconfig", str(tmp_path / "kc"),
+                         "--context", "x")
+    assert context.returncode == 1 and (
+        f"error: agent run --backend kubernetes: cannot load {tmp_path / 'kc'}" in context.stderr)
     sim = run_sluice(env, *common, "--context", "x")
     assert sim.returncode == 2 and "--kubeconfig and --context are for --backend kubernetes" in sim.stderr

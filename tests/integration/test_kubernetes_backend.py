@@ -376,7 +376,8 @@ def test_final_attempts_are_removed_after_their_retention(start, fake):
 def test_capacity_report_tracks_nodes_and_every_pod(start, fake):
     backend, _ = start()
     other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "someone-else", "namespace": NS},
-             "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}}
+             "spec": {"containers": [{"name": "m", "image": "x",
+                                      "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}}
     fake.put(other)
     fake.run_pod(NS, "someone-else", "node-b")
     wait_until(lambda: backend.capacity().free.get("cpu") == 10000, what="a pod Sluice did not make counted")

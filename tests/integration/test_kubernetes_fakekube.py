@@ -45,7 +45,8 @@ def error(call, *args, **kwargs) -> tuple[int, dict]:
 def test_create_conflict_invalid_and_missing_namespace(api, fake):
     core, _ = api
     created = body(core.create_namespaced_pod("team", pod("a"), _preload_content=False))
-    assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"] and created["status"]["phase"] == "Pending"
+    assert (created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
+            and created["status"]["phase"] == "Pending")
     assert fake.tokens == {"fake-token"}
     status, answer = error(core.create_namespaced_pod, "team", pod("a"))
     assert (status, answer["reason"]) == (409, "AlreadyExists")
@@ -61,7 +62,8 @@ def test_create_conflict_invalid_and_missing_namespace(api, fake):
     schema["spec"]["containers"][0]["ports"] = [{"containerPort": "eighty"}]  # the OpenAPI schema says integer
     schema_body = json.dumps(schema)
     response = core.api_client.rest_client.request("POST", f"{fake.url}/api/v1/namespaces/team/pods",
-                                                   headers={"Content-Type": "application/json"}, body=json.loads(schema_body))
+                                                   headers={"Content-Type": "application/json"},
+                                                   body=json.loads(schema_body))
     response.read()
     assert response.status == 422 and "containerPort" in json.loads(response.data)["message"]
     assert fake.get("pods", "team", "c") is None and fake.get("pods", "team", "d") is None
@@ -74,7 +76,8 @@ def test_selectors(api, fake):
     fake.succeed_pod("team", "b")
 
     def names(**kwargs):
-        return sorted(p["metadata"]["name"] for p in body(core.list_pod_for_all_namespaces(_preload_content=False, **kwargs))["items"])
+        return sorted(p["metadata"]["name"]
+                      for p in body(core.list_pod_for_all_namespaces(_preload_content=False, **kwargs))["items"])
     assert names(label_selector="tier=web") == ["a"]
     assert names(label_selector="tier!=web") == ["b", "c"]
     assert names(label_selector="tier in (web,db)") == ["a", "b"]
@@ -145,7 +148,8 @@ def test_job_controller_and_foreground_deletion(api, fake):
         assert time.monotonic() < deadline, "foreground deletion did not finish"
         time.sleep(0.02)
     invalid = {**job, "metadata": {"name": "k"}}
-    invalid["spec"] = {**job["spec"], "template": {"spec": {"restartPolicy": "Always", "containers": [{"name": "m", "image": "x"}]}}}
+    invalid["spec"] = {**job["spec"], "template": {"spec": {"restartPolicy": "Always",
+                                                            "containers": [{"name": "m", "image": "x"}]}}}
     status, answer = error(batch.create_namespaced_job, "team", invalid)
     assert status == 422 and "restartPolicy" in answer["message"]
 

@@ -94,7 +94,8 @@ def test_dispatcher_refuses_a_schema_that_is_behind(empty_db_url):
 def test_cli_serve_refuses_then_migrate_fixes_it(empty_db_url):
     url = plain_url(empty_db_url)
     sluice = [sys.executable, "-m", "sluice"]
-    refused = subprocess.run(sluice + ["dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+    refused = subprocess.run(sluice + ["dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0",
+                                       "--metrics-listen", "127.0.0.1:0"],
                              capture_output=True, text=True, timeout=60, env=cli_env())
     assert refused.returncode == 1, refused
     lines = refused.stderr.splitlines()
@@ -112,7 +113,8 @@ def test_cli_serve_refuses_then_migrate_fixes_it(empty_db_url):
     assert again.stdout.strip() == f"schema {head} -> {head}"
 
     # Now it serves, and stops cleanly on Ctrl-C.
-    serve = subprocess.Popen(sluice + ["dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+    serve = subprocess.Popen(sluice + ["dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0",
+                                       "--metrics-listen", "127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     watchdog = threading.Timer(30, serve.kill)  # never hang the suite on a server that says nothing
     watchdog.start()

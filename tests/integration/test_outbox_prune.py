@@ -9,8 +9,8 @@ import time
 import pytest
 from sqlalchemy import text
 
-from dispatcher.store import cycle_reads
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.store import cycle_reads
 from dispatcher.store import outbox as outbox_store
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from tests.integration.scenarios import store_with
@@ -57,7 +57,8 @@ PLAIN = """SELECT o.id FROM outbox o JOIN clusters c ON c.name = o.cluster
 
 def _reads(session) -> tuple:
     """What is read of the outbox: commands in flight, the acked watermarks, the unacked commands."""
-    return (cycle_reads.capacity_reads(session).in_flight, {c: outbox_store.acked_through(session, c) for c in CLUSTERS},
+    return (cycle_reads.capacity_reads(session).in_flight,
+            {c: outbox_store.acked_through(session, c) for c in CLUSTERS},
             {c: [r.id for r in outbox_store.pending(session, c)] for c in CLUSTERS},
             {c: outbox_store.unacked_dispatches(session, c) for c in CLUSTERS})
 

@@ -12,24 +12,21 @@ from __future__ import annotations
 import json
 import random
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
-from dispatcher.services import reporting as reports
-from dispatcher.services import submitting
-from dispatcher.store.listening import Notifier
 from dispatcher.scheduler.cycle import LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.services import administering, submitting
+from dispatcher.services import reporting as reports
+from dispatcher.store import channels, database, lifecycle
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database
-from dispatcher.store import channels
-from dispatcher.store import lifecycle
+from dispatcher.store.listening import Notifier
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from tests.integration.test_spine import job_doc
@@ -54,7 +51,7 @@ class Story:
     def __init__(self, db_url: str):
         self.db = database.connect(database.DatabaseSettings(url=db_url, pool_size=3, pool_overflow=0))
         self.sessions = sessionmaker(self.db.engine, expire_on_commit=False)
-        self.now = datetime.now(timezone.utc)
+        self.now = datetime.now(UTC)
         self.free = {"c0": dict(NODE), "c1": dict(NODE)}
         with self.sessions.begin() as session:
             administering.apply(session, "test", [*CLASSES, *_queues(16000), *(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
 from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.services import administering
 from dispatcher.store import database
 from sluice.objects import default_objects, load_objects
 
@@ -27,7 +27,8 @@ def test_policy_objects_are_read_again_only_when_their_documents_change(db_url):
             assert config.refresh(session).classes is first  # nothing changed: nothing read again
         changes = [
             "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: team}\nspec: {guaranteed: {cpu: '4'}}\n",
-            "apiVersion: sluice.io/v1\nkind: ServiceClass\nmetadata: {name: batch}\nspec: {priority: 50, preemptible: false}\n",
+            ("apiVersion: sluice.io/v1\nkind: ServiceClass\nmetadata: {name: batch}\n"
+             "spec: {priority: 50, preemptible: false}\n"),
         ]
         for change in changes:
             with sessions.begin() as session:

@@ -12,10 +12,8 @@ import threading
 import time
 from typing import Self
 
-
 from sluice.quantity import parse_quantity
-from tests.integration.scenarios import (ACTIVE, CLASSES, FINAL, by_id, cluster, job, queue, ts, wait_final,
-                                         wait_for)
+from tests.integration.scenarios import ACTIVE, CLASSES, FINAL, by_id, cluster, job, queue, ts, wait_final, wait_for
 
 UNSEEN = re.compile(r"waiting behind \d+ jobs in queue \S+")
 

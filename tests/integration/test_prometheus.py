@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
 from devstack.embedded import Embedded, UpSettings
+from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
 from sluice.client import Client
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
@@ -72,8 +72,9 @@ def sim_view(sim) -> dict:
 
 @needs_prometheus
 def test_capacity_comes_from_prometheus_and_falls_back_to_the_agent(system):
-    shown = wait_for(lambda: (v := views(system.client)) and all(c["capacitySource"] == "prometheus" for c in v.values())
-                     and v, 30, "both clusters read from prometheus")
+    shown = wait_for(lambda: (v := views(system.client))
+                     and all(c["capacitySource"] == "prometheus" for c in v.values()) and v,
+                     30, "both clusters read from prometheus")
     for name, sim in system.sims.items():
         view = shown[name]
         assert {k: view[k] for k in ("allocatable", "free", "largestFreeNode")} == sim_view(sim), name

@@ -8,15 +8,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
+from dispatcher.services import administering, submitting
 from dispatcher.services import reporting as reports
-from dispatcher.services import submitting
-from sluice.wire import AttemptReport as Report
-from dispatcher.store import database
-from dispatcher.store import channels
-from dispatcher.store import lifecycle
+from dispatcher.store import channels, database, lifecycle
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects
+from sluice.wire import AttemptReport as Report
 from tests.integration.test_spine import job_doc
 
 

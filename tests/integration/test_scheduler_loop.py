@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 
-from dispatcher.services import administering
-from dispatcher.services import submitting
 from dispatcher.scheduler.cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.server import Dispatcher, ServerSettings
-from dispatcher.store import clusters as cluster_store
+from dispatcher.services import administering, submitting
 from dispatcher.store import channels
+from dispatcher.store import clusters as cluster_store
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.tokens import Principal
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
@@ -41,7 +40,7 @@ def _heard(sessions, free: dict) -> None:
     takes no jobs)."""
     with sessions.begin() as session:
         cluster_store.record_capacity(session, "c", {"allocatable": NODE, "free": free, "largestFreeNode": free},
-                                      0, datetime.now(timezone.utc))
+                                      0, datetime.now(UTC))
 
 
 def _submit(sessions, n: int) -> list[int]:
@@ -83,7 +82,7 @@ def test_a_cycle_says_whether_more_may_start_and_whether_it_left_any_job_queued(
         _world(d.sessions)
         _submit(d.sessions, 5)
         settings = SchedulerSettings(per_queue=2)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         # (dispatched, more: a queue had more jobs than it read, idle: it left no job queued)
         assert [(r.dispatched, r.more, r.idle) for r in (run_cycle(d.sessions, settings, now) for _ in range(3))] \
             == [(2, True, False), (2, True, False), (1, False, True)]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
 
 from dispatcher.policy.planning import ActiveNeeds, needed
-from dispatcher.scheduler.mapping import active_from_rows, heads_from_rows, candidate, class_policies
+from dispatcher.scheduler.mapping import active_from_rows, candidate, class_policies, heads_from_rows
 from dispatcher.store import cycle_reads
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from sluice.quantity import add
@@ -37,7 +37,7 @@ def _load(session, n: int, seed: int) -> None:
     """n jobs in every state that matters, of random queues, classes, shapes, clusters and maxRuntime."""
     rnd = random.Random(seed)
     priority = {c.name: c.priority for c in CLASSES}
-    for i in range(n):
+    for _ in range(n):
         cls = rnd.choice(sorted(priority))
         state = rnd.choice(("QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"))
         shape = rnd.choice(SHAPES)
@@ -90,7 +90,7 @@ def test_usage_and_filtered_active_attempts_are_their_plain_definitions(sessions
 def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
     with sessions.begin() as session:
         _load(session, 200, 3)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         heads, current = heads_from_rows(cycle_reads.queue_heads(session, 5), now.timestamp(), {7: ("c1",)})
         rows = session.execute(text(
             """SELECT h.* FROM queues q CROSS JOIN LATERAL (

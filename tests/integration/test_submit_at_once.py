@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
-from sqlalchemy import text
 import pytest
+from sqlalchemy import text
 
-from dispatcher.services import administering
-from dispatcher.services import group_commit, submitting
 from dispatcher.errors import InvalidRequest, PermissionDenied
+from dispatcher.services import administering, group_commit, submitting
+from dispatcher.store import channels, lifecycle
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import channels
-from dispatcher.store import lifecycle
 from sluice.objects import load_objects
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import ADMIN, ALICE, BOB, _specs, store  # noqa: F401 - a fixture
@@ -120,7 +118,7 @@ def _report(sessions, allocatable: dict, free: dict) -> None:
         for cluster in cluster_store.list_clusters(session):
             cluster_store.record_capacity(session, cluster.name, {"allocatable": allocatable, "free": free,
                                                                   "largestFreeNode": free},
-                                          0, datetime.now(timezone.utc))
+                                          0, datetime.now(UTC))
 
 
 def test_a_cluster_that_shrank_is_seen_by_the_next_write(store, at_once):
@@ -215,7 +213,8 @@ def test_a_group_postgres_refuses_at_once_fails_only_the_call_at_fault(store, at
     bad = job_doc(name="bad")
     bad["spec"]["podSets"][0]["template"]["metadata"]["annotations"]["x"] = float("nan")
     calls = [group_commit._Ticket(ADMIN, _specs(["b-1", "b-2"])),
-             group_commit._Ticket(ADMIN, submitting.parse([json.dumps(bad)])), group_commit._Ticket(ADMIN, _specs(["c"]))]
+             group_commit._Ticket(ADMIN, submitting.parse([json.dumps(bad)])),
+             group_commit._Ticket(ADMIN, _specs(["c"]))]
     submitter._write(calls)  # one group, as gathered calls are
     # The group's statement raised (so it is not in at_once); then each call alone, at once: the two good
     # ones wrote, the bad one's statement raised too.

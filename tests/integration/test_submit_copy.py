@@ -11,11 +11,17 @@ import psycopg
 import pytest
 
 from dispatcher.services import group_commit, submitting
-from dispatcher.store import channels
-from dispatcher.store import lifecycle
+from dispatcher.store import channels, lifecycle
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import (  # noqa: F401 - store is a fixture
-    ADMIN, ALICE, Calls, _specs, _wait_for, _waiting_locks, store)
+    ADMIN,
+    ALICE,
+    Calls,
+    _specs,
+    _wait_for,
+    _waiting_locks,
+    store,
+)
 
 
 def _table(libpq: str, sql: str, *args) -> list[tuple]:

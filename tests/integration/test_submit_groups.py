@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.services import administering
-from dispatcher.services import group_commit, submitting
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
+from dispatcher.services import administering, group_commit, submitting
+from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database
-from dispatcher.store import channels
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects, load_objects
 from tests.integration.test_spine import job_doc
@@ -40,7 +38,7 @@ def store(db_url):
         node = {"cpu": 64_000, "memory": 256 << 30}
         for cluster in cluster_store.list_clusters(session):  # every cluster has reported: sizes are judged
             report = {"allocatable": node, "free": node, "largestFreeNode": node}
-            cluster_store.record_capacity(session, cluster.name, report, 0, datetime.now(timezone.utc))
+            cluster_store.record_capacity(session, cluster.name, report, 0, datetime.now(UTC))
     yield sessions, db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     db.close()
 
@@ -210,7 +208,7 @@ def test_a_cluster_that_grew_is_seen_by_the_next_call(store):
     node = {"cpu": 128_000, "memory": 256 << 30}
     with sessions.begin() as session:
         cluster_store.record_capacity(session, "onprem", {"allocatable": node, "free": node, "largestFreeNode": node},
-                                      0, datetime.now(timezone.utc))
+                                      0, datetime.now(UTC))
     with pytest.raises(InvalidRequest, match="no cluster could ever run it"):
         submitter.submit(ADMIN, _specs(["bigger"], cpu="200"))
     assert submitter.submit(ADMIN, _specs(["big"], cpu="100"))

@@ -8,10 +8,9 @@ import json
 import psycopg
 import pytest
 
-from dispatcher.services import submitting
 from dispatcher.errors import InvalidRequest
-from dispatcher.store import copy_codec
-from dispatcher.store import lifecycle
+from dispatcher.services import submitting
+from dispatcher.store import copy_codec, lifecycle
 from sluice.spec import job_from_document
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import ADMIN, store  # noqa: F401 - store is a fixture

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
 from sluice import client as client_module
@@ -22,7 +23,6 @@ from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import default_objects
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
-from dispatcher.store import clusters as cluster_store
 from tests.integration.test_spine import job_doc
 
 

@@ -11,7 +11,7 @@ import os
 import pathlib
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import update
@@ -27,7 +27,6 @@ from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.quantity import parse_resources
 from sluice.v1 import agents_pb2, jobs_pb2
-
 from tests.integration.test_agent_link import ScriptedAgent
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -179,7 +178,7 @@ def recorded(db_url):
         alpha.report(ids["j3"], 1, "FAILED")
         beta.report(ids["j3"], beta.take_dispatch(ids["j3"]), "RUNNING", "SUCCEEDED")
 
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with d.sessions.begin() as session:
             for name, attempt, *_, started_h, finished_h, _held, _price in ATTEMPTS:
                 session.execute(update(Attempt).where(Attempt.job_id == ids[name], Attempt.attempt == attempt).values(
@@ -231,9 +230,9 @@ def check(found: dict, by: str, base: datetime, before: datetime, after: datetim
 
 @pytest.mark.parametrize("by", ["queue", "class", "cluster", "user"])
 def test_all_time_totals_are_the_sum_over_attempts(recorded, by):
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     found = recorded.clients["alice"].usage(since_s=0, by=by)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert found["by"] == by and found["currency"] == "USD" and found["since"] is None and found["until"]
     check(found, by, recorded.base_now, before, after, since_h=None)
     costs = [g["cost"] for g in found["groups"]]
@@ -254,9 +253,9 @@ def test_worked_numbers_by_queue(recorded):
 @pytest.mark.parametrize("by", ["queue", "class", "cluster", "user"])
 def test_a_window_clips_attempts_and_leaves_older_ones_out(recorded, by):
     # 11 hours back: j1 (12h..10h ago) counts for one hour only, j6 (40 days ago) not at all.
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     found = recorded.clients["alice"].usage(since_s=11 * 3600, by=by)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert found["since"] is not None
     check(found, by, recorded.base_now, before, after, since_h=11)
 
@@ -295,7 +294,8 @@ def test_cli_json_and_csv(recorded):
     burst = {b["queue"]: b for b in report["burst"]}
     assert set(burst) == {None, "vision", "nlp"} and {b["policy"] for b in burst.values()} == {"beta"}
     assert burst[None]["spentInWindow"] == pytest.approx(19.2) and burst[None]["attempts"] == 2
-    assert burst["vision"]["spentInWindow"] == pytest.approx(19.0) and burst["nlp"]["spentInWindow"] == pytest.approx(0.2)
+    assert (burst["vision"]["spentInWindow"] == pytest.approx(19.0)
+            and burst["nlp"]["spentInWindow"] == pytest.approx(0.2))
     assert (burst[None]["budgetPerDay"], burst[None]["budgetPerHour"], burst[None]["ratePerHour"]) == (None, None, 0)
     clusters = {g["group"]: g for g in report["groups"]}
     # alpha: j1 8.32 + j3 0.26 + j6 12 + j4 running about an hour × 2.02; beta: j2 19 + j3 0.2.
@@ -329,7 +329,7 @@ def test_cli_json_and_csv(recorded):
     # Today's spend counts the bursts dispatched today (the test dispatched them all today) that had not
     # finished before the UTC day began: the fixture moved their run times back, so in the first hours of a
     # day they finished yesterday (j2 half an hour before the base time, j3's second attempt three hours).
-    day = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     ended = {(row[0], row[1]): row[7] for row in ATTEMPTS}
     vision, nlp = (cost if recorded.base_now - timedelta(hours=ended[attempt]) >= day else 0.0
                    for cost, attempt in ((19.0, ("j2", 1)), (0.2, ("j3", 2))))

@@ -2,7 +2,7 @@
 clip an attempt, attempts that never started or still run, and resources no one priced."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -12,7 +12,7 @@ from dispatcher.policy import accounting
 from dispatcher.policy.accounting import AttemptRun, GroupUsage, Window, window
 from sluice.quantity import parse_resources
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 H = timedelta(hours=1)
 PRICES = {"alpha": {"cpu": 0.5, "memory": 0.01}, "beta": {"cpu": 0.2, "nvidia.com/gpu": 3.0}}
 MULTIPLIERS = {"standard": 1.0, "premium": 2.0}

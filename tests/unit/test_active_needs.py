@@ -14,9 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.policy.bursting import BurstRule
-from dispatcher.policy.planning import (Active, Candidate, ClassPolicy, Hold, VictimsNeeded, active_needs, needed,
-                                        plan_cycle)
 from dispatcher.policy.placing import ClusterState, QueuedJob
+from dispatcher.policy.planning import (
+    Active,
+    Candidate,
+    ClassPolicy,
+    Hold,
+    VictimsNeeded,
+    active_needs,
+    needed,
+    plan_cycle,
+)
 from dispatcher.policy.quotas import QueueQuota
 from sluice.quantity import add
 from tests.unit.test_planning import NOW, borrowed_scenes, heads_of, scenes

@@ -302,7 +302,8 @@ def _handler(service, module):
 
         def answers(*_, response=response):
             yield _filled(response())
-        kind = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
+        kind = {(False, False): grpc.unary_unary_rpc_method_handler,
+                (False, True): grpc.unary_stream_rpc_method_handler,
                 (True, False): grpc.stream_unary_rpc_method_handler,
                 (True, True): grpc.stream_stream_rpc_method_handler}[(method.client_streaming, method.server_streaming)]
         handlers[method.name] = kind(answers if method.server_streaming else answer,

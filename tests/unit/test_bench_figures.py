@@ -5,7 +5,7 @@ Recording runs on a temp copy of the real doc, with a Run built by hand (no benc
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -36,7 +36,7 @@ def runs_section(text: str) -> str:
 
 
 def run_at(minute: int, figs: list[figures.Figure], command: str = "python -m bench submit") -> figures.Run:
-    run = figures.Run(command, started=datetime(2030, 1, 2, 3, minute, tzinfo=timezone.utc))
+    run = figures.Run(command, started=datetime(2030, 1, 2, 3, minute, tzinfo=UTC))
     run.figures.extend(figs)
     run.configs["submit"] = {"clients": 8, "batch": 1000}
     run.load = {"submit": "0.5"}

@@ -288,7 +288,8 @@ def _kubectl_kustomize() -> str | None:
     if not kubectl:
         return None
     try:
-        out = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True, timeout=10, check=False).stdout
+        out = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True, timeout=10,
+                             check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"Kustomize Version: v(\d+)", out)

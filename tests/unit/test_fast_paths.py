@@ -132,8 +132,7 @@ def test_a_job_neither_preempts_nor_reserves_on_a_cluster_it_avoids():
     # A's last attempt could not start on x: evicting V there, or holding x for A, would free room A
     # cannot take. B, of A's shape and avoiding nothing, evicts V; the remembered search of A (which found
     # nothing) must not stop B's.
-    from dispatcher.policy.planning import Active
-    from dispatcher.policy.planning import _reservation_cluster
+    from dispatcher.policy.planning import Active, _reservation_cluster
     classes = {"critical": ClassPolicy("critical", 100, can_preempt=True),
                "batch": ClassPolicy("batch", 10, preemptible=True)}
     x = ClusterState("x", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 4 * CPU})

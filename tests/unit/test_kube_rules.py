@@ -26,7 +26,8 @@ def job(*pod_sets, queue="vision", **spec):
 def pod_set(name="worker", count=2, cpu=8, **pod_spec):
     return {"name": name, "count": count, "template": {
         "metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}},
-        "spec": {"containers": [{"name": "main", "image": "train:1", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
+        "spec": {"containers": [{"name": "main", "image": "train:1",
+                                 "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
                  **pod_spec}}}
 
 
@@ -38,8 +39,9 @@ def test_pods_workload_manifests_are_valid_named_and_labelled():
     first = plan.manifests[0]
     assert first["metadata"]["labels"] == {"team": "a", "sluice.io/job-id": "12", "sluice.io/attempt": "3",
                                            "sluice.io/pod-set": "worker", "app.kubernetes.io/managed-by": "sluice"}
-    assert first["metadata"]["annotations"] == {"note": "x", "sluice.io/gang-size": "3", "sluice.io/created-at": CREATED,
-                                                "sluice.io/max-runtime": "2h", "sluice.io/pod-index": "0"}
+    assert first["metadata"]["annotations"] == {"note": "x", "sluice.io/gang-size": "3",
+                                                "sluice.io/created-at": CREATED, "sluice.io/max-runtime": "2h",
+                                                "sluice.io/pod-index": "0"}
     assert first["spec"]["restartPolicy"] == "Never" and first["spec"]["activeDeadlineSeconds"] == 7200
     assert first["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "8", "memory": "1Gi"}
     assert plan.manifests[2]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "0.5"
@@ -66,8 +68,10 @@ def test_jobs_workload_is_one_indexed_job_per_pod_set_that_never_replaces_a_pod(
 
 
 @pytest.mark.parametrize("template_spec, cluster, words", [
-    ({"containers": [{"name": "m", "image": "x", "securityContext": {"privileged": True}}]}, {}, "privileged container 'm'"),
-    ({"initContainers": [{"name": "i", "image": "x", "securityContext": {"privileged": True}}]}, {}, "privileged container 'i'"),
+    ({"containers": [{"name": "m", "image": "x", "securityContext": {"privileged": True}}]}, {},
+     "privileged container 'm'"),
+    ({"initContainers": [{"name": "i", "image": "x", "securityContext": {"privileged": True}}]}, {},
+     "privileged container 'i'"),
     ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, {}, "hostPath volume 'root'"),
     ({"hostNetwork": True}, {}, "hostNetwork"),
     ({"hostPID": True}, {}, "hostPID"),
@@ -78,8 +82,10 @@ def test_jobs_workload_is_one_indexed_job_per_pod_set_that_never_replaces_a_pod(
 def test_forbidden_templates_are_refused(template_spec, cluster, words):
     spec = {"containers": [{"name": "m", "image": "x"}], **template_spec}
     with pytest.raises(Refused) as refused:
-        plan_attempt(1, 1, job({"name": "w", "count": 1, "template": {"spec": spec}}), ClusterSettings(**cluster), CREATED)
-    assert str(refused.value).startswith("refused by the cluster's pod policy: pod set w: ") and words in str(refused.value)
+        plan_attempt(1, 1, job({"name": "w", "count": 1, "template": {"spec": spec}}), ClusterSettings(**cluster),
+                     CREATED)
+    assert (str(refused.value).startswith("refused by the cluster's pod policy: pod set w: ")
+            and words in str(refused.value))
 
 
 def test_what_the_policy_allows():
@@ -104,7 +110,8 @@ def test_namespace_other_than_the_mapped_one_and_unmappable_queues_are_refused()
 
 def test_cluster_settings_come_from_the_cluster_document():
     document = {"apiVersion": "sluice.io/v1", "kind": "Cluster", "metadata": {"name": "k"}, "spec": {
-        "kubernetes": {"namespaces": {"vision": "ml"}, "createNamespaces": True, "gangStartTimeout": "90s", "workload": "jobs"},
+        "kubernetes": {"namespaces": {"vision": "ml"}, "createNamespaces": True, "gangStartTimeout": "90s",
+                       "workload": "jobs"},
         "podPolicy": {"allowHostPath": True, "serviceAccounts": ["trainer"]}}}
     settings = ClusterSettings.from_document(document)
     assert settings == ClusterSettings(namespaces={"vision": "ml"}, create_namespaces=True, gang_start_timeout_s=90.0,
@@ -150,14 +157,16 @@ def test_failures_carry_the_container_reason_and_exit_code():
                                 ks.CLEANUP_UNFINISHED)
     deadline = evaluate(pod("a", "Failed", reason="DeadlineExceeded"), pod("b", "Running"))
     assert (deadline.state, deadline.reason) == ("FAILED", "exceeded maxRuntime 2h")
-    crash = evaluate(pod("a", "Running", container={"restartCount": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+    crash = evaluate(pod("a", "Running", container={"restartCount": 7,
+                                                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
                                                     "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}}}),
                      pod("b", "Running"))
     assert (crash.state, crash.exit_code) == ("FAILED", 2) and "restarted 7 times, last exit code 2" in crash.reason
 
 
 def test_image_errors_fail_after_the_grace_invalid_names_at_once():
-    pulling = pod("a", container={"state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}})
+    pulling = pod("a", container={"state": {"waiting": {"reason": "ImagePullBackOff",
+                                                        "message": "pull access denied"}}})
     key = ks.waiting_key(pulling, "main", "ImagePullBackOff")
     assert evaluate(pulling, pod("b"), waiting_since={key: T0}, now=T0 + 29).state == "PENDING"
     late = evaluate(pulling, pod("b"), waiting_since={key: T0}, now=T0 + 30)
@@ -168,7 +177,8 @@ def test_image_errors_fail_after_the_grace_invalid_names_at_once():
 
 
 def test_gang_timeout_and_pods_deleted_outside_sluice():
-    late = evaluate(pod("a", "Running"), pod("b", scheduled="0/3 nodes are available: 3 Insufficient cpu."), now=T0 + 300)
+    late = evaluate(pod("a", "Running"), pod("b", scheduled="0/3 nodes are available: 3 Insufficient cpu."),
+                    now=T0 + 300)
     assert late == ks.Verdict("UNSCHEDULABLE", "the gang did not start within 5m: 1 of 2 pods running; pod b: "
                                                "0/3 nodes are available: 3 Insufficient cpu.", 0, ks.CLEANUP_ALL)
     assert evaluate(pod("a", "Running"), pod("b"), now=T0 + 299).state == "PENDING"
@@ -182,7 +192,8 @@ def test_capacity_counts_usable_nodes_and_active_pods():
         return {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable},
                 "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
                            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-    nodes = [node("a", "8"), node("b", "4"), node("cordoned", "64", unschedulable=True), node("down", "64", ready=False)]
+    nodes = [node("a", "8"), node("b", "4"), node("cordoned", "64", unschedulable=True),
+             node("down", "64", ready=False)]
     pods = [ks.PodUsage("a", {"cpu": 6000}, True), ks.PodUsage("b", {"cpu": 1000}, True),
             ks.PodUsage(None, {"cpu": 500}, True), ks.PodUsage("a", {"cpu": 2000}, False),
             ks.PodUsage("cordoned", {"cpu": 9000}, True)]

@@ -5,11 +5,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sluice.quantity import parse_resources
 from sluice.objects import (
-    KINDS, BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec, default_objects,
-    kind_named, load_objects, object_from_document,
+    KINDS,
+    BurstPolicyObject,
+    ClusterObject,
+    QueueObject,
+    ServiceClassObject,
+    SimulatedSpec,
+    default_objects,
+    kind_named,
+    load_objects,
+    object_from_document,
 )
+from sluice.quantity import parse_resources
 from sluice.spec import SpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -274,11 +282,14 @@ NAME_RULE = ("is not a valid name (lowercase letters, digits, '-', '_' and '.', 
      "'lots' is not a quantity (examples: '500m', '2', '32Gi', '1.5')"),
     (doc("Cluster", {"kubernetes": {"workload": "deployments"}}), "spec.kubernetes.workload",
      "must be one of pods, jobs, got string 'deployments'"),
-    (doc("Cluster", {"kubernetes": {"gangStartTimeout": "0s"}}), "spec.kubernetes.gangStartTimeout", "must be longer than 0s"),
+    (doc("Cluster", {"kubernetes": {"gangStartTimeout": "0s"}}), "spec.kubernetes.gangStartTimeout",
+     "must be longer than 0s"),
     (doc("Cluster", {"kubernetes": {"namespaces": {"vision": "ml_team"}}}), "spec.kubernetes.namespaces.vision",
      "'ml_team' is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)"),
-    (doc("Cluster", {"kubernetes": {"createNamespaces": "yes"}}), "spec.kubernetes.createNamespaces", "must be true or false, got string 'yes'"),
-    (doc("Cluster", {"podPolicy": {"serviceAccounts": "default"}}), "spec.podPolicy.serviceAccounts", "must be a list, got string 'default'"),
+    (doc("Cluster", {"kubernetes": {"createNamespaces": "yes"}}), "spec.kubernetes.createNamespaces",
+     "must be true or false, got string 'yes'"),
+    (doc("Cluster", {"podPolicy": {"serviceAccounts": "default"}}), "spec.podPolicy.serviceAccounts",
+     "must be a list, got string 'default'"),
     (doc("Cluster", {"podPolicy": {"allowHostPath": "no"}}), "spec.podPolicy.allowHostPath",
      "must be true or false, got string 'no'"),
     (doc("Cluster", {"simulated": {"node": {"cpu": 1}}}), "spec.simulated.nodes", "required"),

@@ -315,8 +315,10 @@ capacities = st.fixed_dictionaries({"cpu": capacity, "memory": capacity}, option
 amount = st.integers(0, 6).map(lambda n: n * 500)
 pods = st.fixed_dictionaries({"cpu": amount}, optional={"memory": amount, "nvidia.com/gpu": amount})
 pod_sets = st.lists(st.tuples(st.integers(1, 3), pods), min_size=1, max_size=2)
-tier_filters = st.one_of(nothing, nothing, nothing, st.lists(st.sampled_from(TIERS), min_size=1, max_size=2, unique=True).map(tuple))
-site_filters = st.one_of(nothing, nothing, nothing, st.lists(st.sampled_from(SITES), min_size=1, max_size=2, unique=True).map(tuple))
+tier_filters = st.one_of(nothing, nothing, nothing,
+                         st.lists(st.sampled_from(TIERS), min_size=1, max_size=2, unique=True).map(tuple))
+site_filters = st.one_of(nothing, nothing, nothing,
+                         st.lists(st.sampled_from(SITES), min_size=1, max_size=2, unique=True).map(tuple))
 cluster_tiers = st.sampled_from(TIERS + ("lab",))
 cluster_sites = st.sampled_from(SITES)
 unavailability = st.sampled_from(("", "", "", "unreachable"))

@@ -9,8 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.policy.placing import ClusterState, Place, QueuedJob
-from dispatcher.policy.planning import (PREEMPTION_HOLD_S, Active, Candidate, ClassPolicy, CyclePlan, Hold,
-                                        Preempt, plan_cycle)
+from dispatcher.policy.planning import (
+    PREEMPTION_HOLD_S,
+    Active,
+    Candidate,
+    ClassPolicy,
+    CyclePlan,
+    Hold,
+    Preempt,
+    plan_cycle,
+)
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 
 CPU = 1000  # milli-units per core

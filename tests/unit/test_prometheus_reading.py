@@ -1,13 +1,13 @@
 """Capacity from kube-state-metrics series: the pure arithmetic of dispatcher/capacity/prometheus.py."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from dispatcher.capacity.prometheus import PrometheusSettings, compute, resource_name
 
-NOW = datetime(2026, 11, 22, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def series(value, **labels):
@@ -27,7 +27,8 @@ def test_free_and_largest_node_from_series():
     requests = [series(6, node="n1", pod="a", resource="cpu"), series(2, node="n1", pod="a", resource="nvidia_com_gpu"),
                 series(1.5, node="n2", pod="b", resource="cpu"),
                 series(2, node="", pod="pending", resource="cpu")]  # pending: counts against the total only
-    r = compute(allocatable, [], [], requests, [series(1, label_sluice_io_job_id="7", label_sluice_io_attempt="2")], NOW)
+    r = compute(allocatable, [], [], requests, [series(1, label_sluice_io_job_id="7", label_sluice_io_attempt="2")],
+                NOW)
     assert r.allocatable == {"cpu": 16000, "memory": 64 * 2**30 * 1000, "nvidia.com/gpu": 8000}
     assert r.free == {"cpu": 6500, "memory": 64 * 2**30 * 1000, "nvidia.com/gpu": 6000}
     assert r.largest_free_node == {"cpu": 6500, "memory": 32 * 2**30 * 1000, "nvidia.com/gpu": 4000}
@@ -49,8 +50,8 @@ def test_bad_pod_labels_are_skipped():
 
 
 @pytest.mark.parametrize("ksm, name", [("cpu", "cpu"), ("memory", "memory"), ("nvidia_com_gpu", "nvidia.com/gpu"),
-                                       ("ephemeral_storage", "ephemeral-storage"), ("example_io_fpga", "example.io/fpga"),
-                                       ("hugepages_2Mi", "hugepages_2Mi")])
+                                       ("ephemeral_storage", "ephemeral-storage"),
+                                       ("example_io_fpga", "example.io/fpga"), ("hugepages_2Mi", "hugepages_2Mi")])
 def test_resource_names(ksm, name):
     assert resource_name(ksm) == name
 
@@ -59,7 +60,8 @@ def test_selector_goes_into_every_query_and_queries_can_be_overridden():
     s = PrometheusSettings(url="http://127.0.0.1:1", selector='{cluster="onprem-a"}',
                            queries={"pods": 'my_pods{{{sel}}}'})
     assert s.query("allocatable") == 'kube_node_status_allocatable{cluster="onprem-a"}'
-    assert 'kube_node_status_condition{cluster="onprem-a", condition="Ready", status="true"} == 0' == s.query("not_ready")
+    assert ('kube_node_status_condition{cluster="onprem-a", condition="Ready", status="true"} == 0'
+            == s.query("not_ready"))
     assert s.query("pods") == 'my_pods{cluster="onprem-a"}'
     assert PrometheusSettings(url="x").query("allocatable") == 'kube_node_status_allocatable{__name__!=""}'
 
@@ -67,11 +69,12 @@ def test_selector_goes_into_every_query_and_queries_can_be_overridden():
 def test_settings_from_a_cluster_document():
     s = PrometheusSettings.from_document({"url": "http://p:9090", "selector": '{c="a"}', "timeout": "2",
                                           "headers": {"Authorization": "Bearer t"}})
-    assert (s.url, s.selector, s.timeout_s, s.headers) == ("http://p:9090", '{c="a"}', 2.0, {"Authorization": "Bearer t"})
+    assert (s.url, s.selector, s.timeout_s, s.headers) == ("http://p:9090", '{c="a"}', 2.0,
+                                                           {"Authorization": "Bearer t"})
 
 
 def test_an_unreachable_prometheus_is_a_prometheus_error():
-    from dispatcher.capacity.prometheus import PrometheusError, read
     from devstack.prometheus import free_port
+    from dispatcher.capacity.prometheus import PrometheusError, read
     with pytest.raises(PrometheusError):
         read(PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=1, retries=0))

@@ -6,8 +6,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.quantity import (
-    MAX_MILLI, QuantityError, add, fits, format_duration, format_duration_exact, format_quantity, format_resources,
-    parse_duration, parse_quantity, parse_resources, shortfall, subtract,
+    MAX_MILLI,
+    QuantityError,
+    add,
+    fits,
+    format_duration,
+    format_duration_exact,
+    format_quantity,
+    format_resources,
+    parse_duration,
+    parse_quantity,
+    parse_resources,
+    shortfall,
+    subtract,
 )
 
 

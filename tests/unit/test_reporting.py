@@ -10,8 +10,19 @@ from hypothesis import strategies as st
 
 from dispatcher.policy.reporting import JobView, Outcome, on_report
 from dispatcher.policy.states import (
-    ACTIVE, CANCELLED, DISPATCHED, FAILED, FINAL, QUEUED, RUNNING, STATES, SUCCEEDED, TRANSITIONS,
-    IllegalTransition, check, retry_decision,
+    ACTIVE,
+    CANCELLED,
+    DISPATCHED,
+    FAILED,
+    FINAL,
+    QUEUED,
+    RUNNING,
+    STATES,
+    SUCCEEDED,
+    TRANSITIONS,
+    IllegalTransition,
+    check,
+    retry_decision,
 )
 
 AGENT_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "LOST", "UNSCHEDULABLE")

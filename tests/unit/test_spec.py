@@ -10,8 +10,15 @@ from hypothesis import strategies as st
 
 from sluice import spec as spec_module
 from sluice.spec import (
-    JobSpec, Placement, PodSet, SpecError, job_from_document, load_jobs, parse_documents,
-    parse_numbered_documents, pod_requests,
+    JobSpec,
+    Placement,
+    PodSet,
+    SpecError,
+    job_from_document,
+    load_jobs,
+    parse_documents,
+    parse_numbered_documents,
+    pod_requests,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -136,7 +143,8 @@ def test_to_document_is_canonical():
         "apiVersion": "sluice.io/v1", "kind": "Job",
         "metadata": {"name": "train", "labels": {}},
         "spec": {"queue": "vision", "priority": 0,
-                 "podSets": [{"name": "worker", "count": 2, "template": sluice_doc()["spec"]["podSets"][0]["template"]}],
+                 "podSets": [{"name": "worker", "count": 2,
+                              "template": sluice_doc()["spec"]["podSets"][0]["template"]}],
                  "placement": {"clusterSelector": {}, "tiers": [], "sites": []},
                  "maxRetries": 2, "maxRuntime": "90m"}}
 

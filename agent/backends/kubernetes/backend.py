@@ -396,7 +396,8 @@ class KubernetesBackend:
         metadata = obj.get("metadata") or {}
         at = _rfc3339(status.at).split(".")[0] + "Z"
         event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{metadata.get('name', 'sluice')}.", "namespace": metadata.get("namespace")},
+                 "metadata": {"generateName": f"{metadata.get('name', 'sluice')}.",
+                              "namespace": metadata.get("namespace")},
                  "involvedObject": {"apiVersion": "batch/v1" if "completions" in (obj.get("spec") or {}) else "v1",
                                     "kind": "Job" if "completions" in (obj.get("spec") or {}) else "Pod",
                                     "name": metadata.get("name"), "namespace": metadata.get("namespace"),

@@ -127,7 +127,8 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
             problems.append(f"pod set {name}: {problem}")
         restart = (template.get("spec") or {}).get("restartPolicy")
         if restart not in (None, "Never", "OnFailure"):
-            problems.append(f"pod set {name}: restartPolicy {restart!r} never lets a pod finish (use Never or OnFailure)")
+            problems.append(f"pod set {name}: restartPolicy {restart!r} never lets a pod finish "
+                            "(use Never or OnFailure)")
         prepared.append((name, count, template))
     if problems:
         raise Refused("refused by the cluster's pod policy: " + "; ".join(problems))

@@ -152,7 +152,8 @@ def _pod_failure(pod: dict, now: float, restart_limit: int, pull_grace_s: float,
     statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
     if phase(pod) == "Failed":
         terminated = [(c.get("name", "?"), (c.get("state") or {}).get("terminated") or {}) for c in statuses]
-        ended = [(n, t) for n, t in terminated if t and t.get("exitCode", 0) != 0] or [(n, t) for n, t in terminated if t]
+        ended = ([(n, t) for n, t in terminated if t and t.get("exitCode", 0) != 0]
+                 or [(n, t) for n, t in terminated if t])
         exit_code = int(ended[0][1].get("exitCode", 0)) if ended else 0
         if status.get("reason") == "DeadlineExceeded":
             limit = (_meta(pod).get("annotations") or {}).get(ko.ANNOTATION_MAX_RUNTIME)
@@ -162,7 +163,8 @@ def _pod_failure(pod: dict, now: float, restart_limit: int, pull_grace_s: float,
             container, terminated_state = ended[0]
             reason = (f"pod {name} failed: container {container} exited with code {exit_code} "
                       f"({terminated_state.get('reason') or 'Error'})")
-            return Verdict(FAILED, _with_message(reason, terminated_state.get("message")), exit_code, CLEANUP_UNFINISHED)
+            return Verdict(FAILED, _with_message(reason, terminated_state.get("message")), exit_code,
+                           CLEANUP_UNFINISHED)
         reason = f"pod {name} failed: {status.get('reason') or 'Failed'}"
         return Verdict(FAILED, _with_message(reason, status.get("message")), 0, CLEANUP_UNFINISHED)
     for container in statuses:
@@ -220,7 +222,8 @@ def evaluate(pods: list[dict], jobs: list[dict], *, now: float, gang_timeout_s: 
                   f"{len(started)} of {expected} pods running")
         for pod in sorted(live, key=name_of):
             if phase(pod) == "Pending":
-                scheduled = next((c for c in _status(pod).get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+                scheduled = next((c for c in _status(pod).get("conditions") or []
+                                  if c.get("type") == "PodScheduled"), {})
                 if scheduled.get("status") == "False" and scheduled.get("message"):
                     reason += f"; pod {name_of(pod)}: {scheduled['message']}"
                     break

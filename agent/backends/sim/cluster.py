@@ -61,8 +61,8 @@ import os
 import pathlib
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from agent.backends.base import (
     FAILED,
