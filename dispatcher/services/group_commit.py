@@ -12,7 +12,6 @@ them to what `submitting.submit` writes for the same calls.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from dispatcher.errors import DispatcherError
@@ -26,7 +25,6 @@ WRITES = 2  # write transactions under way at once: one's rows go to Postgres wh
 # Jobs in a write from which it hands on before its insert (see Submitter._write): the writes that go by
 # COPY, which draw their ids before it, so the groups' ids still follow their order.
 HAND_ON_EARLY_FROM = lifecycle.COPY_FROM
-GATHER_S = 0.0003  # how long a write's leader waits for more calls (see Submitter)
 
 
 class Submitter:
@@ -37,10 +35,6 @@ class Submitter:
     write of many jobs, once its rows are made (validated and ready to insert): the next group then reads
     and validates while this one's rows go to Postgres. At most WRITES writes are under way at once; a
     leader waiting for one to end gathers every call queued meanwhile.
-
-    A leader finding fewer calls queued than the last write took waits GATHER_S first: those calls' clients
-    are sending again, and one write of several costs Postgres and this process less per job than several
-    writes. Under light load the last write took one call, and a lone call does not wait.
 
     Calls are parsed one at a time (`parse`): parsing is all Python, so parsing several at once gains
     nothing under the GIL, and every extra thread wanting the GIL delays the writer's return from each
@@ -56,8 +50,6 @@ class Submitter:
         self._kept = database.KeptConnection(sessions)  # small writes' autocommit connection (_write_at_once)
         self._parsing = threading.Lock()
         self._writes = threading.BoundedSemaphore(WRITES)
-        self._last_group = 0  # calls in the last group written
-        self.gather_s = GATHER_S
 
     def parse(self, specs_json: list[str]) -> list[JobSpec]:
         """`parse`, one call at a time."""
@@ -74,11 +66,8 @@ class Submitter:
             ticket.turn.wait()  # answered, or handed the next write
         if not ticket.answered:
             with self._writes:
-                if len(self._queued) < self._last_group:  # more are on their way back (see the class)
-                    time.sleep(self.gather_s)
                 with self._lock:
                     group, self._queued = self._queued, []
-                self._last_group = len(group)
                 handed = []
 
                 def hand_on() -> None:

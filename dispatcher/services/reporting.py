@@ -62,7 +62,6 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
             continue
         if outcome.to is None:
             continue
-        states.check(job.state, outcome.to)
         events.append((report.job_id, job.attempt, job.state, outcome.to, outcome.reason, job.cluster))
         change = changed.setdefault(report.job_id, {"started": False, "finished": False, "requeued": False})
         change.update(state=outcome.to, reason=outcome.reason)

@@ -24,8 +24,8 @@ def notify(session: Session, channel: str, payload: str = "") -> None:
 
 def submit_wake(queue: str, class_priority: int, priority: int, job_id: int) -> str:
     """The wake-up of a submit to `queue`: its name, then the place of its best new job in the queue's
-    order (class priority and priority, higher first, then id), which scheduler.Parking compares with
-    the heads it parked."""
+    order (class priority and priority, higher first, then id), which scheduler.parking.Parking
+    compares with the heads it parked."""
     return f"{queue} {class_priority} {priority} {job_id}"
 
 
@@ -41,8 +41,8 @@ NOTIFY_SQL = "SELECT pg_notify(n.c, n.p) FROM unnest(%(c)s::text[], %(p)s::text[
 
 
 def notes_params(notes: list[tuple[str, str]]) -> dict:
+    """NOTIFY_SQL's parameters for these (channel, payload) pairs."""
     return {"c": [c for c, _ in notes], "p": [p for _, p in notes]}
-
 
 
 def parse_wake(payload: str) -> tuple[str, tuple[int, int, int] | None]:

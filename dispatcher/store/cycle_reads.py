@@ -86,8 +86,6 @@ def recently_unschedulable(session: Session, job_ids: list[int], within_s: float
     return {r[0]: tuple(sorted(r[1])) for r in rows}
 
 
-
-
 def _in_flight_sums(rows) -> dict[str, dict[str, int]]:
     """Per cluster, the requests summed of the active attempts whose dispatch command came after its latest
     capacity report, from the rows of _IN_FLIGHT (read with the cluster rows: `capacity_reads`).
@@ -113,7 +111,6 @@ _IN_FLIGHT = f"""SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM cluster
                                      AND jobs.state IN {_ACTIVE} OFFSET 0) j
                CROSS JOIN LATERAL jsonb_each_text(j.requests) r
                GROUP BY c.name, r.key"""
-
 
 
 def active_usage(session: Session) -> list[tuple[str, dict, int]]:

@@ -78,7 +78,6 @@ def ended_by_report(session: Session, pairs: list[tuple[int, int]]) -> set[tuple
         {"jobs": jobs, "attempts": attempts})}
 
 
-
 def existing_ids(session: Session, job_ids: list[int]) -> set[int]:
     """Which of these job ids exist."""
     if not job_ids:
@@ -91,7 +90,6 @@ def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
     return [(r.attempt, r.burst) for r in session.execute(
         select(Attempt.attempt, Attempt.burst).where(Attempt.job_id == job_id, Attempt.burst.is_not(None))
         .order_by(Attempt.attempt))]
-
 
 
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:

@@ -155,7 +155,6 @@ def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
     return ids
 
 
-
 def transition(session: Session, job: Job, to: str, reason: str, **values) -> None:
     """Move one job from its current state to `to`, compare-and-set, with its event.
 
@@ -195,8 +194,11 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
     cluster) of every transition, in order: each becomes a job event. attempts: per (job, attempt),
     (started, end state, reason, exit code): started marks it RUNNING from now; an end state ("" for
     none) ends it, unless it already ended. wake: the scheduler is woken too, with this payload.
-    Returns the seconds from each started attempt's dispatch to now.
+    Returns the seconds from each started attempt's dispatch to now. Raises IllegalTransition, writing
+    nothing, when an event's move is not in the state table.
     """
+    for _job, _attempt, from_state, to_state, *_rest in events:
+        states.check(from_state, to_state)
     ids = list(changed)
     keys = list(attempts)
     notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
@@ -251,7 +253,6 @@ _TRANSITIONS = f"""
         ORDER BY n),
     marked AS ({_MARK_ATTEMPTS})
     SELECT array(SELECT waited FROM marked WHERE started), (SELECT count(*) FROM ({NOTIFY_SQL}) n)"""
-
 
 
 def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,

@@ -45,7 +45,6 @@ def attempt_runs(session: Session, *, ended_after: datetime | None = None) -> li
     return session.execute(stmt).all()
 
 
-
 def burst_attempts(session: Session, since: datetime | None) -> list[Row]:
     """Attempts sent to paid clusters by a burst decision that are still running or finished since `since`
     (None: every one)."""

@@ -128,13 +128,11 @@ def test_calls_waiting_together_share_one_transaction_and_keep_their_own_answers
         assert conn.execute("SELECT count(*) FROM job_events WHERE to_state = 'QUEUED'").fetchone()[0] == 7
 
 
-def test_a_leader_waits_for_more_calls_only_while_fewer_are_queued_than_its_last_write_took(store):
-    """Clients answered by a write of several calls send again at once: the next leader, finding fewer
-    queued, waits gather_s for them (here 1 s, so that a call 0.2 s later is still gathered); once a write
-    took one call, a lone call does not wait."""
+def test_calls_queued_behind_a_write_go_together_and_a_lone_call_goes_at_once(store):
+    """Calls that queue while a write is under way are written together by the next write; a call that
+    finds no write under way is written at once, waiting for no other."""
     sessions, libpq = store
     submitter = group_commit.Submitter(sessions)
-    submitter.gather_s = 1.0
     calls = Calls(submitter)
     with psycopg.connect(libpq) as blocker:  # holds the first write, so that the next two queue together
         blocker.execute("LOCK TABLE service_classes IN ACCESS EXCLUSIVE MODE")
@@ -145,17 +143,13 @@ def test_a_leader_waits_for_more_calls_only_while_fewer_are_queued_than_its_last
         _wait_for(lambda: len(submitter._queued) == 2, "two calls to queue up")
         blocker.rollback()
     calls.join()
-    calls.start("c", ADMIN, _specs(["c"]))  # fewer queued than the last write's two: it waits for d
-    time.sleep(0.2)
-    calls.start("d", ADMIN, _specs(["d"]))
-    calls.join()
-    xmin = {label: {row[3] for row in _rows(libpq, calls.results[label])} for label in "abcd"}
-    assert xmin["a"] == xmin["b"] and xmin["c"] == xmin["d"] != xmin["a"], "the later call was not gathered"
-    submitter.submit(ADMIN, _specs(["e"]))  # waits (the last write took two), then writes one call alone
-    submitter.submit(ADMIN, _specs(["f"]))  # one queued, as many as the last write took: at once
+    xmin = {label: {row[3] for row in _rows(libpq, calls.results[label])} for label in ("first", "a", "b")}
+    assert xmin["a"] == xmin["b"] != xmin["first"], "the calls queued behind a write were not written together"
     began = time.monotonic()
-    submitter.submit(ADMIN, _specs(["g"]))
-    assert time.monotonic() - began < submitter.gather_s / 2, "a lone call waited for others"
+    first = submitter.submit(ADMIN, _specs(["c"]))
+    second = submitter.submit(ADMIN, _specs(["d"]))
+    assert time.monotonic() - began < 1.0, "a lone call waited for others"
+    assert {row[3] for row in _rows(libpq, first)} != {row[3] for row in _rows(libpq, second)}
 
 
 def test_a_call_that_fails_in_postgres_fails_alone(store):
