@@ -32,7 +32,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, make_wsgi_app
 
-disable_created_metrics()  # no `<name>_created` series (sluice_agent_attempts_created_created)
 COMMAND_KINDS = ("dispatch", "cancel")
 
 
@@ -41,6 +40,9 @@ class AgentMetrics:
 
     def __init__(self, cluster: str, *, unacked: Callable[[], int]) -> None:
         """unacked: called at every scrape, returns how many status reports await an ack."""
+        # No `<name>_created` series (sluice_agent_attempts_created_created); process-wide in
+        # prometheus_client, so set where the metrics are made, not on import.
+        disable_created_metrics()
         self.registry = CollectorRegistry()
         labels = {"cluster": cluster}
         self.connected = Gauge(

@@ -34,8 +34,6 @@ from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
 
 log = logging.getLogger(__name__)
-# No `<name>_created` series beside counters and histograms: they double every series for no use here.
-disable_created_metrics()
 
 # From a fast local dispatch to a job that waited hours for capacity.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -55,6 +53,9 @@ class DispatcherMetrics:
     """The in-process counters and histograms of one dispatcher, on its own registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
+        # No `<name>_created` series beside counters and histograms: they double every series for no use
+        # here. prometheus_client holds this per process; set where the metrics are made, not on import.
+        disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.dispatch_latency = Histogram(
             "sluice_dispatch_latency_seconds",
