@@ -496,7 +496,7 @@ class EndToEndConfig:
 
 
 def end_to_end(pg: Postgres, config: EndToEndConfig, run: Run) -> None:
-    from agent.backends.sim.cluster import ledger_duplicates
+    from agent.backends.sim.ledger import ledger_duplicates
 
     run.configs["e2e"] = {**asdict(config), "job": f"1 pod, 1 cpu, 2Gi, {config.duration}, class standard",
                           "server": SPLIT if config.split else

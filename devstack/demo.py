@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from agent.backends.sim.cluster import ledger_duplicates
+from agent.backends.sim.ledger import ledger_duplicates
 from devstack.embedded import Embedded, UpSettings
 from sluice.client import Client
 from sluice.config import ClientConfig

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from agent.backends.sim.cluster import ledger_duplicates
+from agent.backends.sim.ledger import ledger_duplicates
 from sluice.client import Client, ClientError
 from sluice.config import load
 

@@ -30,7 +30,8 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.backends.sim.cluster import SimCluster, SimConfig, ledger_duplicates
+from agent.backends.sim.cluster import SimCluster, SimConfig
+from agent.backends.sim.ledger import ledger_duplicates
 from agent.connection import Agent, AgentSettings
 from sluice.client import Client
 from sluice.config import ClientConfig

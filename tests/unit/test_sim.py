@@ -8,7 +8,9 @@ import time
 import pytest
 
 from agent.backends.base import FAILED, LOST, PENDING, RUNNING, SUCCEEDED, AttemptStatus, pod_requests
-from agent.backends.sim.cluster import SimCluster, SimConfig, first_fit, ledger_duplicates
+from agent.backends.sim.cluster import SimCluster, SimConfig
+from agent.backends.sim.ledger import ledger_duplicates
+from agent.backends.sim.packing import first_fit
 
 CPU = 1000  # milli-units per core
 NODE = {"cpu": 4 * CPU, "memory": 16 * 2**30 * 1000}

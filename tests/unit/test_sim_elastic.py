@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from agent.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, AttemptStatus
-from agent.backends.sim.cluster import SimCluster, SimConfig, nodes_to_request
+from agent.backends.sim.cluster import SimCluster, SimConfig
+from agent.backends.sim.packing import nodes_to_request
 from tests.unit.test_sim_metrics import (
     capacity_by_label,
     capacity_from_series,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import socket
 import threading
 from collections.abc import Iterator
@@ -224,3 +225,25 @@ class KubeApi:
                         sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+_RETRY_AFTER_MAX_S = 120.0  # a longer Retry-After is taken as this
+
+
+class Backoff:
+    """Delays between retries of an API call or a watch: doubling up to `maximum`, with jitter, or what
+    the API server's Retry-After says (within reason)."""
+
+    def __init__(self, initial: float, maximum: float):
+        self.initial, self.maximum, self.current = initial, maximum, initial
+
+    def next(self, retry_after: float | None = None) -> float:
+        if retry_after is not None:  # the API server said how long: take it (within reason)
+            delay = min(max(retry_after, 0.0), _RETRY_AFTER_MAX_S)
+        else:
+            delay = self.current * random.uniform(0.8, 1.2)  # jitter: agents of many clusters do not align
+        self.current = min(self.current * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self.current = self.initial

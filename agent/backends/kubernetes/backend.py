@@ -34,7 +34,6 @@ from __future__ import annotations
 import collections
 import logging
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from agent.backends.base import (
     StatusCallback,
 )
 from agent.backends.kubernetes import status as ks
-from agent.backends.kubernetes.api import ApiSettings, KubeApi, KubeError
+from agent.backends.kubernetes.api import ApiSettings, Backoff, KubeApi, KubeError
 from agent.backends.kubernetes.objects import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -102,23 +101,6 @@ class _Track:
         return self.status is not None and self.status.state in FINAL_STATES
 
 
-class _Backoff:
-    def __init__(self, initial: float, maximum: float):
-        self.initial, self.maximum, self.current = initial, maximum, initial
-
-    def next(self, retry_after: float | None = None) -> float:
-        if retry_after is not None:  # the API server said how long: take it (within reason)
-            delay = min(max(retry_after, 0.0), _RETRY_AFTER_MAX_S)
-        else:
-            delay = self.current * random.uniform(0.8, 1.2)  # jitter: agents of many clusters do not align
-        self.current = min(self.current * 2, self.maximum)
-        return delay
-
-    def reset(self) -> None:
-        self.current = self.initial
-
-
-_RETRY_AFTER_MAX_S = 120.0
 _EVENT_REASONS = {UNSCHEDULABLE: "SluiceGangStartTimeout", FAILED: "SluiceAttemptFailed", LOST: "SluiceAttemptLost"}
 
 
@@ -483,7 +465,7 @@ class KubernetesBackend:
 
     # -- calls with backoff ------------------------------------------------------------------------
     def _retrying(self, call):
-        backoff = _Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
+        backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
         for attempt in range(self.settings.call_attempts):
             try:
                 return call()
@@ -499,7 +481,7 @@ class KubernetesBackend:
 
     # -- watches -----------------------------------------------------------------------------------
     def _watch_loop(self, plural: str, selector: str | None) -> None:
-        backoff = _Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
+        backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
         version = ""
         while not self._stop.is_set():
             try:

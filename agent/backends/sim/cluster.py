@@ -46,10 +46,7 @@ Time scale: `SimConfig.time_scale` multiplies every simulated duration (pod run 
 `provisioning_delay`, `scale_down_after`), so a scaled-down run keeps the same shape as the real one.
 Reasons quote the unscaled `maxRuntime` as the user wrote it.
 
-Ledger format (one line per record, appended, fsynced per batch):
-    created <job_id> <attempt> <pod_name>
-    ended <job_id> <attempt> <STATE> <exit_code>
-    deleted <job_id> <attempt>          (a non-final attempt was deleted; it vanishes on restore)
+The ledger (sim/ledger.py) records pods and attempt ends, so a restarted sim restores them.
 """
 from __future__ import annotations
 
@@ -76,7 +73,10 @@ from agent.backends.base import (
     StatusCallback,
     pod_requests,
 )
-from sluice.quantity import QuantityError, add, fits, parse_duration, subtract
+from agent.backends.sim.ledger import read_ledger
+from agent.backends.sim.packing import first_fit, nodes_to_request
+from agent.backends.sim.views import SimNodeView, SimPod, SimPodView, SimView
+from sluice.quantity import QuantityError, add, parse_duration, subtract
 
 logger = logging.getLogger(__name__)
 
@@ -130,97 +130,6 @@ class SimConfig:
             raise ValueError(f"SimConfig.scale_down_after must be at least 0 seconds, got {self.scale_down_after}")
 
 
-@dataclass(frozen=True)
-class SimPod:
-    """A read-only view of one simulated pod (for tests and the demo)."""
-
-    name: str
-    job_id: int
-    attempt: int
-    phase: str
-    node: str | None
-
-
-@dataclass(frozen=True)
-class SimNodeView:
-    """One node as kube-state-metrics would show it."""
-
-    name: str
-    allocatable: dict[str, int]  # milli-units per resource
-    schedulable: bool  # False when cordoned
-    ready: bool  # the Ready condition
-
-    @property
-    def usable(self) -> bool:
-        """New pods may bind here, and capacity() counts this node."""
-        return self.schedulable and self.ready
-
-
-@dataclass(frozen=True)
-class SimPodView:
-    """One pod as kube-state-metrics would show it."""
-
-    name: str
-    job_id: int
-    attempt: int
-    phase: str  # Pending, Running, Succeeded or Failed
-    node: str | None  # where it runs or ran; None while Pending (the sim binds and starts at once)
-    request: dict[str, int]  # effective requests (pod_requests), milli-units per resource
-
-
-@dataclass(frozen=True)
-class SimView:
-    """Nodes and pods taken under one lock, at one instant of the clock."""
-
-    nodes: tuple[SimNodeView, ...]
-    pods: tuple[SimPodView, ...]  # every pod of every non-final attempt, in creation order
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure helpers
-
-
-def first_fit(request: dict[str, int], free_per_node: list[dict[str, int]]) -> int | None:
-    """Index of the first node whose free resources hold the request, or None."""
-    for index, free in enumerate(free_per_node):
-        if fits(request, free):
-            return index
-    return None
-
-
-def nodes_to_request(requests: Iterable[dict[str, int]], node: dict[str, int], provisioning: int,
-                     room: int) -> int:
-    """How many new nodes the autoscaler asks for so that the given (unbound) requests fit.
-
-    The requests are packed first fit, in order, onto `provisioning` empty nodes already on their way
-    and then onto fresh empty ones, at most `room` of those. A request larger than an empty node is
-    skipped: no new node would ever hold it.
-    """
-    nodes = [dict(node) for _ in range(provisioning)]
-    added = 0
-    for request in requests:
-        if not fits(request, node):
-            continue
-        slot = first_fit(request, nodes)
-        if slot is None:
-            if added >= room:
-                continue  # a smaller request further on may still fit a node already counted
-            nodes.append(dict(node))
-            added += 1
-            slot = len(nodes) - 1
-        nodes[slot] = subtract(nodes[slot], request)
-    return added
-
-
-def ledger_duplicates(path: pathlib.Path | str) -> int:
-    """How many pod names a ledger records as created more than once (always 0 when correct)."""
-    counts: collections.Counter[str] = collections.Counter()
-    for record in _read_ledger(pathlib.Path(path)):
-        if record[0] == "created":
-            counts[record[3]] += 1
-    return sum(1 for count in counts.values() if count > 1)
-
-
 def _dicts(value: object) -> list[dict]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
@@ -240,27 +149,6 @@ def _exit_code(value: object) -> int:
         return int(str(value).strip())
     except ValueError:
         return 1
-
-
-def _read_ledger(path: pathlib.Path) -> Iterable[tuple]:
-    """Parsed ledger records; a torn or unknown line (a crash mid-write) is skipped."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in text.splitlines():
-        parts = line.split()
-        try:
-            if parts[0] == "created" and len(parts) == 4:
-                records.append(("created", int(parts[1]), int(parts[2]), parts[3]))
-            elif parts[0] == "ended" and len(parts) == 5 and parts[3] in FINAL_STATES:
-                records.append(("ended", int(parts[1]), int(parts[2]), parts[3], int(parts[4])))
-            elif parts[0] == "deleted" and len(parts) == 3:
-                records.append(("deleted", int(parts[1]), int(parts[2])))
-        except (IndexError, ValueError):
-            continue
-    return records
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,7 +644,7 @@ class SimCluster:
     def _restore(self, path: pathlib.Path) -> None:
         now = self._now
         restored: dict[tuple[int, int], _Attempt] = {}
-        for kind, job_id, attempt, *rest in _read_ledger(path):
+        for kind, job_id, attempt, *rest in read_ledger(path):
             key = (job_id, attempt)
             self._known.add(key)
             if kind == "created":

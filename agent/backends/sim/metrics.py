@@ -45,7 +45,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from agent.backends.sim.cluster import SimCluster, SimView
+from agent.backends.sim.cluster import SimCluster
+from agent.backends.sim.views import SimView
 from agent.metrics import MetricsServer, serve
 
 NAMESPACE = "sluice"
