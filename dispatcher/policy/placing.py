@@ -153,6 +153,11 @@ class Clusters(dict):
         super().__setitem__(name, cluster)
         self._changes.append(name)
 
+    def changes(self, mark: int) -> tuple[set[str], int]:
+        """The clusters replaced since `mark` (a value this returned before; 0: since the start), and the
+        mark to pass next time."""
+        return set(self._changes[mark:]), len(self._changes)
+
     def best(self, job: QueuedJob) -> Place | Wait:
         key = (tuple(sorted(job.requests.items())), tuple(sorted(job.largest_pod.items())),
                tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid)

@@ -23,6 +23,7 @@ stay within their guarantee, so they are never reclaimed in turn.
 from __future__ import annotations
 
 import heapq
+import math
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,12 @@ class Hold:
     kind: str  # reservation | preemption
     since: float
     victims: tuple[int, ...] = ()
+    # A reservation's expected start (epoch seconds), from the expected ends (maxRuntime) of what runs on
+    # its cluster; None when unknown. A job whose maxRuntime ends by then may use the held room; any other
+    # job is kept only from what the reserved job will still need then (`short`: its requests less what
+    # those ends free), as EASY backfill does.
+    starts_by: float | None = None
+    short: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,9 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
         borrowing = frozenset(q for q in usage if most.borrowing(q))
     timed = any(c.paid for c in clusters) and any(
         c.service_class in classes and classes[c.service_class].burst_allowed for c in candidates)
+    # A reservation's expected start, which lets shorter jobs use its room meanwhile, needs them too.
+    timed = timed or any(c.service_class in classes and classes[c.service_class].reservation_after_s is not None
+                         for c in candidates)
     return ActiveNeeds(unpaid, below, preemptible, borrowing, timed)
 
 
@@ -224,12 +234,18 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     burst = _Burst(list(rules), dict(spend or {}),
                    {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()},
                    any(c.paid for c in clusters), {} if remember_failed_searches else None)
+    jobs_by_id = {c.job.id: c.job for jobs in heads.values() for c in jobs}
+    for job_id, hold in out.holds.items():  # what ended or started since moves a reservation's expected start
+        if hold.kind == "reservation":
+            starts_by, short = _expected_start(jobs_by_id[job_id], state[hold.cluster], burst, now)
+            out.holds[job_id] = replace(hold, starts_by=starts_by, short=short)
     if not victims:
         running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
+    held = _HeldView(state)
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
-        _consider(order.take(queue), tree, state, running, classes, out, now, burst)
+        _consider(order.take(queue), tree, state, held, running, classes, out, now, burst)
         if placed is not None:
             placed(out.places, out.bursts)
         order.changed(queue)
@@ -320,32 +336,98 @@ class _FairOrder:
             heapq.heappush(self._heaps[self._parent[name]], (min(keys), version, name))
 
 
-def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job_id: int) -> dict[str, ClusterState]:
-    """The clusters as one job sees them: free less what is held for other jobs. A job that holds room
-    itself yields only to older holds, so the oldest holder can always start: holds never deadlock."""
-    own = holds.get(job_id)
+def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob, now: float
+          ) -> dict[str, ClusterState]:
+    """The clusters as one job sees them: free less what is held for other jobs (but reservations it
+    ends before, _may_use). A job that holds room itself yields only to older holds, so the oldest holder
+    can always start: holds never deadlock."""
+    own = holds.get(job.id)
     view = dict(state)
     for hold in holds.values():
-        if hold.job_id == job_id or hold.cluster not in view:
+        if hold.job_id == job.id or hold.cluster not in view or _may_use(hold, job, now):
             continue
         if own is None or (hold.since, hold.job_id) < (own.since, own.job_id):
-            view[hold.cluster] = take(view[hold.cluster], hold.requests)
+            view[hold.cluster] = take(view[hold.cluster], _kept(hold))
     return view
 
 
-def _consider(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
-              classes: dict[str, ClassPolicy], out: CyclePlan, now: float, burst: _Burst) -> None:
+class _HeldView:
+    """The clusters as every job that holds no room itself sees them (free less every hold), kept in step
+    with the cycle's state: a cycle has a few holds and may consider thousands of jobs, which then share
+    one view and its rankings (Clusters.best) instead of each making its own."""
+
+    def __init__(self, state: Clusters):
+        self._state = state
+        self._holds: tuple = ()
+        self._views: dict[tuple[int, ...], list] = {}  # per set of holds left out: [view, held room, mark]
+
+    def view(self, holds: dict[int, Hold], skip: tuple[int, ...] = ()) -> Clusters:
+        """The clusters less every hold but those of the jobs in `skip` (holds a job may use, _may_use)."""
+        state = self._state
+        key = tuple(map(id, holds.values()))  # holds are frozen: a hold made, moved or given up is a new object
+        if key != self._holds:
+            self._holds, self._views = key, {}
+        found = self._views.get(skip)
+        if found is None:
+            held: dict[str, dict[str, int]] = {}
+            for hold in holds.values():
+                if hold.cluster in state and hold.job_id not in skip:
+                    held[hold.cluster] = add(held.get(hold.cluster, {}), _kept(hold))
+            view = Clusters([_less(c, held) for c in state.values()], include=lambda c: not c.paid)
+            self._views[skip] = [view, held, state.changes(0)[1]]
+            return view
+        view, held, mark = found
+        changed, found[2] = state.changes(mark)
+        for name in changed:
+            view[name] = _less(state[name], held)
+        return view
+
+
+def _less(cluster: ClusterState, held: dict[str, dict[str, int]]) -> ClusterState:
+    room = held.get(cluster.name)
+    return take(cluster, room) if room else cluster
+
+
+def _may_use(hold: Hold, job: QueuedJob, now: float) -> bool:
+    """Whether `job` may use the room `hold` keeps: a reservation whose expected start the job's maxRuntime
+    ends by (it is stopped by then: the reserved job starts no later for it)."""
+    return hold.starts_by is not None and job.max_runtime_s is not None and now + job.max_runtime_s <= hold.starts_by
+
+
+def _kept(hold: Hold) -> dict[str, int]:
+    """What a hold keeps from a job that does not end before it starts (_may_use)."""
+    return hold.requests if hold.short is None else hold.short
+
+
+def _expected_start(job: QueuedJob, cluster: ClusterState, burst: _Burst, now: float
+                    ) -> tuple[float | None, dict[str, int] | None]:
+    """When the job is expected to fit the cluster, by the expected ends of what runs there, and what of
+    its requests the room freed by then does not cover; (None, None) when unknown."""
+    eta = bursting.unpaid_start(job, [replace(cluster, paid=False)], burst.ends, now)
+    if eta is None or eta == math.inf:
+        return None, None
+    freed: dict[str, int] = {}
+    for r in burst.ends.get(cluster.name, ()):
+        if r.ends_at is not None and r.ends_at <= now + eta:
+            freed = add(freed, r.requests)
+    return now + eta, {r: max(0, need - freed.get(r, 0)) for r, need in job.requests.items()}
+
+
+def _consider(c: Candidate, tree: QuotaTree, state: Clusters, held: _HeldView,
+              running: dict[str, list[Active]] | None, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
+              burst: _Burst) -> None:
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
         tree.charge(c.queue, own.requests, -1)  # its own held room does not count against it
-    _decide(c, tree, state, running, classes, out, now, burst)
+    _decide(c, tree, state, held, running, classes, out, now, burst)
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
         tree.charge(c.queue, own.requests)
 
 
-def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
-            classes: dict[str, ClassPolicy], out: CyclePlan, now: float, burst: _Burst) -> None:
+def _decide(c: Candidate, tree: QuotaTree, state: Clusters, held: _HeldView,
+            running: dict[str, list[Active]] | None, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
+            burst: _Burst) -> None:
     job = c.job
     over = tree.over_max(c.queue, job.requests)
     if over:
@@ -357,11 +439,13 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         if held is not None or not _preempt(c, tree, state, running, classes, out, now, burst.failed, quota=True):
             out.waits[job.id] = over
         return
-    if out.holds:
-        view = _view(state, out.holds, job.id)
+    if job.id in out.holds:  # it sees the room it holds itself, and only the older holds of others
+        view = _view(state, out.holds, job, now)
         decision = decide(job, _unpaid(view))
-    else:  # every job sees the same clusters: the fast, shape-ranked choice
-        view, decision = state, state.best(job)
+    else:  # every other job sees the same clusters: the fast, shape-ranked choice
+        view = held.view(out.holds, tuple(i for i, h in out.holds.items() if _may_use(h, job, now))) \
+            if out.holds else state
+        decision = view.best(job)
     if isinstance(decision, Place):
         _place(c, decision.cluster, tree, state, out)
         return
@@ -389,10 +473,12 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
         target = _reservation_cluster(job, {n: s for n, s in _unpaid(state).items() if n not in taken})
         if target is not None:
-            out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now)
+            starts_by, short = _expected_start(job, state[target], burst, now)
+            out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now, starts_by=starts_by,
+                                     short=short)
             out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s){note}"
             return
-    unheld = decide(job, _unpaid(state)) if out.holds else decision
+    unheld = state.best(job) if out.holds else decision
     if isinstance(unheld, Place):  # it would fit, but for someone's hold on that cluster
         blocker = next((h for h in out.holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
         if blocker is not None:
@@ -478,7 +564,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
         return reclaim and a.queue != c.queue and tree.borrowing(a.queue)
 
     best: tuple | None = None
-    view = _view(state, out.holds, c.job.id)
+    view = _view(state, out.holds, c.job, now)
     for cluster in matching(c.job, _unpaid(view).values()):
         if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
                 or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after

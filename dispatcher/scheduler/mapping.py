@@ -13,27 +13,30 @@ from dispatcher.policy.quotas import QueueQuota
 from dispatcher.services import budgets
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import cycle_reads
-from sluice.objects import object_from_document
+from sluice.objects import QueueObject, ServiceClassObject, object_from_document
 from sluice.quantity import parse_duration
+
+
+def quota_of(q: QueueObject) -> QueueQuota:
+    """A Queue object as the policy reads it."""
+    return QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight)
+
+
+def class_policy_of(c: ServiceClassObject) -> ClassPolicy:
+    """A ServiceClass object as the policy reads it."""
+    return ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s,
+                       c.burst_allowed, c.burst_after_s, c.price_multiplier)
 
 
 def queue_quotas(session) -> list[QueueQuota]:
     """The queue tree's quotas, from the Queue objects."""
-    out = []
-    for row in cluster_store.list_queues(session):
-        q = object_from_document(row.spec)
-        out.append(QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight))
-    return out
+    return [quota_of(object_from_document(row.spec)) for row in cluster_store.list_queues(session)]
 
 
 def class_policies(session) -> dict[str, ClassPolicy]:
     """Each service class as the policy reads it, by name."""
-    out = {}
-    for row in cluster_store.service_classes(session).values():
-        c = object_from_document(row.spec)
-        out[c.name] = ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s,
-                                  c.burst_allowed, c.burst_after_s, c.price_multiplier)
-    return out
+    return {name: class_policy_of(object_from_document(row.spec))
+            for name, row in cluster_store.service_classes(session).items()}
 
 
 def _seconds(text: str | None) -> float | None:

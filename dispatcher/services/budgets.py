@@ -14,17 +14,18 @@ from dispatcher.policy.bursting import Budget, BurstRule, Spend
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Session
-from sluice.objects import object_from_document
+from sluice.objects import BurstPolicyObject, object_from_document
+
+
+def rule_of(p: BurstPolicyObject) -> BurstRule:
+    """A BurstPolicy object as the policy reads it."""
+    return BurstRule(p.name, p.queues, p.service_classes, dict(p.cluster_selector), p.after_s,
+                     Budget(p.budget_per_hour, p.budget_per_day, dict(p.max_resources)),
+                     Budget(p.queue_budget_per_hour, p.queue_budget_per_day, dict(p.queue_max_resources)))
 
 
 def rules(session: Session) -> list[BurstRule]:
-    out = []
-    for row in cluster_store.burst_policies(session):
-        p = object_from_document(row.spec)
-        out.append(BurstRule(p.name, p.queues, p.service_classes, dict(p.cluster_selector), p.after_s,
-                             Budget(p.budget_per_hour, p.budget_per_day, dict(p.max_resources)),
-                             Budget(p.queue_budget_per_hour, p.queue_budget_per_day, dict(p.queue_max_resources))))
-    return out
+    return [rule_of(object_from_document(row.spec)) for row in cluster_store.burst_policies(session)]
 
 
 def day_start(now: datetime) -> datetime:

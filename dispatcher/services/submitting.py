@@ -200,11 +200,16 @@ class SubmitConfig:
         return shape
 
     def _default_class(self, listed: list[str]) -> str:
-        """The queue's first listed class; else `standard`; else the lowest-priority class there is."""
-        if listed:
-            return listed[0]
-        if "standard" in self.classes:
-            return "standard"
-        if not self.classes:
-            raise InvalidRequest("job: spec.serviceClass: required, no service classes are defined")
-        return min(self.classes, key=lambda name: (self.classes[name], name))
+        return default_class(listed, self.classes)
+
+
+def default_class(listed: list[str], classes: dict[str, int]) -> str:
+    """A job's class when it names none: its queue's first listed class; else `standard`; else the
+    lowest-priority class there is. `classes`: each class's priority, by name."""
+    if listed:
+        return listed[0]
+    if "standard" in classes:
+        return "standard"
+    if not classes:
+        raise InvalidRequest("job: spec.serviceClass: required, no service classes are defined")
+    return min(classes, key=lambda name: (classes[name], name))

@@ -1,0 +1,274 @@
+"""A replay in virtual time: jobs arrive when the trace says, a policy decides, jobs end after their run.
+
+Time jumps from one event to the next (an arrival, an end, or a moment when a waiting job's verdict can
+change by time alone: a reservation or burst threshold reached, a preemption hold expiring), so a replay
+costs O(decisions), not O(virtual seconds); nothing sleeps. At each moment the policy decides once the
+moment's events are in. The policies:
+
+- `sluice`: the production cycle (scheduler.cycle.plan_and_apply) on a MemoryCycle, with parking and
+  holds carried from cycle to cycle as the scheduler's loop carries them;
+- `fifo`: strict arrival order over every queue, no backfill: the first job that does not fit stops
+  everyone behind it;
+- `easy-backfill`: as Slurm's backfill: the first waiting job gets a reservation at the earliest time
+  the expected ends of what runs (requested run times) free enough room; a later job may start now
+  when it fits and does not delay that reservation (it ends before it, or uses only room the reserved
+  job will not need).
+
+The baselines use the unpaid clusters only (they know no burst policy) and the same node packing.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from dispatcher.policy.placing import TIER_ORDER, allowed_on
+from dispatcher.policy.planning import PREEMPTION_HOLD_S, ClassPolicy, Hold
+from dispatcher.scheduler.cycle import plan_and_apply
+from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.settings import SchedulerSettings
+from simulation.memory_cycle import MemoryCycle
+from simulation.world import DONE, QUEUED, UNRUNNABLE, SimCluster, SimJob, World
+from sluice.objects import ClusterObject
+from sluice.quantity import add, fits, subtract
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()  # virtual time 0, a Thursday midnight UTC
+POLICIES = ("sluice", "fifo", "easy-backfill")
+MAX_CYCLES_PER_MOMENT = 1_000  # a policy that keeps deciding at one moment is cut off (it would loop)
+
+
+@dataclass
+class Replayed:
+    """What a replay leaves: every job as it ended, and the busy resources over time."""
+
+    policy: str
+    jobs: list[SimJob]
+    busy: list[tuple[float, dict[str, int]]]  # (virtual time, what started jobs hold from then on)
+    cycles: int
+    burst_spend: float
+    reservations: int
+
+
+class _Sluice:
+    """Sluice's own cycle, as the scheduler's loop runs it."""
+
+    def __init__(self, world: World, policy: PolicyConfig, settings: SchedulerSettings, jobs: dict[int, SimJob]):
+        self.store = MemoryCycle(world, policy, settings.per_queue, EPOCH)
+        self.store.jobs = jobs
+        self.settings, self.policy = settings, policy
+        self.parking = Parking()
+        self.holds: dict[int, Hold] = {}
+        self.reserved: set[int] = set()  # jobs that ever held a reservation
+
+    def arrived(self, job: SimJob) -> None:
+        self.parking.touch(job.queue)
+
+    def ended(self, job: SimJob, t: float) -> None:
+        self.store.ended(job, t)
+
+    def decide(self, t: float) -> tuple[int, bool]:
+        """One cycle at virtual time t: (jobs dispatched or preempted, whether another cycle is due now)."""
+        self.store.now = t
+        result = plan_and_apply(self.store, self.settings, datetime.fromtimestamp(EPOCH + t, UTC),
+                                holds=self.holds, parking=self.parking)
+        self.holds = result.holds
+        self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
+        again = bool(result.preempted) or (bool(result.dispatched) and result.more) or self.parking.rewake()
+        return result.dispatched + result.preempted, again
+
+    def wake(self, t: float) -> float:
+        """The next moment a waiting head's verdict may change by time alone (math.inf: none)."""
+        due = math.inf
+        classes = self.policy.classes
+        for job in self.store.last_heads:
+            if job.state != QUEUED:
+                continue
+            cls = classes.get(job.service_class)
+            thresholds = [rule.after_s for rule in self.policy.rules]
+            if cls is not None:
+                thresholds += [cls.reservation_after_s, cls.burst_after_s]
+            for after in thresholds:
+                if after is not None and job.submit + after > t:
+                    due = min(due, job.submit + after)
+        for hold in self.holds.values():
+            if hold.kind == "preemption":
+                due = min(due, hold.since - EPOCH + PREEMPTION_HOLD_S)
+        return due if due > t else math.inf
+
+
+class _Fifo:
+    """Strict arrival order, no backfill."""
+
+    backfill = False
+
+    def __init__(self, world: World):
+        self.world = world
+        self.waiting: list[SimJob] = []  # arrival order
+        self.clusters = sorted((c for c in world.clusters.values() if not c.paid),
+                               key=lambda c: (TIER_ORDER.get(c.obj.tier, 9), c.name))
+        self.reserved: set[int] = set()
+
+    def arrived(self, job: SimJob) -> None:
+        self.waiting.append(job)
+
+    def ended(self, job: SimJob, t: float) -> None:
+        pass  # nothing it decided depends on an end but the room, which decide() reads
+
+    def _where(self, job: SimJob) -> SimCluster | None:
+        for c in self.clusters:
+            if fits(job.requests, c.free) and c.pack(job) is not None:
+                return c
+        return None
+
+    def decide(self, t: float) -> tuple[int, bool]:
+        started = 0
+        while self.waiting:
+            where = self._where(self.waiting[0])
+            if where is None:
+                break
+            self.world.dispatch(self.waiting.pop(0), where.name, t)
+            started += 1
+        if self.backfill and self.waiting:
+            started += self._backfill(t)
+        return started, False
+
+    def wake(self, t: float) -> float:
+        return math.inf
+
+    def _backfill(self, t: float) -> int:
+        return 0
+
+
+class _Easy(_Fifo):
+    """EASY backfill: the first waiting job's reservation is never delayed by a job started after it."""
+
+    backfill = True
+
+    def _shadow(self, head: SimJob, t: float) -> tuple[SimCluster, float, dict[str, int]] | None:
+        """Where and when the head can start at the earliest, by what runs' expected ends, and the room
+        left there then beyond the head's needs."""
+        best = None
+        for c in self.clusters:
+            if not fits(head.requests, c.allocatable):
+                continue
+            ends = sorted(((j.started + j.expected_s, j) for j in self.world.running.values()
+                           if j.cluster == c.name and j.started is not None), key=lambda e: e[0])
+            free = dict(c.free)
+            when = t
+            for end, j in ends:
+                if fits(head.requests, free):
+                    break
+                free = add(free, j.requests)
+                when = max(t, end)
+            if not fits(head.requests, free):
+                continue
+            if best is None or when < best[1]:
+                best = (c, when, subtract(free, head.requests))
+        return best
+
+    def _backfill(self, t: float) -> int:
+        head = self.waiting[0]
+        shadow = self._shadow(head, t)
+        self.reserved.add(head.id)
+        started = 0
+        i = 1
+        while i < len(self.waiting):
+            job = self.waiting[i]
+            where = self._where(job)
+            if where is None:
+                i += 1
+                continue
+            if shadow is not None and where is shadow[0]:
+                if t + job.expected_s <= shadow[1]:
+                    pass
+                elif fits(job.requests, shadow[2]):
+                    shadow = (shadow[0], shadow[1], subtract(shadow[2], job.requests))
+                else:
+                    i += 1
+                    continue
+            self.world.dispatch(self.waiting.pop(i), where.name, t)
+            started += 1
+        return started
+
+
+def _never_runs(job: SimJob, clusters: list[ClusterObject]) -> str | None:
+    """Why no cluster, even empty, could run the job; None if one could."""
+    reasons = []
+    for obj in clusters:
+        c = SimCluster(obj)
+        if not allowed_on(job.as_queued(), c.capacity().state):
+            continue
+        if not fits(job.requests, c.allocatable):
+            reasons.append(f"{c.name} has {c.allocatable} in all")
+        elif c.pack(job) is None:
+            reasons.append(f"its pods do not pack onto {c.name}'s nodes")
+        else:
+            return None
+    return "needs " + str(job.requests) + ": " + "; ".join(reasons) if reasons else "no cluster matches it"
+
+
+def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConfig, name: str, *,
+           settings: SchedulerSettings | None = None, progress: Callable[[int], None] | None = None) -> Replayed:
+    """Replay `jobs` (fresh SimJobs, by submit time) on `clusters` under policy `name` (one of POLICIES)."""
+    settings = settings or SchedulerSettings()
+    world = World(clusters, policy.classes, EPOCH)
+    by_id = {j.id: j for j in jobs}
+    if name == "sluice":
+        strategy = _Sluice(world, policy, settings, by_id)
+    elif name == "fifo":
+        strategy = _Fifo(world)
+    elif name == "easy-backfill":
+        strategy = _Easy(world)
+    else:
+        raise ValueError(f"unknown policy {name!r}: one of {', '.join(POLICIES)}")
+    for job in jobs:
+        job.reason = _never_runs(job, clusters) or ""
+        if job.reason:
+            job.state = UNRUNNABLE
+    arrivals = [j for j in jobs if j.state != UNRUNNABLE]
+    ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
+    busy: list[tuple[float, dict[str, int]]] = [(0.0, {})]
+    next_arrival, cycles, done, wake = 0, 0, 0, math.inf
+    while True:
+        t = min(arrivals[next_arrival].submit if next_arrival < len(arrivals) else math.inf,
+                ends[0][0] if ends else math.inf, wake)
+        if t == math.inf:
+            break
+        while ends and ends[0][0] <= t:
+            _, job_id, attempt = heapq.heappop(ends)
+            job = by_id[job_id]
+            if job.state == DONE or job.attempt != attempt or job.ends is None or job.ends > t:
+                continue  # an attempt that was evicted, or one that starts later
+            world.stop(job, t, requeue=False)
+            strategy.ended(job, t)
+            done += 1
+        while next_arrival < len(arrivals) and arrivals[next_arrival].submit <= t:
+            job = arrivals[next_arrival]
+            world.enqueue(job)
+            strategy.arrived(job)
+            next_arrival += 1
+        for _ in range(MAX_CYCLES_PER_MOMENT):
+            cycles += 1
+            _, again = strategy.decide(t)
+            if not again:
+                break
+        for job in world.take_started():
+            heapq.heappush(ends, (job.ends, job.id, job.attempt))
+        if busy[-1][1] != world.busy:
+            busy.append((t, dict(world.busy)))
+        wake = strategy.wake(t)
+        if progress is not None:
+            progress(done)
+    for job in jobs:
+        if job.state == QUEUED:
+            job.state = UNRUNNABLE
+            job.reason = f"never started: {job.reason or 'nothing it waited for came'}"
+    return Replayed(name, jobs, busy, cycles, getattr(strategy.store, "spent", 0.0) if name == "sluice" else 0.0,
+                    len(strategy.reserved))
+
+
+def class_of(policy: PolicyConfig, name: str) -> ClassPolicy:
+    return policy.classes[name]

@@ -1,0 +1,135 @@
+"""The scheduling cycle's store (scheduler.cycle.CycleStore) served from a simulated World.
+
+`plan_and_apply` runs here exactly as `sluice dispatcher serve` runs it on Postgres: the same inputs
+(policy, capacities, usage per queue, burst spend), the same heads (the first `per_queue` queued jobs of
+each queue in queue order), the same active attempts, and the plan's dispatches, preemptions and
+reasons carried out, on the World instead of in a transaction.
+"""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from dispatcher.policy import bursting
+from dispatcher.policy.planning import Active, ActiveNeeds, Candidate, CyclePlan, needed
+from dispatcher.scheduler.cycle import CycleInputs, Heads
+from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.store.lifecycle import Dispatched
+from simulation.world import SimJob, World
+
+DAY_S = 86_400.0
+
+
+class NoSink:
+    """Places are carried out by finish(), all at once: nothing is sent while the plan is made."""
+
+    sent = 0
+
+    def placed(self, places, bursts) -> None:
+        pass
+
+    def end(self) -> list[Dispatched]:
+        return []
+
+    def undo(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryCycle:
+    """A CycleStore over a World, for one replay. `epoch`: the epoch seconds of virtual time 0."""
+
+    def __init__(self, world: World, policy: PolicyConfig, per_queue: int, epoch: float):
+        self.world, self.policy, self.per_queue, self.epoch = world, policy, per_queue, epoch
+        self.jobs: dict[int, SimJob] = {}
+        self.bursts: list[bursting.BurstRun] = []  # every burst dispatched, for the budgets
+        self.burst_of: dict[int, int] = {}  # job -> its index in bursts while it runs there
+        self.spent = 0.0
+        self.last_heads: list[SimJob] = []  # the heads the last cycle read
+        self.now = 0.0  # the virtual time of the cycle being run (set by the replay before each cycle)
+
+    def _t(self, now: datetime) -> float:
+        return now.timestamp() - self.epoch
+
+    def inputs(self, now: datetime, *, all_heads: bool) -> CycleInputs:
+        world = self.world
+        capacities = tuple(c.capacity() for c in world.clusters.values())
+        usage = {q: u for q, u in world.usage.items() if any(u.values())}
+        spend = {}
+        if self.policy.rules:
+            t = now.timestamp()
+            spend = bursting.committed(self.bursts, t - (t - self.epoch) % DAY_S, t)
+        return CycleInputs(self.policy, capacities, usage, spend)
+
+    def heads(self, now: datetime, queues: list[str] | None) -> Heads:
+        t = self._t(now)
+        by_queue: dict[str, list[Candidate]] = {}
+        reasons: dict[int, str] = {}
+        per_queue: dict[str, int] = {}
+        read: list[SimJob] = []
+        for queue in (self.world.queued if queues is None else queues):
+            jobs = self.world.heads(queue, self.per_queue)
+            if not jobs:
+                continue
+            per_queue[queue] = len(jobs)
+            by_queue[queue] = [Candidate(j.as_queued(), queue, j.service_class, j.class_priority, j.priority,
+                                         t - j.submit, j.preempted_by) for j in jobs]
+            for j in jobs:
+                reasons[j.id] = j.reason
+            read += jobs
+        self.last_heads = read
+        return Heads(by_queue, reasons, per_queue, False)
+
+    def active(self, needs: ActiveNeeds, *, victims: bool) -> list[Active]:
+        return [a for a in self.world.actives.values() if needed(a, needs, victims=victims)]
+
+    def dispatch_ahead(self, clusters: list[str]) -> NoSink:
+        return NoSink()
+
+    def preempt(self, plan: CyclePlan) -> int:
+        t = None
+        for p in plan.preemptions:
+            victim = self.world.running.get(p.victim)
+            if victim is None or victim.cluster != p.cluster:
+                continue
+            t = t if t is not None else self.now
+            victim.preemptions += 1
+            victim.preempted_by = p.by
+            victim.reason = f"preempted by job {p.by}"
+            self._burst_ended(victim, t)
+            self.world.stop(victim, t, requeue=True)
+        return len(plan.preemptions)
+
+    def finish(self, plan: CyclePlan, sent: int, reasons: dict[int, str]) -> list[Dispatched]:
+        jobs = self.jobs
+        for job_id, reason in reasons.items():
+            jobs[job_id].reason = reason
+        t = self.now
+        at = datetime.fromtimestamp(self.epoch + t, UTC)
+        out = []
+        for place in plan.places[sent:]:
+            job = jobs[place.job_id]
+            job.reason = ""
+            self.world.dispatch(job, place.cluster, t)
+            burst = plan.bursts.get(job.id)
+            if burst is not None:
+                self.burst_of[job.id] = len(self.bursts)
+                self.bursts.append(bursting.BurstRun(burst.policy, job.queue, burst.rate_per_hour,
+                                                     burst.expected_cost, dict(job.requests), True,
+                                                     self.epoch + t, self.epoch + t, None))
+            out.append(Dispatched(job.id, job.attempt, place.cluster, 0,
+                                  datetime.fromtimestamp(self.epoch + job.submit, UTC), at))
+        return out
+
+    def _burst_ended(self, job: SimJob, t: float) -> None:
+        index = self.burst_of.pop(job.id, None)
+        if index is not None:
+            run = self.bursts[index]
+            self.bursts[index] = bursting.BurstRun(run.policy, run.queue, run.rate, run.expected, run.requests,
+                                                   False, run.dispatched_at, run.started_at, self.epoch + t)
+            self.spent += run.rate * (t + self.epoch - run.started_at) / 3600.0
+
+    def ended(self, job: SimJob, t: float) -> None:
+        """The replay's note that a job finished (its burst, if any, stops costing)."""
+        self._burst_ended(job, t)

@@ -1,0 +1,143 @@
+"""What a trace is replayed on: clusters, queues and classes (the objects `sluice up --config` reads), or,
+without a config, a mapping built from the trace itself; and each trace job as the replay's SimJob.
+
+The built mapping: one on-premises cluster of the trace's machine size (SWF: its MaxProcs as cpu, on
+one node, as the logs count processors; GPU traces: 8-GPU nodes, enough for 1.25 × the trace's mean
+demand and at least its largest job), one queue per user group (SWF) or virtual cluster (Philly) with
+equal weights, and one service class, `standard`, that reserves room for a job waiting at the head of
+its queue at once (as the baselines' EASY reservation does).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from dispatcher.policy.quotas import QueueQuota
+from dispatcher.scheduler.mapping import PolicyConfig, class_policy_of, quota_of
+from dispatcher.services.budgets import rule_of
+from dispatcher.services.submitting import default_class
+from simulation.world import SimJob
+from sluice.objects import (
+    AdminObject,
+    BurstPolicyObject,
+    ClusterObject,
+    QueueObject,
+    ServiceClassObject,
+    SimulatedSpec,
+)
+
+GPU = "nvidia.com/gpu"
+GPUS_PER_NODE = 8
+HEADROOM = 1.25  # the built GPU pool holds this many times the trace's mean demand
+_NOT_NAME = re.compile(r"[^a-z0-9_.-]+")
+
+
+class ScenarioError(ValueError):
+    """The config and the trace do not go together (a queue the trace needs is missing, ...)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    objects: tuple[AdminObject, ...]
+    built: bool  # made from the trace (no config given)
+    clusters: tuple[ClusterObject, ...]
+    policy: PolicyConfig
+    capacity: dict[str, int]  # every cluster's allocatable, summed
+
+    def entitled(self) -> dict[str, float]:
+        """Each leaf queue's entitled share: its weight among its siblings, times its parent's share."""
+        quotas = {q.name: q for q in self.policy.quotas}
+        siblings: dict[str | None, float] = {}
+        for q in quotas.values():
+            siblings[q.parent] = siblings.get(q.parent, 0.0) + q.weight
+
+        def share(q: QueueQuota) -> float:
+            own = q.weight / siblings[q.parent]
+            return own * share(quotas[q.parent]) if q.parent in quotas else own
+        parents = {q.parent for q in quotas.values()}
+        return {name: share(q) for name, q in quotas.items() if name not in parents}
+
+
+def queue_name(text: str) -> str:
+    """A trace's group or virtual cluster as a valid queue name."""
+    name = _NOT_NAME.sub("-", text.lower()).strip("-_.")
+    return name or "default"
+
+
+def queue_of(job, fmt: str) -> str:
+    """The queue a trace job goes to: its user group in an SWF log, its queue otherwise."""
+    return queue_name(job.group if fmt == "swf" else job.queue)
+
+
+def built_objects(trace) -> list[AdminObject]:
+    """The mapping made from the trace when no config is given (see the module's docstring)."""
+    queues = sorted({queue_of(j, trace.format) for j in trace.jobs}) or ["default"]
+    gpus = [j for j in trace.jobs if j.requests.get(GPU, 0) > 0]
+    if gpus:
+        span = max(1.0, max(j.submit_s for j in trace.jobs) - min(j.submit_s for j in trace.jobs))
+        demand = sum(j.requests[GPU] / 1000 * j.run_s for j in gpus) / span
+        biggest = max(j.requests[GPU] for j in gpus) / 1000
+        nodes = max(math.ceil(demand * HEADROOM / GPUS_PER_NODE), math.ceil(biggest / GPUS_PER_NODE), 1)
+        node = {GPU: GPUS_PER_NODE * 1000}
+    else:
+        cpus = trace.machine.get("cpu") if trace.machine else None
+        cpus = cpus or max((j.requests.get("cpu", 0) for j in trace.jobs), default=1000)
+        nodes, node = 1, {"cpu": cpus}
+    return [
+        ServiceClassObject("standard", priority=500, reservation_after_s=0.0),
+        *(QueueObject(q) for q in queues),
+        ClusterObject("onprem", tier="onprem", site="site-1", simulated=SimulatedSpec(nodes, node)),
+    ]
+
+
+def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
+    """The scenario of a replay: `objects` as `sluice up --config` reads them, else built from the trace."""
+    built = objects is None
+    objects = built_objects(trace) if built else list(objects)
+    clusters = tuple(o for o in objects if isinstance(o, ClusterObject))
+    if not clusters:
+        raise ScenarioError("the config names no Cluster: a replay needs at least one (with spec.simulated nodes)")
+    for c in clusters:
+        if c.simulated is None:
+            raise ScenarioError(f"Cluster {c.name}: spec.simulated is required to replay on it (nodes and node)")
+    queues = [o for o in objects if isinstance(o, QueueObject)]
+    classes = [o for o in objects if isinstance(o, ServiceClassObject)]
+    if not classes:
+        classes = [ServiceClassObject("standard", priority=500)]
+        objects.append(classes[0])
+    names = {q.name for q in queues}
+    needed = sorted({queue_of(j, trace.format) for j in trace.jobs} - names)
+    if needed:
+        raise ScenarioError(f"the trace's jobs go to queues the config does not define: {', '.join(needed[:10])}"
+                            + (f" and {len(needed) - 10} more" if len(needed) > 10 else "")
+                            + " (run without --config to see the mapping built from the trace)")
+    policy = PolicyConfig(digest="simulation", classes={c.name: class_policy_of(c) for c in classes},
+                          quotas=[quota_of(q) for q in queues],
+                          rules=[rule_of(o) for o in objects if isinstance(o, BurstPolicyObject)])
+    capacity: dict[str, int] = {}
+    for c in clusters:
+        for r, amount in c.simulated.node.items():
+            capacity[r] = capacity.get(r, 0) + amount * c.simulated.nodes
+    return Scenario(tuple(objects), built, clusters, policy, capacity)
+
+
+def sim_jobs(trace, scene: Scenario) -> list[SimJob]:
+    """Fresh SimJobs for one replay, ids 1.. in submit order (as a dispatcher numbers submits)."""
+    queues = {q.name: q for q in scene.objects if isinstance(q, QueueObject)}
+    priorities = {name: c.priority for name, c in scene.policy.classes.items()}
+    out = []
+    for i, j in enumerate(trace.jobs, start=1):
+        queue = queue_of(j, trace.format)
+        service_class = getattr(j, "service_class", None) or default_class(list(queues[queue].service_classes),
+                                                                           priorities)
+        requests: dict[str, int] = {}
+        largest: dict[str, int] = {}
+        for count, pod in j.pods:
+            for r, amount in pod.items():
+                requests[r] = requests.get(r, 0) + amount * count
+                largest[r] = max(largest.get(r, 0), amount)
+        run = j.run_s if j.requested_s is None else min(j.run_s, j.requested_s)  # killed at its limit
+        out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], tuple(j.pods),
+                          requests, largest, j.requested_s if j.requested_s else run, j.requested_s))
+    return out
