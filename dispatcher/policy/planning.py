@@ -9,7 +9,8 @@ queue. A job that cannot start:
   guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
 - no room, and its class may preempt (or its queue is within its guarantee and others borrow): evicts
   the smallest set of eligible jobs on one cluster and holds that room for itself (on the cluster, and
-  in its queue's quota, until it starts or the hold expires);
+  in its queue's quota, until it starts or the hold expires); a job that holds a reservation tries this
+  too (the preemption hold replaces the reservation), one that holds a preemption waits for its victims;
 - no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
   cheapest paid cluster that fits, within the policy's budgets; the decision is kept;
 - no room, and it has waited past its class's reservation time: holds room on its best cluster, so
@@ -370,8 +371,14 @@ def _decide(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runni
         victims = ", ".join(map(str, held.victims))
         out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for preempted jobs {victims} to stop"
         return
-    if held is None and _preempt(c, tree, state, running, classes, out, now, burst.failed):
+    if held is not None:  # a reservation: evicting may start it sooner than waiting for room
+        # It searches as a job holding nothing, so the younger preemption hold that replaces the
+        # reservation never counts on room another hold keeps.
+        del out.holds[job.id]
+    if _preempt(c, tree, state, running, classes, out, now, burst.failed):
         return
+    if held is not None:
+        out.holds[job.id] = held
     spilled = _burst(c, tree, view, running, classes, now, burst)
     if isinstance(spilled, BurstDecision):
         _place(c, spilled.cluster, tree, state, out)
@@ -448,7 +455,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     its class priority, whether
     it may preempt or reclaim, the job that evicted it, its queue (reclaim and maxima only), and on the
     clusters, holds, running jobs and queue usage, which change only with a placement, a preemption or a
-    hold made or given up (it is never run for a job that holds room itself)."""
+    hold made or given up (a job that holds a reservation gives it up for the search; a job holding a
+    preemption never searches)."""
     cls = classes.get(c.service_class)
     can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
     reclaim = tree.within_guarantee(c.queue, c.job.requests)
