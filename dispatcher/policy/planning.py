@@ -137,10 +137,8 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
     below = max((c.class_priority for c in candidates
                  if c.service_class in classes and classes[c.service_class].can_preempt), default=None)
     preemptible = frozenset(name for name, cls in classes.items() if cls.preemptible)
-    quotas = {q.name: q for q in queues}
-    reclaim = any(c.queue in quotas and all(need <= quotas[c.queue].guaranteed.get(r, 0)
-                                            for r, need in c.job.requests.items() if need > 0)
-                  for c in candidates)
+    unused = QuotaTree(queues, {})  # a head whose request alone passes its guarantee never reclaims
+    reclaim = any(unused.within_guarantee(c.queue, c.job.requests) for c in candidates)
     borrowing: frozenset[str] = frozenset()
     if reclaim:
         most = QuotaTree(queues, {})

@@ -4,6 +4,14 @@ Pure. A job counts against its queue and every ancestor from dispatch until it e
 queue (and so every queue below it); a resource a maximum does not name is unlimited. Use within the
 guarantee is the queue's own; use beyond it is borrowed from what others leave idle and can be
 reclaimed. Fair share is the weighted dominant-resource share, compared level by level from the root.
+
+A guarantee speaks only for the resources it names (`within`, used by every check): a queue borrows
+when it uses more than its guarantee of a resource the guarantee names, or, with no guarantee at all,
+when it uses anything. A job is within its queue's guarantee (and may reclaim from borrowers) when the
+queue has a guarantee, the job asks for some resource it names, and with the job every named resource
+stays within it; what it asks of unnamed resources is not limited by the guarantee. So a job admitted
+by reclaim leaves its queue not borrowing, and is never reclaimed in turn. To count every use of, say,
+GPUs as borrowed, name them at 0 (`nvidia.com/gpu: 0`).
 """
 from __future__ import annotations
 
@@ -19,6 +27,14 @@ class QueueQuota:
     guaranteed: dict[str, int] = field(default_factory=dict)
     max: dict[str, int] = field(default_factory=dict)
     weight: float = 1.0
+
+
+def within(guaranteed: dict[str, int], amounts: dict[str, int]) -> bool:
+    """Whether `amounts` stay within a guarantee: the one rule of borrowing and reclaim. A guarantee speaks
+    only for the resources it names (one named at 0 makes every use of it borrowed); without any, every use is."""
+    if not guaranteed:
+        return not any(amount > 0 for amount in amounts.values())
+    return all(amounts.get(r, 0) <= limit for r, limit in guaranteed.items())
 
 
 class QuotaTree:
@@ -90,20 +106,19 @@ class QuotaTree:
         return out
 
     def borrowing(self, queue: str) -> bool:
-        """The queue uses more than its guarantee of some resource: that excess can be reclaimed."""
+        """The queue uses more than its guarantee (see `within`): that use can be reclaimed."""
         quota = self.queues.get(queue)
-        guaranteed = quota.guaranteed if quota else {}
-        return any(amount > guaranteed.get(r, 0) for r, amount in self.used(queue).items() if amount > 0)
+        return not within(quota.guaranteed if quota else {}, self.used(queue))
 
     def within_guarantee(self, queue: str, requests: dict[str, int]) -> bool:
-        """Admitting `requests` keeps the queue inside its guarantee for every resource it asks for."""
+        """Admitting `requests` keeps the queue within its guarantee, and they ask for some resource it names:
+        such a job may reclaim, and leaves its queue not borrowing."""
         quota = self.queues.get(queue)
-        if quota is None:
+        if quota is None or not self._guaranteed or not quota.guaranteed:
             return False
-        if not self._guaranteed:
-            return all(need <= 0 for need in requests.values())
-        used = self.used(queue)
-        return all(used.get(r, 0) + need <= quota.guaranteed.get(r, 0) for r, need in requests.items() if need > 0)
+        if not any(need > 0 and r in quota.guaranteed for r, need in requests.items()):
+            return False
+        return within(quota.guaranteed, add(self.used(queue), requests))
 
     def share(self, name: str) -> float:
         """Dominant-resource share of the queue, divided by its weight."""

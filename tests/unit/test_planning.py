@@ -574,7 +574,7 @@ def test_reclaim_never_takes_from_a_queue_within_its_guarantee():
 
 def test_reclaim_never_takes_from_the_reclaiming_queue_itself():
     # a is within its cpu guarantee but borrows memory: its own jobs are still not evicted for it.
-    queues = [QueueQuota("a", guaranteed=res(cpu=32 * CPU))]
+    queues = [QueueQuota("a", guaranteed=res(cpu=32 * CPU, memory=0))]
     act = [running(1, "a", "x", cpu=8 * CPU, memory=GI), running(2, "a", "x", cpu=8 * CPU)]
     plan = run([head(10, "a", cpu=8 * CPU)], act, [cluster("x", act, cpu=16 * CPU, memory=64 * GI)], queues)
     assert plan.preemptions == []
@@ -611,6 +611,23 @@ def test_a_reclaimer_within_its_guarantee_gets_the_parents_max_back_from_a_borro
               [cluster("c", act, gpu=32 * GPU)], queues, holds=plan.holds)
     assert placed(nxt) == {10: "c"} and nxt.preemptions == [] and nxt.holds == {}
     assert nxt.waits[1].startswith("queue research (parent of nlp): nvidia.com/gpu 16/16 in use")
+
+
+def test_a_guarantee_that_does_not_name_memory_still_reclaims_for_a_job_asking_memory():
+    queues = [QueueQuota("a", guaranteed=res(cpu=6 * CPU)), QueueQuota("b")]
+    act = [running(1, "b", "x", cpu=4 * CPU, memory=4 * GI), running(2, "b", "x", cpu=4 * CPU, memory=4 * GI)]
+    plan = run([head(10, "a", cpu=2 * CPU, memory=GI)], act, [cluster("x", act, cpu=8 * CPU, memory=16 * GI)],
+               queues)
+    assert victims(plan) == [2]
+    assert plan.holds[10] == Hold(10, "x", res(cpu=2 * CPU, memory=GI), "preemption", NOW, (2,))
+
+
+def test_a_queue_using_only_what_its_guarantee_does_not_name_is_not_reclaimed_from():
+    queues = [QueueQuota("a", guaranteed=res(cpu=6 * CPU)), QueueQuota("b", guaranteed=res(cpu=8 * CPU))]
+    act = [running(1, "b", "x", cpu=8 * CPU, memory=8 * GI)]
+    plan = run([head(10, "a", cpu=2 * CPU, memory=GI)], act, [cluster("x", act, cpu=8 * CPU, memory=16 * GI)],
+               queues)
+    assert plan.preemptions == []
 
 
 # -- invariants over random inputs -------------------------------------------------------------------

@@ -187,8 +187,27 @@ def test_a_queue_borrows_when_it_uses_more_than_its_guarantee_of_any_resource():
     tree.charge("vision", res(gpu=GPU))
     assert tree.borrowing("vision")
     tree.charge("vision", res(gpu=GPU), -1)
-    tree.charge("vision", res(memory=GI))  # a resource it is guaranteed none of
-    assert tree.borrowing("vision")
+    tree.charge("vision", res(memory=GI))  # a resource its guarantee does not name: not limited by it
+    assert not tree.borrowing("vision")
+
+
+def test_a_guarantee_speaks_only_for_the_resources_it_names():
+    tree = QuotaTree([QueueQuota("a", guaranteed=res(cpu=6 * CPU)), QueueQuota("gpus", guaranteed=res(cpu=CPU, gpu=0)),
+                      QueueQuota("none")], {})
+    tree.charge("a", res(cpu=4 * CPU, memory=64 * GI))
+    assert not tree.borrowing("a")  # memory is not named: using it borrows nothing
+    assert tree.within_guarantee("a", res(cpu=2 * CPU, memory=GI))
+    assert not tree.within_guarantee("a", res(cpu=3 * CPU, memory=GI))
+    assert not tree.within_guarantee("a", res(memory=GI))  # asks for nothing the guarantee names
+    # Naming a resource at 0 makes every use of it borrowed, and no request of it within the guarantee.
+    tree.charge("gpus", res(gpu=GPU))
+    assert tree.borrowing("gpus")
+    assert not tree.within_guarantee("gpus", res(cpu=CPU))  # it would still borrow gpus after
+    # A queue with no guarantee borrows whatever it uses, and nothing is within its guarantee.
+    assert not tree.borrowing("none")
+    tree.charge("none", res(memory=1))
+    assert tree.borrowing("none")
+    assert not tree.within_guarantee("none", res(cpu=CPU))
 
 
 def test_an_undeclared_queue_borrows_whatever_it_uses():
@@ -214,10 +233,11 @@ def test_within_guarantee_counts_what_the_queue_already_uses():
     assert not tree.within_guarantee("vision", res(gpu=3 * GPU))
 
 
-def test_within_guarantee_needs_every_requested_resource_guaranteed():
+def test_within_guarantee_limits_only_the_resources_the_guarantee_names():
     tree = org_tree()
-    assert not tree.within_guarantee("vision", res(gpu=GPU, memory=GI))  # no memory guaranteed
-    assert tree.within_guarantee("vision", res(gpu=GPU, memory=0))  # asking none of it is fine
+    assert tree.within_guarantee("vision", res(gpu=GPU, memory=GI))  # memory is not named: not limited
+    assert tree.within_guarantee("vision", res(gpu=GPU, memory=0))
+    assert not tree.within_guarantee("vision", res(memory=GI))  # nothing it asks for is named
     assert not tree.within_guarantee("stray", res(cpu=1))  # an undeclared queue is guaranteed nothing
     assert not tree.within_guarantee("org", res(cpu=1))
 
