@@ -2,7 +2,8 @@
 preempted and what is held. Pure: the clock and every input are passed in.
 
 Order: higher class first; within a class, the queue with the lowest weighted dominant-resource share
-(compared from the root of the queue tree down); within a queue, priority then age. Queues take turns,
+(compared from the root of the queue tree down; with the share of its decayed usage history added where
+the tree has a usage half-life, quotas.py); within a queue, priority then age. Queues take turns,
 so a queue whose head cannot start never stops the others, and one cycle may admit many jobs of one
 queue. A job that cannot start:
 - over a queue maximum: waits, naming the queue, resource and numbers; unless its queue is within its
@@ -183,13 +184,15 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
                queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold],
                now: float, rules: list[BurstRule] = (),
                spend: dict[tuple[str, str | None], Spend] | None = None, *,
-               usage: dict[str, dict[str, int]] | None = None, victims: bool = True,
+               usage: dict[str, dict[str, int]] | None = None, history: dict[str, dict[str, float]] | None = None,
+               victims: bool = True,
                remember_failed_searches: bool = True,
                placed: Callable[[list[Place], dict[int, BurstDecision]], None] | None = None) -> CyclePlan:
     """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
 
     usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
-    the attempts `needed` under active_needs(...) (the same plan results). victims=False: `active` holds
+    the attempts `needed` under active_needs(...) (the same plan results). history: per queue, decayed
+    resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims=False: `active` holds
     no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
     search is known to fail (the same search found nothing since the last change): the plain definition.
@@ -199,7 +202,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     capacity: dict[str, int] = {}
     for c in clusters:
         capacity = add(capacity, c.allocatable)
-    tree = QuotaTree(queues, capacity)
+    tree = QuotaTree(queues, capacity, history)
     running: dict[str, list[Active]] = {}
     active_queue = {a.job_id: a.queue for a in active}
     if usage is not None:

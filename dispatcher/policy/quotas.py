@@ -12,11 +12,16 @@ queue has a guarantee, the job asks for some resource it names, and with the job
 stays within it; what it asks of unnamed resources is not limited by the guarantee. So a job admitted
 by reclaim leaves its queue not borrowing, and is never reclaimed in turn. To count every use of, say,
 GPUs as borrowed, name them at 0 (`nvidia.com/gpu: 0`).
+
+A root queue's usageHalfLife H gives its whole tree memory: each queue's share adds, to its current
+dominant share, the dominant share of its decayed history (decayed resource-seconds / (H/ln2) /
+capacity, policy/decay.py), so a queue that ran all day yields to one that was idle at equal usage.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dispatcher.policy import decay
 from sluice.quantity import add, format_quantity
 
 
@@ -27,6 +32,7 @@ class QueueQuota:
     guaranteed: dict[str, int] = field(default_factory=dict)
     max: dict[str, int] = field(default_factory=dict)
     weight: float = 1.0
+    usage_half_life_s: float | None = None  # on a root: its tree's fair share remembers usage (policy/decay.py)
 
 
 def within(guaranteed: dict[str, int], amounts: dict[str, int]) -> bool:
@@ -38,12 +44,20 @@ def within(guaranteed: dict[str, int], amounts: dict[str, int]) -> bool:
 
 
 class QuotaTree:
-    def __init__(self, queues: list[QueueQuota], capacity: dict[str, int]):
-        """capacity: the total allocatable of every cluster, the denominator of shares."""
+    def __init__(self, queues: list[QueueQuota], capacity: dict[str, int],
+                 history: dict[str, dict[str, float]] | None = None):
+        """capacity: the total allocatable of every cluster, the denominator of shares. history: per queue,
+        decayed resource-seconds of its jobs (policy/decay.py), counted in shares where its tree has a half-life."""
         self.queues = {q.name: q for q in queues}
         self.capacity = capacity
         self.usage: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
+        self.history: dict[str, dict[str, float]] = {}  # like usage: each queue's and its descendants'
+        for queue, amounts in (history or {}).items():
+            for name in self.path(queue):
+                summed = self.history.setdefault(name, {})
+                for r, amount in amounts.items():
+                    summed[r] = summed.get(r, 0.0) + amount
         self._shares: dict[str, float] = {}  # share() of queues whose usage has not changed since
         self._capped = any(q.max for q in queues)  # without any maximum, nothing is ever over one
         self._guaranteed = any(q.guaranteed for q in queues)  # without any guarantee, no request is within one
@@ -120,13 +134,25 @@ class QuotaTree:
             return False
         return within(quota.guaranteed, add(self.used(queue), requests))
 
+    def half_life(self, name: str) -> float | None:
+        """The usage half-life of the queue's tree (set on its root), or None: no memory."""
+        path = self.path(name)
+        root = self.queues.get(path[-1]) if path else None
+        return root.usage_half_life_s if root else None
+
     def share(self, name: str) -> float:
-        """Dominant-resource share of the queue, divided by its weight."""
+        """Dominant-resource share of the queue, plus (in a tree with a half-life H) the dominant share its
+        history stands for, decayed resource-seconds / (H/ln2) / capacity; divided by its weight."""
         found = self._shares.get(name)
         if found is not None:
             return found
         used = self.used(name)
         dominant = max((amount / self.capacity[r] for r, amount in used.items() if self.capacity.get(r)), default=0.0)
+        half_life = self.half_life(name) if self.history else None
+        if half_life:
+            past = self.history.get(name, {})
+            dominant += max((decay.rate(amount, half_life) / self.capacity[r] for r, amount in past.items()
+                             if self.capacity.get(r)), default=0.0)
         quota = self.queues.get(name)
         share = self._shares[name] = dominant / (quota.weight if quota and quota.weight > 0 else 1.0)
         return share

@@ -22,7 +22,7 @@ def queue_quotas(session) -> list[QueueQuota]:
     out = []
     for row in cluster_store.list_queues(session):
         q = object_from_document(row.spec)
-        out.append(QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight))
+        out.append(QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight, q.usage_half_life_s))
     return out
 
 

@@ -169,6 +169,15 @@ def test_a_parent_with_many_children_gets_its_share_not_one_per_child():
     assert ops == 10, f"ops got {ops} of 20"
 
 
+def test_with_a_half_life_the_queue_that_used_less_lately_goes_first():
+    queues = [QueueQuota("org", usage_half_life_s=3600.0), QueueQuota("a", "org"), QueueQuota("b", "org")]
+    jobs = heads_of([head(1, "a", cpu=4 * CPU), head(2, "b", cpu=4 * CPU)])
+    clusters = [cluster("c", cpu=4 * CPU)]
+    assert order(plan_cycle(jobs, [], clusters, queues, CLASSES, {}, NOW)) == [1]  # no history: age decides
+    plan = plan_cycle(jobs, [], clusters, queues, CLASSES, {}, NOW, history={"a": {"cpu": 4 * CPU * 3600.0}})
+    assert order(plan) == [2]
+
+
 def test_between_queues_of_equal_share_priority_then_age_decides():
     plan = run([head(5, "a", cpu=CPU), head(9, "b", priority=3, cpu=CPU), head(7, "c", cpu=CPU)],
                clusters=[cluster("x", cpu=64 * CPU)])

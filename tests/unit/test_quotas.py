@@ -305,6 +305,44 @@ def test_the_class_weight_divides_only_the_queues_own_share():
     assert tree.fair_key("vision", 0.0) == pytest.approx((0.2, 0.4))  # a class weight of zero counts as one
 
 
+# -- decayed usage in the share ----------------------------------------------------------------------
+
+H = 3600.0
+LN2 = 0.6931471805599453
+
+
+def test_without_a_half_life_history_changes_no_share():
+    tree = QuotaTree([QueueQuota("a")], res(cpu=100 * CPU), {"a": {"cpu": 1e12}})
+    assert tree.share("a") == 0.0
+
+
+def test_with_a_half_life_the_share_adds_the_decayed_dominant_share_of_history():
+    queues = [QueueQuota("org", usage_half_life_s=H), QueueQuota("a", "org", weight=2.0), QueueQuota("b", "org")]
+    # a queue that always used a quarter of the cpu (and a tenth of the memory) remembers a quarter
+    always = {"cpu": 25 * CPU * H / LN2, "memory": 100 * GI * H / LN2}
+    tree = QuotaTree(queues, res(cpu=100 * CPU, memory=1000 * GI), {"a": always})
+    assert tree.share("b") == 0.0
+    assert tree.share("a") == pytest.approx(0.25 / 2)  # divided by its weight, as today
+    assert tree.share("org") == pytest.approx(0.25)  # history counts up the tree, as usage does
+    tree.charge("a", res(cpu=10 * CPU))
+    assert tree.share("a") == pytest.approx((0.10 + 0.25) / 2)
+
+
+def test_an_idle_queue_goes_before_one_with_a_long_history_at_equal_usage():
+    queues = [QueueQuota("org", usage_half_life_s=H), QueueQuota("busy", "org"), QueueQuota("idle", "org")]
+    tree = QuotaTree(queues, res(cpu=100 * CPU), {"busy": {"cpu": 50 * CPU * H}})
+    for q in ("busy", "idle"):
+        tree.charge(q, res(cpu=10 * CPU))
+    assert tree.fair_key("idle") < tree.fair_key("busy")
+
+
+def test_each_tree_uses_its_own_half_life():
+    queues = [QueueQuota("remembers", usage_half_life_s=H), QueueQuota("forgets")]
+    history = {"remembers": {"cpu": 10 * CPU * H / LN2}, "forgets": {"cpu": 10 * CPU * H / LN2}}
+    tree = QuotaTree(queues, res(cpu=100 * CPU), history)
+    assert tree.share("remembers") == pytest.approx(0.1) and tree.share("forgets") == 0.0
+
+
 # -- invariants over random trees --------------------------------------------------------------------
 
 amounts = st.integers(0, 8).map(lambda n: n * 500)
