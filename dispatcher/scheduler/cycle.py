@@ -217,9 +217,11 @@ class PostgresCycle:
         for r in running:
             usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
         spend = budgets.spend(session, now) if policy.rules else {}
-        tree = QuotaTree(policy.quotas, {})
-        half_lives = {q.name: h for q in policy.quotas if (h := tree.half_life(q.name))}
-        history = cycle_reads.decayed_history(session, now, half_lives) if half_lives else {}
+        history: dict[str, dict[str, float]] = {}
+        if any(q.usage_half_life_s for q in policy.quotas):  # otherwise no share remembers anything
+            tree = QuotaTree(policy.quotas, {})
+            half_lives = {q.name: h for q in policy.quotas if (h := tree.half_life(q.name))}
+            history = cycle_reads.decayed_history(session, now, half_lives)
         return CycleInputs(policy, tuple(capacities), usage, spend, history)
 
     def heads(self, now: datetime, queues: list[str] | None) -> Heads:
