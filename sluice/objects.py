@@ -55,7 +55,8 @@ class _Kind:
 
 @dataclass(frozen=True)
 class QueueObject(_Kind, kind="Queue",
-                  spec_fields=("parent", "guaranteed", "max", "weight", "members", "serviceClasses")):
+                  spec_fields=("parent", "guaranteed", "max", "weight", "members", "serviceClasses",
+                               "usageHalfLife")):
     name: str
     parent: str | None = None
     guaranteed: dict[str, int] = field(default_factory=dict)  # milli-units
@@ -63,6 +64,8 @@ class QueueObject(_Kind, kind="Queue",
     weight: float = 1.0  # fair-share weight among siblings
     members: tuple[str, ...] = ()  # users who may submit; () means anyone
     service_classes: tuple[str, ...] = ()  # accepted classes, first is the default; () means all
+    # Seconds; only on a top-level queue: its whole tree's fair share remembers usage. None: no memory.
+    usage_half_life_s: float | None = None
 
     def to_document(self) -> dict:
         spec: dict = {}
@@ -70,6 +73,8 @@ class QueueObject(_Kind, kind="Queue",
             spec["parent"] = self.parent
         spec.update(guaranteed=format_resources(self.guaranteed), max=format_resources(self.max),
                     weight=self.weight, members=list(self.members), serviceClasses=list(self.service_classes))
+        if self.usage_half_life_s is not None:
+            spec["usageHalfLife"] = format_duration_exact(self.usage_half_life_s)
         return _document(self.kind, self.name, spec)
 
     @classmethod
@@ -83,11 +88,16 @@ class QueueObject(_Kind, kind="Queue",
             if resource in maximum and amount > maximum[resource]:
                 raise SpecError(f"spec.guaranteed.{resource}", "must not exceed spec.max."
                                 f"{resource} ({format_quantity(resource, maximum[resource])})")
+        half_life = v.optional(v.duration, spec.get("usageHalfLife"), "spec.usageHalfLife", positive=True)
+        if half_life is not None and parent is not None:
+            raise SpecError("spec.usageHalfLife", "only a top-level queue (no spec.parent) sets it: it applies to "
+                            "the whole tree below that queue")
         return cls(
             name=name, parent=parent, guaranteed=guaranteed, max=maximum,
             weight=v.number(v.get(spec, "weight", 1), "spec.weight", positive=True),
             members=v.strings(spec.get("members"), "spec.members"),
             service_classes=v.unique_names(spec.get("serviceClasses"), "spec.serviceClasses"),
+            usage_half_life_s=half_life,
         )
 
 

@@ -2,14 +2,16 @@
 preempted and what is held. Pure: the clock and every input are passed in.
 
 Order: higher class first; within a class, the queue with the lowest weighted dominant-resource share
-(compared from the root of the queue tree down); within a queue, priority then age. Queues take turns,
+(compared from the root of the queue tree down; with the share of its decayed usage history added where
+the tree has a usage half-life, quotas.py); within a queue, priority then age. Queues take turns,
 so a queue whose head cannot start never stops the others, and one cycle may admit many jobs of one
 queue. A job that cannot start:
 - over a queue maximum: waits, naming the queue, resource and numbers; unless its queue is within its
   guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
 - no room, and its class may preempt (or its queue is within its guarantee and others borrow): evicts
   the smallest set of eligible jobs on one cluster and holds that room for itself (on the cluster, and
-  in its queue's quota, until it starts or the hold expires);
+  in its queue's quota, until it starts or the hold expires); a job that holds a reservation tries this
+  too (the preemption hold replaces the reservation), one that holds a preemption waits for its victims;
 - no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
   cheapest paid cluster that fits, within the policy's budgets; the decision is kept;
 - no room, and it has waited past its class's reservation time: holds room on its best cluster, so
@@ -143,10 +145,8 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
     below = max((c.class_priority for c in candidates
                  if c.service_class in classes and classes[c.service_class].can_preempt), default=None)
     preemptible = frozenset(name for name, cls in classes.items() if cls.preemptible)
-    quotas = {q.name: q for q in queues}
-    reclaim = any(c.queue in quotas and all(need <= quotas[c.queue].guaranteed.get(r, 0)
-                                            for r, need in c.job.requests.items() if need > 0)
-                  for c in candidates)
+    unused = QuotaTree(queues, {})  # a head whose request alone passes its guarantee never reclaims
+    reclaim = any(unused.within_guarantee(c.queue, c.job.requests) for c in candidates)
     borrowing: frozenset[str] = frozenset()
     if reclaim:
         most = QuotaTree(queues, {})
@@ -194,13 +194,15 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
                queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold],
                now: float, rules: list[BurstRule] = (),
                spend: dict[tuple[str, str | None], Spend] | None = None, *,
-               usage: dict[str, dict[str, int]] | None = None, victims: bool = True,
+               usage: dict[str, dict[str, int]] | None = None, history: dict[str, dict[str, float]] | None = None,
+               victims: bool = True,
                remember_failed_searches: bool = True,
                placed: Callable[[list[Place], dict[int, BurstDecision]], None] | None = None) -> CyclePlan:
     """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
 
     usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
-    the attempts `needed` under active_needs(...) (the same plan results). victims=False: `active` holds
+    the attempts `needed` under active_needs(...) (the same plan results). history: per queue, decayed
+    resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims=False: `active` holds
     no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
     search is known to fail (the same search found nothing since the last change): the plain definition.
@@ -210,7 +212,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     capacity: dict[str, int] = {}
     for c in clusters:
         capacity = add(capacity, c.allocatable)
-    tree = QuotaTree(queues, capacity)
+    tree = QuotaTree(queues, capacity, history)
     running: dict[str, list[Active]] = {}
     active_queue = {a.job_id: a.queue for a in active}
     if usage is not None:
@@ -454,8 +456,14 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, held: _HeldView,
         victims = ", ".join(map(str, held.victims))
         out.waits[job.id] = f"holding capacity on {held.cluster}: waiting for preempted jobs {victims} to stop"
         return
-    if held is None and _preempt(c, tree, state, running, classes, out, now, burst.failed):
+    if held is not None:  # a reservation: evicting may start it sooner than waiting for room
+        # It searches as a job holding nothing, so the younger preemption hold that replaces the
+        # reservation never counts on room another hold keeps.
+        del out.holds[job.id]
+    if _preempt(c, tree, state, running, classes, out, now, burst.failed):
         return
+    if held is not None:
+        out.holds[job.id] = held
     spilled = _burst(c, tree, view, running, classes, now, burst)
     if isinstance(spilled, BurstDecision):
         _place(c, spilled.cluster, tree, state, out)
@@ -534,7 +542,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     its class priority, whether
     it may preempt or reclaim, the job that evicted it, its queue (reclaim and maxima only), and on the
     clusters, holds, running jobs and queue usage, which change only with a placement, a preemption or a
-    hold made or given up (it is never run for a job that holds room itself)."""
+    hold made or given up (a job that holds a reservation gives it up for the search; a job holding a
+    preemption never searches)."""
     cls = classes.get(c.service_class)
     can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
     reclaim = tree.within_guarantee(c.queue, c.job.requests)

@@ -4,11 +4,24 @@ Pure. A job counts against its queue and every ancestor from dispatch until it e
 queue (and so every queue below it); a resource a maximum does not name is unlimited. Use within the
 guarantee is the queue's own; use beyond it is borrowed from what others leave idle and can be
 reclaimed. Fair share is the weighted dominant-resource share, compared level by level from the root.
+
+A guarantee speaks only for the resources it names (`within`, used by every check): a queue borrows
+when it uses more than its guarantee of a resource the guarantee names, or, with no guarantee at all,
+when it uses anything. A job is within its queue's guarantee (and may reclaim from borrowers) when the
+queue has a guarantee, the job asks for some resource it names, and with the job every named resource
+stays within it; what it asks of unnamed resources is not limited by the guarantee. So a job admitted
+by reclaim leaves its queue not borrowing, and is never reclaimed in turn. To count every use of, say,
+GPUs as borrowed, name them at 0 (`nvidia.com/gpu: 0`).
+
+A root queue's usageHalfLife H gives its whole tree memory: each queue's share adds, to its current
+dominant share, the dominant share of its decayed history (decayed resource-seconds / (H/ln2) /
+capacity, policy/decay.py), so a queue that ran all day yields to one that was idle at equal usage.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dispatcher.policy import decay
 from sluice.quantity import add, format_quantity
 
 
@@ -19,15 +32,32 @@ class QueueQuota:
     guaranteed: dict[str, int] = field(default_factory=dict)
     max: dict[str, int] = field(default_factory=dict)
     weight: float = 1.0
+    usage_half_life_s: float | None = None  # on a root: its tree's fair share remembers usage (policy/decay.py)
+
+
+def within(guaranteed: dict[str, int], amounts: dict[str, int]) -> bool:
+    """Whether `amounts` stay within a guarantee: the one rule of borrowing and reclaim. A guarantee speaks
+    only for the resources it names (one named at 0 makes every use of it borrowed); without any, every use is."""
+    if not guaranteed:
+        return not any(amount > 0 for amount in amounts.values())
+    return all(amounts.get(r, 0) <= limit for r, limit in guaranteed.items())
 
 
 class QuotaTree:
-    def __init__(self, queues: list[QueueQuota], capacity: dict[str, int]):
-        """capacity: the total allocatable of every cluster, the denominator of shares."""
+    def __init__(self, queues: list[QueueQuota], capacity: dict[str, int],
+                 history: dict[str, dict[str, float]] | None = None):
+        """capacity: the total allocatable of every cluster, the denominator of shares. history: per queue,
+        decayed resource-seconds of its jobs (policy/decay.py), counted in shares where its tree has a half-life."""
         self.queues = {q.name: q for q in queues}
         self.capacity = capacity
         self.usage: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
+        self.history: dict[str, dict[str, float]] = {}  # like usage: each queue's and its descendants'
+        for queue, amounts in (history or {}).items():
+            for name in self.path(queue):
+                summed = self.history.setdefault(name, {})
+                for r, amount in amounts.items():
+                    summed[r] = summed.get(r, 0.0) + amount
         self._shares: dict[str, float] = {}  # share() of queues whose usage has not changed since
         self._capped = any(q.max for q in queues)  # without any maximum, nothing is ever over one
         self._guaranteed = any(q.guaranteed for q in queues)  # without any guarantee, no request is within one
@@ -90,28 +120,39 @@ class QuotaTree:
         return out
 
     def borrowing(self, queue: str) -> bool:
-        """The queue uses more than its guarantee of some resource: that excess can be reclaimed."""
+        """The queue uses more than its guarantee (see `within`): that use can be reclaimed."""
         quota = self.queues.get(queue)
-        guaranteed = quota.guaranteed if quota else {}
-        return any(amount > guaranteed.get(r, 0) for r, amount in self.used(queue).items() if amount > 0)
+        return not within(quota.guaranteed if quota else {}, self.used(queue))
 
     def within_guarantee(self, queue: str, requests: dict[str, int]) -> bool:
-        """Admitting `requests` keeps the queue inside its guarantee for every resource it asks for."""
+        """Admitting `requests` keeps the queue within its guarantee, and they ask for some resource it names:
+        such a job may reclaim, and leaves its queue not borrowing."""
         quota = self.queues.get(queue)
-        if quota is None:
+        if quota is None or not self._guaranteed or not quota.guaranteed:
             return False
-        if not self._guaranteed:
-            return all(need <= 0 for need in requests.values())
-        used = self.used(queue)
-        return all(used.get(r, 0) + need <= quota.guaranteed.get(r, 0) for r, need in requests.items() if need > 0)
+        if not any(need > 0 and r in quota.guaranteed for r, need in requests.items()):
+            return False
+        return within(quota.guaranteed, add(self.used(queue), requests))
+
+    def half_life(self, name: str) -> float | None:
+        """The usage half-life of the queue's tree (set on its root), or None: no memory."""
+        path = self.path(name)
+        root = self.queues.get(path[-1]) if path else None
+        return root.usage_half_life_s if root else None
 
     def share(self, name: str) -> float:
-        """Dominant-resource share of the queue, divided by its weight."""
+        """Dominant-resource share of the queue, plus (in a tree with a half-life H) the dominant share its
+        history stands for, decayed resource-seconds / (H/ln2) / capacity; divided by its weight."""
         found = self._shares.get(name)
         if found is not None:
             return found
         used = self.used(name)
         dominant = max((amount / self.capacity[r] for r, amount in used.items() if self.capacity.get(r)), default=0.0)
+        half_life = self.half_life(name) if self.history else None
+        if half_life:
+            past = self.history.get(name, {})
+            dominant += max((decay.rate(amount, half_life) / self.capacity[r] for r, amount in past.items()
+                             if self.capacity.get(r)), default=0.0)
         quota = self.queues.get(name)
         share = self._shares[name] = dominant / (quota.weight if quota and quota.weight > 0 else 1.0)
         return share

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +27,7 @@ from dispatcher.policy.planning import (
     active_needs,
     plan_cycle,
 )
+from dispatcher.policy.quotas import QuotaTree
 from dispatcher.scheduler.mapping import PolicyConfig, active_from_rows, heads_from_rows
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
@@ -68,6 +69,8 @@ class CycleInputs:
     capacities: tuple[ClusterCapacity, ...]  # each cluster's usable capacity and state
     usage: dict[str, dict[str, int]]  # per queue, the requests of what runs there (and how many jobs)
     spend: dict  # burst spend against budgets
+    # Per queue, decayed resource-seconds of its attempts (policy/decay.py); read only when a tree has a half-life.
+    history: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def clusters(self) -> list[ClusterState]:
@@ -86,6 +89,9 @@ _PARKING_KEYS = {
                                            for c in capacities),
     "usage": lambda usage: usage,  # made afresh each cycle and never changed after
     "spend": lambda spend: spend,
+    # It grows every second while jobs run: compared to two significant digits, so that only a real shift replans.
+    "history": lambda history: {q: {r: float(f"{v:.2g}") for r, v in amounts.items()}
+                                for q, amounts in history.items()},
 }
 
 
@@ -146,14 +152,15 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
         try:
             try:
                 plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
-                                  now.timestamp(), policy.rules, inputs.spend, usage=usage,
+                                  now.timestamp(), policy.rules, inputs.spend, usage=usage, history=inputs.history,
                                   victims=not needs.victims, placed=ahead.placed)
             except VictimsNeeded:
                 ahead.undo()
                 seen = {a.job_id for a in active}
                 active += [a for a in store.active(needs, victims=True) if a.job_id not in seen]
                 plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
-                                  now.timestamp(), policy.rules, inputs.spend, usage=usage, placed=ahead.placed)
+                                  now.timestamp(), policy.rules, inputs.spend, usage=usage, history=inputs.history,
+                                  placed=ahead.placed)
             dispatched = ahead.end()
         finally:
             ahead.close()
@@ -210,7 +217,12 @@ class PostgresCycle:
         for r in running:
             usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
         spend = budgets.spend(session, now) if policy.rules else {}
-        return CycleInputs(policy, tuple(capacities), usage, spend)
+        history: dict[str, dict[str, float]] = {}
+        if any(q.usage_half_life_s for q in policy.quotas):  # otherwise no share remembers anything
+            tree = QuotaTree(policy.quotas, {})
+            half_lives = {q.name: h for q in policy.quotas if (h := tree.half_life(q.name))}
+            history = cycle_reads.decayed_history(session, now, half_lives)
+        return CycleInputs(policy, tuple(capacities), usage, spend, history)
 
     def heads(self, now: datetime, queues: list[str] | None) -> Heads:
         rows = self._heads_read if self._heads_read is not None and queues is None else \

@@ -19,7 +19,7 @@ from sluice.quantity import parse_duration
 
 def quota_of(q: QueueObject) -> QueueQuota:
     """A Queue object as the policy reads it."""
-    return QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight)
+    return QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight, q.usage_half_life_s)
 
 
 def class_policy_of(c: ServiceClassObject) -> ClassPolicy:

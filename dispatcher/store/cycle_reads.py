@@ -4,6 +4,7 @@ The cycle's first reads go in one round trip (`first_reads`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -121,6 +122,35 @@ def active_usage(session: Session) -> list[tuple[str, dict, int]]:
 
 _ACTIVE_USAGE = f"""SELECT queue, requests, count(*) AS jobs FROM jobs
                   WHERE state IN {_ACTIVE} GROUP BY queue, requests"""
+
+
+def decayed_history(session: Session, now: datetime, half_lives: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per queue of `half_lives` (queue -> its tree's half-life H, seconds), per resource, the decayed
+    resource-seconds seen at `now` of every attempt that started (finished_at, or `now` while it runs):
+    policy/decay.py's decayed_run summed in one query. An attempt that ended over 10 H ago is left out
+    (it would count under 0.1%); ages are clamped to [0, 1000 H] (Postgres raises on float underflow)."""
+    if not half_lives:
+        return {}
+    queues = sorted(half_lives)
+    rows = driver(session).execute(_DECAYED_HISTORY, {
+        "now": now, "queues": queues, "halves": [float(half_lives[q]) for q in queues]}).fetchall()
+    out: dict[str, dict[str, float]] = {}
+    for queue, resource, amount in rows:
+        out.setdefault(queue, {})[resource] = float(amount)
+    return out
+
+
+_AGE = "least(greatest(extract(epoch FROM %(now)s - {at})::float8, 0) / h.half, 1000)"  # in half-lives
+_DECAYED_HISTORY = f"""SELECT j.queue, r.key, sum(r.value::float8 * h.half / ln(2) * (
+                              power(2::float8, -{_AGE.format(at="coalesce(a.finished_at, %(now)s)")})
+                              - power(2::float8, -{_AGE.format(at="a.started_at")})))
+                       FROM unnest(%(queues)s::text[], %(halves)s::float8[]) AS h(queue, half)
+                       JOIN jobs j ON j.queue = h.queue
+                       JOIN attempts a ON a.job_id = j.id
+                       CROSS JOIN LATERAL jsonb_each_text(j.requests) r
+                       WHERE a.started_at IS NOT NULL
+                         AND (a.finished_at IS NULL OR a.finished_at > %(now)s - make_interval(secs => 10 * h.half))
+                       GROUP BY j.queue, r.key"""
 
 
 # The documents the cycle's policy objects come from (classes, queues, burst policies), as one digest.

@@ -94,6 +94,7 @@ def test_reclaim_from_a_borrower_too(scene):
 
 
 CPU = 1000
+GI = 2**30 * 1000
 CLASSES = {"critical": ClassPolicy("critical", 100, can_preempt=True),
            "standard": ClassPolicy("standard", 50),
            "batch": ClassPolicy("batch", 10, preemptible=True)}
@@ -162,3 +163,18 @@ def test_the_expected_ends_on_unpaid_clusters_reach_a_burst_decision():
     expected = plan_cycle(heads, [ends], [_full("x"), cloud], queues, classes, {}, NOW, list(rules), {})
     assert not expected.places
     assert as_the_cycle_plans(heads, [ends], [_full("x"), cloud], queues, classes, {}, rules) == expected
+
+
+def test_reclaim_by_a_guarantee_that_does_not_name_every_requested_resource_is_seen():
+    # a is guaranteed 6 cpu and no word on memory: its 2 cpu + 1 GiB head may reclaim from b, which borrows.
+    queues = [QueueQuota("a", None, {"cpu": 6 * CPU}), QueueQuota("b")]
+    heads = {"a": [Candidate(QueuedJob(1, {"cpu": 2 * CPU, "memory": GI}, {"cpu": 2 * CPU, "memory": GI}), "a",
+                             "standard", 50, 0)]}
+    b = [Active(7, "b", "standard", 50, 0, "x", {"cpu": 4 * CPU, "memory": GI}, False),
+         Active(8, "b", "standard", 50, 0, "x", {"cpu": 4 * CPU, "memory": GI}, False)]
+    x = ClusterState("x", "onprem", "dc1", {}, {"cpu": 0, "memory": 0}, {"cpu": 0, "memory": 0}, "",
+                     {"cpu": 8 * CPU, "memory": 2 * GI})
+    needs = active_needs(heads, [x], queues, CLASSES, usage_of(b))
+    assert needs.queues == {"b"} and all(needed(a, needs) for a in b)
+    plan = as_the_cycle_plans(heads, b, [x], queues, CLASSES, {})
+    assert [p.victim for p in plan.preemptions] == [8]

@@ -134,3 +134,25 @@ def test_an_unavailable_cluster_counts_by_kind_not_by_its_words(unavailable):
     words = "unreachable (no heartbeat for 7s)"
     other = dataclasses.replace(gone, state=dataclasses.replace(gone.state, unavailable=words))
     assert dataclasses.replace(base, capacities=(other,)).parking_key() == first
+
+
+def test_the_cycle_counts_the_stores_history_in_fair_share():
+    store = MemoryCycle({"c1": 4_000}, [(1, "a", 4_000), (2, "b", 4_000)])
+    store.policy = PolicyConfig(digest="v1", classes={"standard": ClassPolicy("standard")},
+                                quotas=[QueueQuota("a", usage_half_life_s=3600.0),
+                                        QueueQuota("b", usage_half_life_s=3600.0)])
+    inputs = store.inputs
+
+    def with_history(now, *, all_heads):
+        return dataclasses.replace(inputs(now, all_heads=all_heads), history={"a": {CPU: 4_000 * 3600.0}})
+    store.inputs = with_history
+    assert plan_and_apply(store, SchedulerSettings(), NOW).dispatched == 1
+    assert list(store.running) == [2]  # a ran lately: b's head goes first
+
+
+def test_history_drifting_by_less_than_a_percent_keeps_queues_parked():
+    """History grows every second while jobs run: only a change in its first two digits plans again."""
+    base = MemoryCycle({"c1": 1_000}, []).inputs(NOW, all_heads=True)
+    history = dataclasses.replace(base, history={"a": {CPU: 1.231e9}})
+    assert dataclasses.replace(base, history={"a": {CPU: 1.234e9}}).parking_key() == history.parking_key()
+    assert dataclasses.replace(base, history={"a": {CPU: 1.31e9}}).parking_key() != history.parking_key()

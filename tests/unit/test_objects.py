@@ -100,7 +100,15 @@ def test_api_example():
         max_resources={"nvidia.com/gpu": 32000})
 
 
-@pytest.mark.parametrize("obj", load_objects(API_EXAMPLE) + default_objects(), ids=lambda o: f"{o.kind}-{o.name}")
+def test_a_top_level_queue_may_remember_usage_with_a_half_life():
+    queue = object_from_document(doc("Queue", {"usageHalfLife": "90m"}))
+    assert queue.usage_half_life_s == 5400.0
+    assert queue.to_document()["spec"]["usageHalfLife"] == "90m"
+    assert "usageHalfLife" not in QueueObject("x").to_document()["spec"]  # off unless set
+
+
+@pytest.mark.parametrize("obj", [*load_objects(API_EXAMPLE), *default_objects(),
+                                 QueueObject("org", usage_half_life_s=7200.0)], ids=lambda o: f"{o.kind}-{o.name}")
 def test_to_document_round_trips(obj):
     document = obj.to_document()
     assert document["apiVersion"] == "sluice.io/v1" and document["kind"] == obj.kind
@@ -121,7 +129,7 @@ def test_defaults():
         return object_from_document({"apiVersion": "sluice.io/v1", "kind": kind, "metadata": {"name": "x", **metadata}})
 
     assert minimal("Queue") == QueueObject("x", parent=None, guaranteed={}, max={}, weight=1.0, members=(),
-                                           service_classes=())
+                                           service_classes=(), usage_half_life_s=None)
     assert minimal("ServiceClass") == ServiceClassObject("x", priority=0, preemptible=False, can_preempt=False,
                                                          weight=1.0, reservation_after_s=None, price_multiplier=1.0,
                                                          burst_allowed=False, burst_after_s=None)
@@ -238,6 +246,11 @@ NAME_RULE = ("is not a valid name (lowercase letters, digits, '-', '_' and '.', 
     (doc("Queue", {"serviceClasses": ["standard", "standard"]}), "spec.serviceClasses[1]",
      "'standard' is listed twice"),
     (doc("Queue", {"serviceClasses": ["Gold"]}), "spec.serviceClasses[0]", f"'Gold' {NAME_RULE}"),
+    (doc("Queue", {"usageHalfLife": "0s"}), "spec.usageHalfLife", "must be longer than 0s"),
+    (doc("Queue", {"usageHalfLife": "a while"}), "spec.usageHalfLife",
+     "'a while' is not a duration (examples: '90s', '10m', '2h', '1d')"),
+    (doc("Queue", {"parent": "org", "usageHalfLife": "1h"}), "spec.usageHalfLife",
+     "only a top-level queue (no spec.parent) sets it: it applies to the whole tree below that queue"),
     # ServiceClass
     (doc("ServiceClass", {"priority": 1001}), "spec.priority", "must be at most 1000"),
     (doc("ServiceClass", {"priority": "high"}), "spec.priority", "must be an integer, got string 'high'"),

@@ -169,6 +169,15 @@ def test_a_parent_with_many_children_gets_its_share_not_one_per_child():
     assert ops == 10, f"ops got {ops} of 20"
 
 
+def test_with_a_half_life_the_queue_that_used_less_lately_goes_first():
+    queues = [QueueQuota("org", usage_half_life_s=3600.0), QueueQuota("a", "org"), QueueQuota("b", "org")]
+    jobs = heads_of([head(1, "a", cpu=4 * CPU), head(2, "b", cpu=4 * CPU)])
+    clusters = [cluster("c", cpu=4 * CPU)]
+    assert order(plan_cycle(jobs, [], clusters, queues, CLASSES, {}, NOW)) == [1]  # no history: age decides
+    plan = plan_cycle(jobs, [], clusters, queues, CLASSES, {}, NOW, history={"a": {"cpu": 4 * CPU * 3600.0}})
+    assert order(plan) == [2]
+
+
 def test_between_queues_of_equal_share_priority_then_age_decides():
     plan = run([head(5, "a", cpu=CPU), head(9, "b", priority=3, cpu=CPU), head(7, "c", cpu=CPU)],
                clusters=[cluster("x", cpu=64 * CPU)])
@@ -505,6 +514,50 @@ def test_once_the_victims_stopped_the_preemptor_starts_and_the_victims_wait_for_
     assert plan.waits == {1: "no cluster fits: c: needs 8 cpu, 0 free"}
 
 
+def test_a_job_holding_a_reservation_still_preempts_and_a_preemption_hold_replaces_the_reservation():
+    # 2 cpu free and 8 of preemptible batch: the 10 cpu critical job reserved c earlier (when nothing
+    # could be evicted); it must not wait for ever behind its own reservation.
+    classes = {**CLASSES, "urgent": ClassPolicy("urgent", priority=100, can_preempt=True, reservation_after_s=60)}
+    act = [running(i, "b", "c", "batch", cpu=2 * CPU) for i in (1, 2, 3, 4)]
+    job = Candidate(QueuedJob(10, res(cpu=10 * CPU), res(cpu=2 * CPU)), "a", "urgent", 100, 0, 700.0)
+    reservation = Hold(10, "c", res(cpu=10 * CPU), "reservation", NOW - 300)
+    plan = run([job], act, [cluster("c", act, cpu=10 * CPU)], holds={10: reservation}, classes=classes)
+    assert victims(plan) == [1, 2, 3, 4]
+    assert plan.holds == {10: Hold(10, "c", res(cpu=10 * CPU), "preemption", NOW, (4, 3, 2, 1))}
+    assert plan.waits == {10: "preempting jobs 4, 3, 2, 1 on c"}
+
+
+def test_a_reservation_holder_that_finds_no_victims_keeps_its_reservation():
+    act = [running(1, "b", "c", "standard", cpu=12 * CPU)]
+    reservation = Hold(10, "c", res(cpu=16 * CPU), "reservation", NOW - 300)
+    plan = run([head(10, "a", "critical", cpu=16 * CPU)], act, [cluster("c", act, cpu=16 * CPU)],
+               holds={10: reservation})
+    assert plan.preemptions == [] and plan.holds == {10: reservation}
+    assert plan.waits == {10: "reserved capacity on c: waiting for room"}
+
+
+def test_a_reservation_holder_evicts_for_room_that_no_other_hold_keeps():
+    # Job 11's younger reservation keeps 8 of c2's cpu: job 10 gives up its own reservation on c1 to
+    # preempt on c2 only where that leaves 11's room alone.
+    act = [running(1, "b", "c2", "batch", cpu=8 * CPU), running(2, "b", "c2", "batch", cpu=8 * CPU)]
+    holds = {10: Hold(10, "c1", res(cpu=8 * CPU), "reservation", NOW - 300),
+             11: Hold(11, "c2", res(cpu=8 * CPU), "reservation", NOW - 100)}
+    clusters = [cluster("c1", cpu=4 * CPU), cluster("c2", act, cpu=16 * CPU)]
+    plan = run([head(10, "a", "critical", cpu=8 * CPU), head(11, "x", cpu=8 * CPU)], act, clusters, holds=holds)
+    assert victims(plan) == [1, 2]
+    assert plan.holds[10] == Hold(10, "c2", res(cpu=8 * CPU), "preemption", NOW, (2, 1))
+    assert plan.holds[11] == holds[11]
+
+
+def test_a_reservation_holder_within_its_guarantee_still_reclaims_from_a_borrower():
+    act = [running(1, "b", "c", cpu=8 * CPU), running(2, "b", "c", cpu=8 * CPU)]
+    reservation = Hold(10, "c", res(cpu=8 * CPU), "reservation", NOW - 300)
+    plan = run([head(10, "a", cpu=8 * CPU)], act, [cluster("c", act, cpu=16 * CPU)], reclaim_queues(),
+               holds={10: reservation})
+    assert victims(plan) == [2]
+    assert plan.holds[10].kind == "preemption" and plan.holds[10].victims == (2,)
+
+
 # -- reclaim -----------------------------------------------------------------------------------------
 
 def reclaim_queues(a_guaranteed: int = 8, b_guaranteed: int = 4) -> list[QueueQuota]:
@@ -530,7 +583,7 @@ def test_reclaim_never_takes_from_a_queue_within_its_guarantee():
 
 def test_reclaim_never_takes_from_the_reclaiming_queue_itself():
     # a is within its cpu guarantee but borrows memory: its own jobs are still not evicted for it.
-    queues = [QueueQuota("a", guaranteed=res(cpu=32 * CPU))]
+    queues = [QueueQuota("a", guaranteed=res(cpu=32 * CPU, memory=0))]
     act = [running(1, "a", "x", cpu=8 * CPU, memory=GI), running(2, "a", "x", cpu=8 * CPU)]
     plan = run([head(10, "a", cpu=8 * CPU)], act, [cluster("x", act, cpu=16 * CPU, memory=64 * GI)], queues)
     assert plan.preemptions == []
@@ -567,6 +620,23 @@ def test_a_reclaimer_within_its_guarantee_gets_the_parents_max_back_from_a_borro
               [cluster("c", act, gpu=32 * GPU)], queues, holds=plan.holds)
     assert placed(nxt) == {10: "c"} and nxt.preemptions == [] and nxt.holds == {}
     assert nxt.waits[1].startswith("queue research (parent of nlp): nvidia.com/gpu 16/16 in use")
+
+
+def test_a_guarantee_that_does_not_name_memory_still_reclaims_for_a_job_asking_memory():
+    queues = [QueueQuota("a", guaranteed=res(cpu=6 * CPU)), QueueQuota("b")]
+    act = [running(1, "b", "x", cpu=4 * CPU, memory=4 * GI), running(2, "b", "x", cpu=4 * CPU, memory=4 * GI)]
+    plan = run([head(10, "a", cpu=2 * CPU, memory=GI)], act, [cluster("x", act, cpu=8 * CPU, memory=16 * GI)],
+               queues)
+    assert victims(plan) == [2]
+    assert plan.holds[10] == Hold(10, "x", res(cpu=2 * CPU, memory=GI), "preemption", NOW, (2,))
+
+
+def test_a_queue_using_only_what_its_guarantee_does_not_name_is_not_reclaimed_from():
+    queues = [QueueQuota("a", guaranteed=res(cpu=6 * CPU)), QueueQuota("b", guaranteed=res(cpu=8 * CPU))]
+    act = [running(1, "b", "x", cpu=8 * CPU, memory=8 * GI)]
+    plan = run([head(10, "a", cpu=2 * CPU, memory=GI)], act, [cluster("x", act, cpu=8 * CPU, memory=16 * GI)],
+               queues)
+    assert plan.preemptions == []
 
 
 # -- invariants over random inputs -------------------------------------------------------------------
