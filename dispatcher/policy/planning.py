@@ -244,10 +244,10 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     if not victims:
         running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
-    held = _HeldView(state)
+    views = _HeldView(state)
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
-        _consider(order.take(queue), tree, state, held, running, classes, out, now, burst)
+        _consider(order.take(queue), tree, state, views, running, classes, out, now, burst)
         if placed is not None:
             placed(out.places, out.bursts)
         order.changed(queue)
@@ -415,19 +415,19 @@ def _expected_start(job: QueuedJob, cluster: ClusterState, burst: _Burst, now: f
     return now + eta, {r: max(0, need - freed.get(r, 0)) for r, need in job.requests.items()}
 
 
-def _consider(c: Candidate, tree: QuotaTree, state: Clusters, held: _HeldView,
+def _consider(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
               running: dict[str, list[Active]] | None, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
               burst: _Burst) -> None:
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
         tree.charge(c.queue, own.requests, -1)  # its own held room does not count against it
-    _decide(c, tree, state, held, running, classes, out, now, burst)
+    _decide(c, tree, state, views, running, classes, out, now, burst)
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
         tree.charge(c.queue, own.requests)
 
 
-def _decide(c: Candidate, tree: QuotaTree, state: Clusters, held: _HeldView,
+def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
             running: dict[str, list[Active]] | None, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
             burst: _Burst) -> None:
     job = c.job
@@ -445,7 +445,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, held: _HeldView,
         view = _view(state, out.holds, job, now)
         decision = decide(job, _unpaid(view))
     else:  # every other job sees the same clusters: the fast, shape-ranked choice
-        view = held.view(out.holds, tuple(i for i, h in out.holds.items() if _may_use(h, job, now))) \
+        view = views.view(out.holds, tuple(i for i, h in out.holds.items() if _may_use(h, job, now))) \
             if out.holds else state
         decision = view.best(job)
     if isinstance(decision, Place):
