@@ -98,14 +98,17 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
     for o in finished:
         dominant_seconds[o.queue] += _dominant(o.requests, capacity) * (o.end_s - _run_start(o))
     total_dominant = sum(dominant_seconds.values())
+    queue_waits: dict[str, list[float]] = {q: [] for q in queues}
+    for o in started:
+        queue_waits[o.queue].append(o.start_s - o.submit_s)
+    queue_jobs = Counter(o.queue for o in outcomes)
     per_queue = {}
     for queue in queues:
-        queue_waits = [o.start_s - o.submit_s for o in started if o.queue == queue]
         per_queue[queue] = {
             "share": dominant_seconds[queue] / total_dominant if total_dominant else None,
             "entitledShare": entitled.get(queue),
-            "meanWaitSeconds": _mean(queue_waits),
-            "jobs": sum(1 for o in outcomes if o.queue == queue),
+            "meanWaitSeconds": _mean(queue_waits[queue]),
+            "jobs": queue_jobs[queue],
         }
     return {
         "jobs": len(outcomes),
