@@ -168,7 +168,8 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     - attainableShare = min(entitledShare, demand / used in the window): the entitlement, capped by demand.
     - fairShare: the weighted max-min share (entitled shares as weights, each capped by its demand, what a
       queue cannot use shared among the others in proportion), i.e. what a work-conserving fair-share
-      scheduler hands out when some queues are idle. It is never below attainableShare.
+      scheduler hands out when some queues are idle. While the entitled shares of the queues present sum
+      to at most 1, it is never below attainableShare.
     Waiting means submitted and not yet first started (a preempted job's second wait is not visible in a
     JobOutcome); waitingThroughout is work waiting for the whole window, waitingAnyTime for any of it.
     """
