@@ -1,0 +1,5 @@
+"""`sluice simulate`: replay a public workload trace in virtual time through Sluice's scheduling cycle.
+
+traces.py reads the traces (Standard Workload Format, the Philly CSV, Sluice job files); report.py turns
+what happened to each job into decision-quality figures and a table; plots.py draws them.
+"""

@@ -1,0 +1,480 @@
+"""Decision-quality figures of one simulated run: waits, completion, bounded slowdown, utilization, fair share.
+
+Pure: outcomes in, dicts and text out. Times are seconds of virtual time (the trace's, first submit at 0);
+amounts are Sluice milli-units. Every figure that has nothing to be computed from (no job finished, say)
+is None, never NaN, so the JSON stays valid.
+
+How a job's time is read from its JobOutcome: it waited from submit_s to start_s (its first start), and
+its last run, the one that finished, held its requests over [max(start_s, end_s - run_s), end_s]; runs
+cut short by preemption are not counted as use (pass `busy` to policy_figures to count them).
+
+Queue shares are shares of dominant-resource seconds, as Sluice's fair share is dominant-resource based
+(dispatcher/policy/quotas.py): a job holding requests R for t seconds counts max over resources r of
+R[r] / capacity[r], times t. With one resource kind (cpu for SWF, GPUs for Philly) this is its share of
+that resource's seconds.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["JobOutcome", "policy_figures", "window_shares", "fair_share_violations", "busy_from_outcomes",
+           "render_table", "to_json", "format_seconds", "BOUNDED_SLOWDOWN_FLOOR_S"]
+
+BOUNDED_SLOWDOWN_FLOOR_S = 10.0  # the literature's threshold: jobs shorter than this count as this long
+_WAITING_EPSILON_S = 1e-6  # float sums over a window may fall short of its length by rounding
+
+
+@dataclass
+class JobOutcome:
+    id: int
+    queue: str
+    submit_s: float
+    start_s: float | None  # its first start; None: never started
+    end_s: float | None  # when it finished; None: it did not (unrunnable, or still waiting or running at the end)
+    run_s: float  # how long its finishing run took (the trace's run time, unless cut short by a limit)
+    requests: dict[str, int]  # the whole job's requests, milli-units
+    cluster: str | None = None  # where it ran last
+    preemptions: int = 0
+    unrunnable: str | None = None  # why it could never run anywhere (too big for every cluster, say)
+
+
+# -- the run's figures -------------------------------------------------------------------------------
+
+def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], entitled: dict[str, float],
+                   busy: list[tuple[float, dict[str, int]]] | None = None) -> dict:
+    """The figures of one policy's run, camelCase keys (see the module docstring for how times are read).
+
+    capacity: the total of every cluster, milli-units. entitled: each queue's entitled fraction of the whole
+    (0 to 1; every queue of the outcomes must have one). busy: what was in use over time, as a step function
+    [(time, amounts in use from then on)], sorted by time; when given, utilization counts it (including runs
+    lost to preemption), else the finishing runs of the outcomes.
+
+    - waits (start - submit) are over the jobs that started; percentiles are nearest-rank (the smallest
+      wait at least p % of waits are at or below); completion (end - submit, the JCT) and slowdown are over
+      the jobs that finished.
+    - boundedSlowdown: mean over finished jobs of max(1, (end - submit) / max(run, 10 s)) -- the average
+      bounded slowdown with a 10 s threshold of Feitelson, Rudolph, Schwiegelshohn, Sevcik and Wong,
+      "Theory and practice in parallel job scheduling" (JSSPP 1997), and Feitelson, "Metrics for parallel
+      job scheduling and their convergence" (JSSPP 2001); end - submit is the paper's wait + run.
+    - utilization: resource-seconds used / (capacity x makespan) of the resource kind in `capacity` whose
+      figure is highest (the bottleneck: cpu for an SWF trace, nvidia.com/gpu for Philly), named in
+      utilizationResource.
+    - queues: per queue, share (its fraction of all dominant-resource seconds used), entitledShare, mean
+      wait and job count.
+    """
+    outcomes = list(outcomes)
+    _check_capacity(capacity)
+    queues = sorted({o.queue for o in outcomes} | set(entitled))
+    _check_entitled(entitled, {o.queue for o in outcomes})
+    for outcome in outcomes:
+        _check_outcome(outcome)
+    finished = [o for o in outcomes if o.end_s is not None]
+    started = [o for o in outcomes if o.start_s is not None]
+    waits = sorted(o.start_s - o.submit_s for o in started)
+    first_submit = min((o.submit_s for o in outcomes), default=None)
+    last_end = max((o.end_s for o in finished), default=None)
+    makespan = None if last_end is None else last_end - first_submit
+    unrunnable = Counter(o.unrunnable for o in outcomes if o.unrunnable is not None)
+
+    if busy is not None:
+        used = _busy_resource_seconds(busy, first_submit or 0.0, last_end or 0.0)
+    else:
+        used = {}
+        for o in finished:
+            held = o.end_s - _run_start(o)
+            for resource, amount in o.requests.items():
+                used[resource] = used.get(resource, 0.0) + amount * held
+    utilization, resource = None, None
+    if makespan:
+        by_resource = {r: used.get(r, 0.0) / (capacity[r] * makespan) for r in sorted(capacity)}
+        resource = max(by_resource, key=by_resource.__getitem__)  # on a tie, the first name alphabetically
+        utilization = by_resource[resource]
+
+    dominant_seconds = {q: 0.0 for q in queues}
+    for o in finished:
+        dominant_seconds[o.queue] += _dominant(o.requests, capacity) * (o.end_s - _run_start(o))
+    total_dominant = sum(dominant_seconds.values())
+    queue_waits: dict[str, list[float]] = {q: [] for q in queues}
+    for o in started:
+        queue_waits[o.queue].append(o.start_s - o.submit_s)
+    queue_jobs = Counter(o.queue for o in outcomes)
+    per_queue = {}
+    for queue in queues:
+        per_queue[queue] = {
+            "share": dominant_seconds[queue] / total_dominant if total_dominant else None,
+            "entitledShare": entitled.get(queue),
+            "meanWaitSeconds": _mean(queue_waits[queue]),
+            "jobs": queue_jobs[queue],
+        }
+    return {
+        "jobs": len(outcomes),
+        "finished": len(finished),
+        "unfinished": len(outcomes) - len(finished) - sum(unrunnable.values()),
+        "makespanSeconds": makespan,
+        "meanWaitSeconds": _mean(waits),
+        "p50WaitSeconds": _nearest_rank(waits, 50),
+        "p95WaitSeconds": _nearest_rank(waits, 95),
+        "p99WaitSeconds": _nearest_rank(waits, 99),
+        "meanCompletionSeconds": _mean([o.end_s - o.submit_s for o in finished]),
+        "boundedSlowdown": _mean([max(1.0, (o.end_s - o.submit_s) / max(o.run_s, BOUNDED_SLOWDOWN_FLOOR_S))
+                                  for o in finished]),
+        "utilization": utilization,
+        "utilizationResource": resource,
+        "preemptions": sum(o.preemptions for o in outcomes),
+        "unrunnable": sum(unrunnable.values()),
+        "unrunnableReasons": dict(sorted(unrunnable.items())),
+        "queues": per_queue,
+    }
+
+
+def busy_from_outcomes(outcomes: Iterable[JobOutcome]) -> list[tuple[float, dict[str, int]]]:
+    """What the finishing runs of the outcomes held over time, as policy_figures' `busy` step function."""
+    changes: dict[float, dict[str, int]] = {}
+    for o in outcomes:
+        if o.end_s is None or o.start_s is None:
+            continue
+        for time, sign in ((_run_start(o), 1), (o.end_s, -1)):
+            delta = changes.setdefault(time, {})
+            for resource, amount in o.requests.items():
+                delta[resource] = delta.get(resource, 0) + sign * amount
+    steps: list[tuple[float, dict[str, int]]] = []
+    in_use: dict[str, int] = {}
+    for time in sorted(changes):
+        for resource, amount in changes[time].items():
+            in_use[resource] = in_use.get(resource, 0) + amount
+        steps.append((time, {r: a for r, a in in_use.items() if a}))
+    return steps
+
+
+# -- fair share over windows -------------------------------------------------------------------------
+
+def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, capacity: dict[str, int],
+                  entitled: dict[str, float]) -> list[dict]:
+    """Per window of window_s seconds from the first submit to the last event, per queue that ran or had
+    work waiting in it: what share of the window's used dominant-resource seconds the queue got, and what
+    it can be held to.
+
+    A window's dict: startSeconds, endSeconds, usedCapacitySeconds (dominant-resource seconds used: 1 is the
+    whole capacity for one second), queues: {QUEUE: {share, entitledShare, attainableShare, fairShare,
+    waitingThroughout, waitingAnyTime}}. share is None in a window where nothing ran.
+
+    A queue cannot be held to more than its own jobs could have used. Its demand in a window is, over its
+    jobs present then (submitted, not finished; unrunnable jobs never count), each job's dominant share
+    times the smaller of its run time and its time present in the window. So:
+    - attainableShare = min(entitledShare, demand / used in the window): the entitlement, capped by demand.
+    - fairShare: the weighted max-min share (entitled shares as weights, each capped by its demand, what a
+      queue cannot use shared among the others in proportion), i.e. what a work-conserving fair-share
+      scheduler hands out when some queues are idle. While the entitled shares of the queues present sum
+      to at most 1, it is never below attainableShare.
+    Waiting means submitted and not yet first started (a preempted job's second wait is not visible in a
+    JobOutcome); waitingThroughout is work waiting for the whole window, waitingAnyTime for any of it.
+    """
+    outcomes = list(outcomes)
+    if not (isinstance(window_s, int | float) and math.isfinite(window_s) and window_s > 0):
+        raise ValueError(f"window_s must be a positive number of seconds, got {window_s!r}")
+    _check_capacity(capacity)
+    _check_entitled(entitled, {o.queue for o in outcomes})
+    for outcome in outcomes:
+        _check_outcome(outcome)
+    if not outcomes:
+        return []
+    origin = min(o.submit_s for o in outcomes)
+    horizon = max(max(t for t in (o.submit_s, o.start_s, o.end_s) if t is not None) for o in outcomes)
+    count = max(1, math.ceil((horizon - origin) / window_s))
+    queues = sorted({o.queue for o in outcomes})
+    used = {q: _PerWindow(origin, window_s, count) for q in queues}
+    demand = {q: _PerWindow(origin, window_s, count) for q in queues}
+    waiting_time = {q: _PerWindow(origin, window_s, count) for q in queues}
+    waiting_any = {q: _PerWindow(origin, window_s, count) for q in queues}
+    waits: dict[str, list[tuple[float, float]]] = {q: [] for q in queues}
+    for o in outcomes:
+        if o.unrunnable is not None:
+            continue
+        size = _dominant(o.requests, capacity)
+        if o.end_s is not None:
+            used[o.queue].add(_run_start(o), o.end_s, lambda overlap, size=size: size * overlap)
+        run = o.run_s
+        demand[o.queue].add(o.submit_s, horizon if o.end_s is None else o.end_s,
+                            lambda overlap, size=size, run=run: size * min(run, overlap))
+        waits[o.queue].append((o.submit_s, horizon if o.start_s is None else o.start_s))
+    for queue, intervals in waits.items():
+        for start, end in _merged(intervals):
+            waiting_time[queue].add(start, end, _identity)
+            waiting_any[queue].add(start, end, _one)
+    totals = {q: (used[q].totals(), demand[q].totals(), waiting_time[q].totals(), waiting_any[q].totals())
+              for q in queues}
+    windows = []
+    for k in range(count):
+        start = origin + k * window_s
+        end = min(start + window_s, horizon) if horizon > start else start + window_s
+        used_total = sum(totals[q][0][k] for q in queues)
+        present = [q for q in queues if totals[q][0][k] > 0 or totals[q][1][k] > 0 or totals[q][3][k] > 0]
+        caps = {q: (totals[q][1][k] / used_total if used_total else 0.0) for q in present}
+        fair = _water_fill({q: entitled[q] for q in present}, caps) if used_total else {}
+        window_queues = {}
+        for q in present:
+            window_queues[q] = {
+                "share": totals[q][0][k] / used_total if used_total else None,
+                "entitledShare": entitled[q],
+                "attainableShare": min(entitled[q], caps[q]) if used_total else None,
+                "fairShare": fair.get(q) if used_total else None,
+                "waitingThroughout": totals[q][2][k] >= (end - start) - _WAITING_EPSILON_S,
+                "waitingAnyTime": totals[q][3][k] > 0,
+            }
+        windows.append({"startSeconds": start, "endSeconds": end, "usedCapacitySeconds": used_total,
+                        "queues": window_queues})
+    return windows
+
+
+def fair_share_violations(windows: list[dict], *, tolerance: float = 0.10, relative: bool = True,
+                          against: str = "attainableShare") -> list[dict]:
+    """Every (window, queue) where a queue that had work waiting at any time in the window got less than its
+    due: share < due x (1 - tolerance) when relative (the default: "within 10 % of its entitled share"
+    read as 10 % of that share, so a queue entitled to 5 % may not fall below 4.5 %), or share < due -
+    tolerance when not (10 percentage points, which says nothing about queues entitled to less than 10 %).
+    due: the queue's attainableShare (its entitlement capped by its own demand; the default) or fairShare
+    (its work-conserving max-min share, stricter when other queues are idle); see window_shares.
+    Windows where nothing ran are not judged. Each violation: startSeconds, endSeconds, queue, share, due.
+    """
+    if against not in ("attainableShare", "fairShare"):
+        raise ValueError(f"against must be 'attainableShare' or 'fairShare', got {against!r}")
+    if not (isinstance(tolerance, int | float) and 0 <= tolerance < (1 if relative else math.inf)):
+        raise ValueError(f"tolerance must be a number from 0 to below 1, got {tolerance!r}")
+    violations = []
+    for window in windows:
+        for queue, figures in window["queues"].items():
+            share, due = figures["share"], figures[against]
+            if share is None or due is None or due <= 0 or not figures["waitingAnyTime"]:
+                continue
+            floor = due * (1 - tolerance) if relative else due - tolerance
+            if share < floor:
+                violations.append({"startSeconds": window["startSeconds"], "endSeconds": window["endSeconds"],
+                                   "queue": queue, "share": share, "due": due})
+    return violations
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+_ROWS = (
+    ("Jobs", "jobs", "count"),
+    ("Finished", "finished", "count"),
+    ("Unfinished", "unfinished", "count"),
+    ("Unrunnable", "unrunnable", "count"),
+    ("Makespan", "makespanSeconds", "duration"),
+    ("Mean wait", "meanWaitSeconds", "duration"),
+    ("p50 wait", "p50WaitSeconds", "duration"),
+    ("p95 wait", "p95WaitSeconds", "duration"),
+    ("p99 wait", "p99WaitSeconds", "duration"),
+    ("Mean completion (JCT)", "meanCompletionSeconds", "duration"),
+    ("Bounded slowdown (10 s)", "boundedSlowdown", "ratio"),
+    ("Utilization", "utilization", "utilization"),
+    ("Preemptions", "preemptions", "count"),
+)
+
+
+def render_table(trace_info: dict, figures_by_policy: dict[str, dict]) -> str:
+    """One table: a column per policy, a row per figure, then the unrunnable reasons and, per queue, its
+    share against its entitlement and its mean wait. Durations read like '1h 02m' (format_seconds)."""
+    policies = list(figures_by_policy)
+    rows: list[list[str]] = [["", *policies]]
+    for label, key, kind in _ROWS:
+        rows.append([label, *(_cell(figures_by_policy[p], key, kind) for p in policies)])
+    reasons = sorted({r for f in figures_by_policy.values() for r in f.get("unrunnableReasons", {})})
+    for reason in reasons:
+        rows.append([f"  unrunnable: {reason}",
+                     *(str(figures_by_policy[p].get("unrunnableReasons", {}).get(reason, 0)) for p in policies)])
+    queues = sorted({q for f in figures_by_policy.values() for q in f.get("queues", {})})
+    for queue in queues:
+        shares, waits = [f"Queue {queue} share / entitled"], [f"Queue {queue} mean wait"]
+        for p in policies:
+            figures = figures_by_policy[p].get("queues", {}).get(queue, {})
+            shares.append(f"{_percent(figures.get('share'))} / {_percent(figures.get('entitledShare'))}")
+            waits.append(format_seconds(figures.get("meanWaitSeconds")))
+        rows += [shares, waits]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [_trace_line(trace_info)] if trace_info else []
+    for number, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines) + "\n"
+
+
+def to_json(trace_info: dict, figures_by_policy: dict[str, dict]) -> str:
+    """{"trace": trace_info, "policies": {NAME: figures}}, indented."""
+    return json.dumps({"trace": trace_info, "policies": figures_by_policy}, indent=2, allow_nan=False)
+
+
+def format_seconds(seconds: float | None) -> str:
+    """'-' for None, else the two largest units: '42.0s', '3m 07s', '1h 02m', '2d 05h'."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    for unit, size, smaller, smaller_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if whole >= size:
+            return f"{whole // size}{unit} {whole % size // smaller_size:02d}{smaller}"
+    return f"{seconds:.1f}s"  # unreachable: whole >= 60 here
+
+
+def _cell(figures: dict, key: str, kind: str) -> str:
+    value = figures.get(key)
+    if value is None:
+        return "-"
+    if kind == "count":
+        return f"{value:,}"
+    if kind == "duration":
+        return format_seconds(value)
+    if kind == "ratio":
+        return f"{value:,.2f}"
+    return f"{_percent(value)} {figures.get('utilizationResource')}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _trace_line(trace_info: dict) -> str:
+    return "Trace: " + ", ".join(f"{key} {value}" for key, value in trace_info.items())
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+def _check_capacity(capacity: dict[str, int]) -> None:
+    if not isinstance(capacity, dict) or not capacity:
+        raise ValueError(f"capacity must map resource names to amounts in milli-units, got {capacity!r}")
+    bad = {r: a for r, a in capacity.items() if isinstance(a, bool) or not isinstance(a, int | float) or a <= 0}
+    if bad:
+        raise ValueError(f"capacity amounts must be positive milli-units: {bad}")
+
+
+def _check_entitled(entitled: dict[str, float], queues: set[str]) -> None:
+    missing = sorted(queues - set(entitled))
+    if missing:
+        raise ValueError(f"entitled has no share for queue(s) {', '.join(missing)}: give every queue's entitled "
+                         f"fraction of the whole, 0 to 1")
+    bad = {q: s for q, s in entitled.items()
+           if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 1}
+    if bad:
+        raise ValueError(f"entitled shares must be fractions from 0 to 1: {bad}")
+
+
+def _check_outcome(o: JobOutcome) -> None:
+    if o.start_s is not None and o.start_s < o.submit_s:
+        raise ValueError(f"job {o.id}: starts at {o.start_s}s, before its submit at {o.submit_s}s")
+    if o.end_s is not None and o.start_s is None:
+        raise ValueError(f"job {o.id}: has an end ({o.end_s}s) but no start")
+    if o.end_s is not None and o.end_s < o.start_s:
+        raise ValueError(f"job {o.id}: ends at {o.end_s}s, before its start at {o.start_s}s")
+    if o.run_s < 0:
+        raise ValueError(f"job {o.id}: negative run time {o.run_s}s")
+
+
+def _run_start(o: JobOutcome) -> float:
+    """When the finishing run began: run_s before the end, but never before the first start."""
+    return max(o.start_s, o.end_s - o.run_s)
+
+
+def _dominant(requests: dict[str, int], capacity: dict[str, int]) -> float:
+    return max((amount / capacity[r] for r, amount in requests.items() if r in capacity and amount > 0),
+               default=0.0)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _nearest_rank(ordered: list[float], percent: float) -> float | None:
+    """The nearest-rank percentile: the value at rank ceil(p/100 x n) of the sorted values."""
+    if not ordered:
+        return None
+    return ordered[max(1, math.ceil(percent / 100 * len(ordered))) - 1]
+
+
+def _busy_resource_seconds(busy: list[tuple[float, dict[str, int]]], start: float, end: float) -> dict[str, float]:
+    """The integral of the step function over [start, end], per resource."""
+    times = [time for time, _ in busy]
+    if any(later < earlier for earlier, later in zip(times, times[1:])):
+        raise ValueError("busy must be sorted by time: [(time, amounts in use from then on)]")
+    used: dict[str, float] = {}
+    for index, (time, in_use) in enumerate(busy):
+        following = busy[index + 1][0] if index + 1 < len(busy) else end
+        held = min(following, end) - max(time, start)
+        if held > 0:
+            for resource, amount in in_use.items():
+                used[resource] = used.get(resource, 0.0) + amount * held
+    return used
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _water_fill(weights: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
+    """Weighted max-min shares of 1 among the queues, none above its cap."""
+    shares = {q: 0.0 for q in weights}
+    open_queues = {q for q, w in weights.items() if w > 0 and caps.get(q, 0) > 0}
+    left = 1.0
+    while open_queues and left > 1e-12:
+        total = sum(weights[q] for q in open_queues)
+        capped = {q for q in open_queues if caps[q] <= left * weights[q] / total}
+        if not capped:
+            for q in open_queues:
+                shares[q] = left * weights[q] / total
+            break
+        for q in capped:
+            shares[q] = caps[q]
+            left -= caps[q]
+        open_queues -= capped
+    return shares
+
+
+def _identity(overlap: float) -> float:
+    return overlap
+
+
+def _one(overlap: float) -> float:
+    return 1.0
+
+
+class _PerWindow:
+    """Sums a function of each interval's overlap with each window: O(1) per interval, whatever it spans."""
+
+    def __init__(self, origin: float, width: float, count: int):
+        self.origin, self.width, self.count = origin, width, count
+        self.direct = [0.0] * count
+        self.spread = [0.0] * (count + 1)  # differences: the full windows strictly inside an interval
+
+    def add(self, start: float, end: float, of_overlap) -> None:
+        if end <= start:
+            return
+        first = min(self.count - 1, max(0, int((start - self.origin) // self.width)))
+        last = min(self.count - 1, max(0, math.ceil((end - self.origin) / self.width) - 1))
+        if first == last:
+            self.direct[first] += of_overlap(end - start)
+            return
+        self.direct[first] += of_overlap(self.origin + (first + 1) * self.width - start)
+        self.direct[last] += of_overlap(end - (self.origin + last * self.width))
+        if last > first + 1:
+            full = of_overlap(self.width)
+            self.spread[first + 1] += full
+            self.spread[last] -= full
+
+    def totals(self) -> list[float]:
+        out, running = [], 0.0
+        for k in range(self.count):
+            running += self.spread[k]
+            out.append(self.direct[k] + running)
+        return out
