@@ -273,6 +273,11 @@ _ROWS = (
     ("Bounded slowdown (10 s)", "boundedSlowdown", "ratio"),
     ("Utilization", "utilization", "utilization"),
     ("Preemptions", "preemptions", "count"),
+    ("Reservations made", "reservations", "count"),
+    ("Burst spend", "burstSpend", "money"),
+    ("Hour windows short of fair share", "fairShareViolations", "count"),
+    ("Scheduling cycles", "cycles", "count"),
+    ("Replay time", "replaySeconds", "duration"),
 )
 
 
@@ -333,6 +338,8 @@ def _cell(figures: dict, key: str, kind: str) -> str:
         return format_seconds(value)
     if kind == "ratio":
         return f"{value:,.2f}"
+    if kind == "money":
+        return f"{value:,.2f}"
     return f"{_percent(value)} {figures.get('utilizationResource')}"
 
 
@@ -341,7 +348,11 @@ def _percent(value: float | None) -> str:
 
 
 def _trace_line(trace_info: dict) -> str:
-    return "Trace: " + ", ".join(f"{key} {value}" for key, value in trace_info.items())
+    shown = {k: v for k, v in trace_info.items() if k not in ("clusters", "config")}
+    if "clusters" in trace_info:
+        shown["clusters"] = " ".join(f"{name} ({(nodes or {}).get('nodes')} x {(nodes or {}).get('node')})"
+                                     for name, nodes in trace_info["clusters"].items())
+    return "Trace: " + ", ".join(f"{key} {value}" for key, value in shown.items())
 
 
 # -- helpers -----------------------------------------------------------------------------------------

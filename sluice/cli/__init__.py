@@ -12,11 +12,12 @@ from typing import NoReturn
 import typer
 
 from sluice import process
-from sluice.cli import admin, common, jobs, servers
+from sluice.cli import admin, common, jobs, servers, simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
-app.registered_commands += jobs.app.registered_commands + servers.app.registered_commands
+app.registered_commands += (jobs.app.registered_commands + servers.app.registered_commands
+                             + simulate.app.registered_commands)
 app.add_typer(servers.dispatcher_app, name="dispatcher")
 app.add_typer(servers.agent_app, name="agent")
 app.add_typer(admin.app, name="admin")

@@ -1,0 +1,60 @@
+"""One `sluice simulate` run: a trace replayed under each policy asked for, on one scenario, with the figures
+each replay gives (report.py) and what the mapping was."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simulation import report
+from simulation.engine import POLICIES, Replayed, replay
+from simulation.scenario import Scenario, scenario, sim_jobs
+from simulation.world import UNRUNNABLE
+from sluice.objects import AdminObject
+
+
+@dataclass
+class Simulation:
+    trace: dict  # what was replayed (report.render_table's trace_info)
+    scenario: Scenario
+    figures: dict[str, dict]  # per policy, report.policy_figures and what the replay adds
+    outcomes: dict[str, list[report.JobOutcome]]
+    replays: dict[str, Replayed]
+
+
+def outcomes_of(replayed: Replayed) -> list[report.JobOutcome]:
+    return [report.JobOutcome(j.id, j.queue, j.submit, j.first_start, j.finished, j.run_s, j.requests, j.cluster,
+                              j.preemptions, j.reason if j.state == UNRUNNABLE else None)
+            for j in replayed.jobs]
+
+
+def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
+             progress: Callable[[str, int, int], None] | None = None) -> Simulation:
+    """Replay `trace` (traces.read_trace) under each of `policies` (engine.POLICIES) on `objects` (None:
+    the mapping built from the trace). progress(policy, jobs done, jobs) is called as the replays go."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}: one of {', '.join(POLICIES)}")
+    scene = scenario(trace, objects)
+    entitled = scene.entitled()
+    figures, outcomes, replays = {}, {}, {}
+    for name in dict.fromkeys(policies):
+        jobs = sim_jobs(trace, scene)
+        started = time.perf_counter()
+        done = None if progress is None else (lambda n, name=name, total=len(jobs): progress(name, n, total))
+        replayed = replay(jobs, list(scene.clusters), scene.policy, name, progress=done)
+        seconds = time.perf_counter() - started
+        outcomes[name] = outcomes_of(replayed)
+        found = report.policy_figures(outcomes[name], capacity=scene.capacity, entitled=entitled, busy=replayed.busy)
+        windows = report.window_shares(outcomes[name], capacity=scene.capacity, entitled=entitled)
+        found.update(reservations=replayed.reservations, burstSpend=round(replayed.burst_spend, 2),
+                     fairShareViolations=len(report.fair_share_violations(windows)),
+                     cycles=replayed.cycles, replaySeconds=round(seconds, 2))
+        figures[name], replays[name] = found, replayed
+    info = {"name": trace.name, "format": trace.format, "jobs": len(trace.jobs), "skippedLines": trace.skipped,
+            "droppedJobs": trace.dropped, "mapping": "built from the trace" if scene.built else "config",
+            "clusters": {c.name: c.to_document()["spec"].get("simulated") for c in scene.clusters},
+            "queues": len(scene.policy.quotas)}
+    if getattr(trace, "window", None):
+        info["window"] = list(trace.window)
+    return Simulation(info, scene, figures, outcomes, replays)

@@ -1,0 +1,121 @@
+"""`sluice simulate`: replay a workload trace in virtual time through Sluice's scheduling cycle and the
+baselines, and print the figures side by side (docs/simulate.md)."""
+from __future__ import annotations
+
+import pathlib
+import sys
+import time
+
+import typer
+import yaml
+
+from sluice.cli.common import Failed
+
+app = typer.Typer()
+
+OUTPUTS = ("table", "json")
+PROGRESS_EVERY_S = 0.2
+
+
+def _window(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    start, sep, count = text.partition(":")
+    try:
+        window = int(start), int(count)
+    except ValueError:
+        window = None
+    if not sep or window is None or window[0] < 0 or window[1] < 1:
+        raise Failed("simulate --window", f"{text!r} is not START:COUNT (a job index from 0, and how many jobs, "
+                                          "at least 1), e.g. 0:10000")
+    return window
+
+
+class _Progress:
+    """A one-line progress bar on the terminal (stderr), redrawn at most every PROGRESS_EVERY_S."""
+
+    def __init__(self) -> None:
+        self.shown = 0.0
+        self.on = sys.stderr.isatty()
+
+    def __call__(self, policy: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.on or (now - self.shown < PROGRESS_EVERY_S and done < total):
+            return
+        self.shown = now
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{policy:>14} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} jobs")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+@app.command()
+def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace file (.swf, .swf.gz, Philly .csv, "
+                                                                    "or Sluice job YAML with submitAt/runFor)"),
+             fmt: str | None = typer.Option(None, "--format", help="swf | philly | sluice (default: from the name)"),
+             config: pathlib.Path | None = typer.Option(None, "--config",
+                                                        help="Cluster (with simulated nodes), Queue, ServiceClass and "
+                                                             "BurstPolicy objects, as `sluice up --config` reads; "
+                                                             "default: a mapping built from the trace, printed"),
+             policy: list[str] = typer.Option(["sluice", "fifo", "easy-backfill"], "--policy",
+                                              help="sluice | fifo | easy-backfill; repeat for a column each"),
+             window: str | None = typer.Option(None, "--window", help="START:COUNT: replay only these jobs"),
+             output: str = typer.Option("table", "--output", "-o", help="table | json"),
+             plot: pathlib.Path | None = typer.Option(None, "--plot", help="Write PNG figures into this directory "
+                                                                          "(needs sluice[plot])"),
+             skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines",
+                                                 help="Skip (and count) trace lines that cannot be read")) -> None:
+    """Replay a trace in virtual time through Sluice's scheduling and baselines; print figures per policy."""
+    from simulation.engine import POLICIES
+    from simulation.plots import PlotError, write_plots
+    from simulation.report import render_table, to_json
+    from simulation.run import simulate as run_simulation
+    from simulation.scenario import ScenarioError
+    from simulation.traces import TraceError, read_trace
+    from sluice.objects import load_objects
+    from sluice.spec import SpecError
+
+    if output not in OUTPUTS:
+        raise Failed("simulate --output", f"{output!r} is not one of {', '.join(OUTPUTS)}")
+    for name in policy:
+        if name not in POLICIES:
+            raise Failed("simulate --policy", f"{name!r} is not one of {', '.join(POLICIES)}")
+    span = _window(window)
+    objects = None
+    if config is not None:
+        try:
+            objects = load_objects(config.read_text(), source=str(config))
+        except (OSError, SpecError) as exc:
+            raise Failed(f"simulate --config {config}", str(exc)) from None
+    try:
+        read = read_trace(trace, fmt, skip_bad_lines=skip_bad_lines, window=span)
+    except OSError as exc:
+        raise Failed(f"simulate --trace {trace}", exc.strerror or str(exc)) from None
+    except (TraceError, ValueError) as exc:
+        raise Failed(f"simulate --trace {trace}", str(exc)) from None
+    if not read.jobs:
+        raise Failed(f"simulate --trace {trace}", "the trace has no job to replay")
+    try:
+        result = run_simulation(read, objects, policy, progress=_Progress())
+    except (ScenarioError, SpecError) as exc:
+        raise Failed("simulate", str(exc)) from None
+    mapping = [o.to_document() for o in result.scenario.objects]
+    if output == "json":
+        if result.scenario.built:
+            result.trace["config"] = mapping
+        print(to_json(result.trace, result.figures))
+    else:
+        if result.scenario.built:
+            print("# The mapping built from the trace: save it, edit it and pass it with --config")
+            print(yaml.safe_dump_all(mapping, sort_keys=False), end="")
+            print("---")
+        print(render_table(result.trace, result.figures), end="")
+    if plot is not None:
+        try:
+            written = write_plots(plot, result.outcomes, {p: r.busy for p, r in result.replays.items()},
+                                  result.scenario.capacity)
+        except (PlotError, OSError) as exc:
+            raise Failed(f"simulate --plot {plot}", str(exc)) from None
+        print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
