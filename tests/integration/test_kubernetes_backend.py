@@ -357,6 +357,9 @@ def test_jobs_workload_runs_a_gang_of_jobs(start, fake):
     backend, statuses = start(cluster_document(workload="jobs"))
     assert backend.create_attempt(16, 1, job_doc()) is True
     assert sorted(j["metadata"]["name"] for j in fake.list("jobs", NS)) == ["16-1-ps", "16-1-worker"]
+    # Each Job runs its pods once, together; a failed pod is never replaced (Sluice retries the attempt).
+    assert {j["metadata"]["name"]: (j["spec"]["parallelism"], j["spec"]["completions"], j["spec"]["backoffLimit"])
+            for j in fake.list("jobs", NS)} == {"16-1-ps": (1, 1, 0), "16-1-worker": (2, 2, 0)}
     assert len(pods(fake, 16)) == 3  # made by the Job controller, labelled from the template
     assert backend.create_attempt(16, 1, job_doc()) is False
     run_all(fake, 16)
