@@ -390,8 +390,21 @@ _DNS_LABELS: set[str] = set()  # passed v.dns_label
 _LABEL_KEYS: set[str] = set()  # passed v.label_key
 
 
+# Kubernetes Job fields whose behaviour Sluice cannot give, refused rather than dropped (docs/api.md).
+_PER_INDEX = "not supported: Sluice retries a Job's pods together, as a new attempt (use backoffLimit)"
+_KUBERNETES_REFUSED = {
+    "backoffLimitPerIndex": _PER_INDEX,
+    "maxFailedIndexes": _PER_INDEX,
+    "podFailurePolicy": "not supported: any failed pod fails the attempt, which Sluice retries as a whole up to "
+                        "backoffLimit times",
+    "successPolicy": "not supported: the attempt succeeds when every pod succeeded",
+}
+_COMPLETION_MODES = ("NonIndexed", "Indexed")
+
+
 def _kubernetes_job(doc: dict, owned: bool = False) -> JobSpec:
-    # Only the fields Sluice reads are checked: the rest of a Kubernetes Job is Kubernetes' business.
+    # Only the fields Sluice reads or refuses are checked: the rest of a Kubernetes Job (a TTL, a selector)
+    # changes nothing of what runs, and is Kubernetes' business.
     metadata = v.mapping(doc.get("metadata"), "metadata")
     annotations = v.mapping(metadata.get("annotations"), "metadata.annotations")
     spec = v.mapping(doc.get("spec"), "spec", required=True)
@@ -403,6 +416,11 @@ def _kubernetes_job(doc: dict, owned: bool = False) -> JobSpec:
     template_path = "spec.template"
     template = v.mapping(v.required(spec, "template", "spec"), template_path)
     count = v.integer(v.get(spec, "parallelism", 1), "spec.parallelism", 1, MAX_POD_SET_COUNT)
+    _check_gang_fields(spec, count)
+    retries = v.optional(v.integer, spec.get("backoffLimit"), "spec.backoffLimit", lo=0)
+    if retries is not None and retries > MAX_RETRIES:
+        raise SpecError("spec.backoffLimit", f"{retries} is not supported: it becomes the job's maxRetries "
+                                             f"(attempts after the first), at most {MAX_RETRIES}")
     return JobSpec(
         name=v.optional(v.string, metadata.get("name"), "metadata.name", max_len=MAX_NAME_LENGTH),
         labels=v.labels(metadata.get("labels"), "metadata.labels"),
@@ -411,9 +429,29 @@ def _kubernetes_job(doc: dict, owned: bool = False) -> JobSpec:
         priority=annotation(PRIORITY_ANNOTATION, _priority_annotation) or 0,
         pod_sets=(_pod_set(KUBERNETES_POD_SET, count, template, template_path, owned),),
         placement=Placement(),
-        max_retries=DEFAULT_MAX_RETRIES,
+        max_retries=DEFAULT_MAX_RETRIES if retries is None else retries,
         max_runtime_s=None if deadline is None else float(deadline),
     )
+
+
+def _check_gang_fields(spec: dict, count: int) -> None:
+    """Refuse what a Kubernetes Job asks of its pods beyond one run of `count` pods together (a gang)."""
+    completions = v.optional(v.integer, spec.get("completions"), "spec.completions", lo=1)
+    if completions is not None and completions != count:
+        raise SpecError("spec.completions", f"{completions} is not supported: Sluice runs a Job's pods once, all at "
+                                            f"the same time (a gang); set completions to parallelism ({count}) "
+                                            "or leave it out")
+    mode = v.optional(v.choice, spec.get("completionMode"), "spec.completionMode", choices=_COMPLETION_MODES)
+    if mode == "Indexed":
+        raise SpecError("spec.completionMode", "'Indexed' is not supported: Sluice does not give every pod a "
+                                               "completion index (JOB_COMPLETION_INDEX); leave it out or set "
+                                               "NonIndexed")
+    for field_name, why in _KUBERNETES_REFUSED.items():
+        if spec.get(field_name) is not None:
+            raise SpecError(f"spec.{field_name}", why)
+    if v.optional(v.boolean, spec.get("suspend"), "spec.suspend"):
+        raise SpecError("spec.suspend", "true is not supported: Sluice queues the job and starts it when it may "
+                                        "run; submit it when it should")
 
 
 def _priority_annotation(value: object, path: str) -> int:

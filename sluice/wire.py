@@ -9,10 +9,14 @@ STREAM_MARK = ("sluice-submit-stream", "1")  # the header a server sends once it
 @dataclass(frozen=True)
 class AttemptReport:
     """What an agent reports of one attempt (agents.proto AttemptStatus), as both ends hold it: its state
-    as the agent sees it (PENDING, RUNNING, SUCCEEDED, FAILED, LOST, UNSCHEDULABLE), why, and its exit code."""
+    as the agent sees it (PENDING, RUNNING, SUCCEEDED, FAILED, LOST, UNSCHEDULABLE), why, its exit code,
+    and when it got there by the agent's clock."""
 
     job_id: int
     attempt: int
     state: str
     reason: str = ""
     exit_code: int = 0
+    # Seconds since the epoch when the attempt reached `state`, by the cluster's account; 0: not said
+    # (older agents, or the dispatcher's own verdicts), which the dispatcher takes as the report's arrival.
+    at: float = 0.0

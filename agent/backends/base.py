@@ -27,9 +27,8 @@ FINAL_STATES = frozenset({SUCCEEDED, FAILED, LOST, UNSCHEDULABLE})
 
 @dataclass(frozen=True)
 class AttemptStatus(AttemptReport):
-    """An attempt's report as the agent keeps it until the dispatcher acks it."""
-
-    at: float = 0.0  # wall-clock seconds since the epoch when the state was observed
+    """An attempt's report as the agent keeps it until the dispatcher acks it (`at`: when the cluster
+    shows the state was reached, else when the agent observed it)."""
 
 
 @dataclass(frozen=True)

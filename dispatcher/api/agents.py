@@ -50,7 +50,9 @@ def more_room(before: dict | None, after: dict) -> bool:
 
 
 def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
-    return AttemptReport(status.job_id, status.attempt, status.state, status.reason, status.exit_code)
+    """The report as the store applies it, with the agent's time (0 when unstamped: older agents)."""
+    at = status.at.ToNanoseconds() / 1e9 if status.HasField("at") else 0.0
+    return AttemptReport(status.job_id, status.attempt, status.state, status.reason, status.exit_code, at)
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):

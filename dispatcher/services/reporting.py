@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dispatcher.capacity import snapshot
@@ -48,7 +48,8 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
     views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
-    attempts: dict[tuple[int, int], list] = {}  # (job, attempt) -> [started, end state, reason, exit code]
+    # (job, attempt) -> [started, end state, reason, exit code, when it started, when it ended (agent's)]
+    attempts: dict[tuple[int, int], list] = {}
     ended = 0
     for report in reports:
         job = views.get(report.job_id)
@@ -65,12 +66,14 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
         events.append((report.job_id, job.attempt, job.state, outcome.to, outcome.reason, job.cluster))
         change = changed.setdefault(report.job_id, {"started": False, "finished": False, "requeued": False})
         change.update(state=outcome.to, reason=outcome.reason)
-        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0])
+        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None])
         if outcome.to == states.RUNNING:
             change["started"] = attempt[0] = True
+            attempt[4] = _agent_time(report)
         else:
             change["finished" if outcome.to in states.FINAL else "requeued"] = True
-            attempt[1:] = report.state, report.reason, report.exit_code
+            attempt[1:4] = report.state, report.reason, report.exit_code
+            attempt[5] = _agent_time(report)
             ended += 1
         views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
     if not events:
@@ -82,6 +85,17 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
         for waited in waits:
             metrics.observe_dispatch_to_running(waited)
     return ended
+
+
+def _agent_time(report: AttemptReport) -> datetime | None:
+    """When the agent says the report's state was reached; None when it does not say (the store then
+    takes the time of arrival). The store bounds it by the attempt's dispatch and its own clock."""
+    if not report.at > 0:
+        return None
+    try:
+        return datetime.fromtimestamp(report.at, UTC)
+    except (OverflowError, ValueError, OSError):  # past what a datetime holds: in the future, so now
+        return None
 
 
 def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],

@@ -192,10 +192,13 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
     changed: per job, its final {state, reason} and whether it started (started_at), finished
     (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
     cluster) of every transition, in order: each becomes a job event. attempts: per (job, attempt),
-    (started, end state, reason, exit code): started marks it RUNNING from now; an end state ("" for
-    none) ends it, unless it already ended. wake: the scheduler is woken too, with this payload.
-    Returns the seconds from each started attempt's dispatch to now. Raises IllegalTransition, writing
-    nothing, when an event's move is not in the state table.
+    (started, end state, reason, exit code, started at, ended at): started marks it RUNNING; an end
+    state ("" for none) ends it, unless it already ended. The times are the agent's (None: not said,
+    taken as now), bounded: a start not before the attempt's dispatch, an end not before its start,
+    neither after now. The job's started_at and finished_at, and the times of its events (a move to
+    RUNNING at the start, any other at the end), are the attempt's. wake: the scheduler is woken too,
+    with this payload. Returns the seconds from each started attempt's dispatch to now. Raises
+    IllegalTransition, writing nothing, when an event's move is not in the state table.
     """
     for _job, _attempt, from_state, to_state, *_rest in events:
         states.check(from_state, to_state)
@@ -207,51 +210,62 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
         ("requeued", "requeued"))},
         **dict(zip(("e_jobs", "e_attempts", "e_froms", "e_tos", "e_reasons", "e_clusters"), map(list, zip(*events)))),
         "a_jobs": [k[0] for k in keys], "a_attempts": [k[1] for k in keys],
-        **dict(zip(("a_started", "a_states", "a_reasons", "a_codes"),
-                   map(list, zip(*attempts.values())) if attempts else ([], [], [], []))),
+        **dict(zip(("a_started", "a_states", "a_reasons", "a_codes", "a_started_at", "a_ended_at"),
+                   map(list, zip(*attempts.values())) if attempts else ([], [], [], [], [], []))),
         **notes_params(notes)}
     row = driver(session).execute(_TRANSITIONS, params).fetchone()
     return [float(w) for w in row[0]]
 
 
-# Start (a.started: RUNNING from now) and end (a.state, unless "": that state, unless it ended already)
-# the attempts of the arrays %(a_jobs)s, %(a_attempts)s, ...; each SET sees the row as it was, so an
-# attempt that had ended stays as it ended.
+# Start (a.started: RUNNING) and end (a.state, unless "": that state, unless it ended already) the
+# attempts of the arrays %(a_jobs)s, %(a_attempts)s, ...; each SET sees the row as it was, so an attempt
+# that had ended stays as it ended. The agent's times (a.started_at, a.ended_at; NULL: not said, so now)
+# are bounded by the dispatch, the start and now: a cluster's clock is not the dispatcher's.
+_START = "LEAST(now(), GREATEST(attempts.dispatched_at, coalesce(a.started_at, now())))"
 _MARK_ATTEMPTS = f"""
         UPDATE attempts SET
-               started_at = CASE WHEN a.started THEN now() ELSE attempts.started_at END,
+               started_at = CASE WHEN a.started THEN {_START} ELSE attempts.started_at END,
                state = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.state
                             WHEN a.started THEN '{RUNNING}' ELSE attempts.state END,
                reason = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.reason ELSE attempts.reason END,
                exit_code = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.exit_code
                                 ELSE attempts.exit_code END,
-               finished_at = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN now()
+               finished_at = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN LEAST(now(), GREATEST(
+                                      CASE WHEN a.started THEN {_START}
+                                           ELSE coalesce(attempts.started_at, attempts.dispatched_at) END,
+                                      coalesce(a.ended_at, now())))
                                   ELSE attempts.finished_at END
         FROM unnest(%(a_jobs)s::bigint[], %(a_attempts)s::int[], %(a_started)s::boolean[], %(a_states)s::text[],
-                    %(a_reasons)s::text[], %(a_codes)s::int[]) AS a(job_id, attempt, started, state, reason, exit_code)
+                    %(a_reasons)s::text[], %(a_codes)s::int[], %(a_started_at)s::timestamptz[],
+                    %(a_ended_at)s::timestamptz[])
+             AS a(job_id, attempt, started, state, reason, exit_code, started_at, ended_at)
         WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt
-        RETURNING a.started, extract(epoch FROM now() - attempts.dispatched_at) AS waited"""
+        RETURNING a.job_id, a.attempt, a.started, attempts.started_at, attempts.finished_at,
+                  extract(epoch FROM now() - attempts.dispatched_at) AS waited"""
 
 
+# The jobs take their attempts' times (marked's RETURNING: the rows as updated), and so do their events.
 _TRANSITIONS = f"""
     WITH c AS (
         SELECT * FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(reasons)s::text[], %(started)s::boolean[],
                              %(finished)s::boolean[], %(requeued)s::boolean[])
                       AS c(id, state, reason, started, finished, requeued)),
+    marked AS ({_MARK_ATTEMPTS}),
     moved AS (
         UPDATE jobs SET state = c.state, reason = c.reason,
-               started_at = CASE WHEN c.started THEN now() ELSE jobs.started_at END,
-               finished_at = CASE WHEN c.finished THEN now() ELSE jobs.finished_at END,
+               started_at = CASE WHEN c.started THEN coalesce(m.started_at, now()) ELSE jobs.started_at END,
+               finished_at = CASE WHEN c.finished THEN coalesce(m.finished_at, now()) ELSE jobs.finished_at END,
                cluster = CASE WHEN c.requeued THEN NULL ELSE jobs.cluster END
-        FROM c WHERE jobs.id = c.id),
+        FROM c LEFT JOIN marked m ON m.job_id = c.id WHERE jobs.id = c.id),
     made AS (
-        INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster)
-        SELECT job_id, attempt, from_state, to_state, reason, cluster
+        INSERT INTO job_events (job_id, attempt, from_state, to_state, reason, cluster, at)
+        SELECT e.job_id, e.attempt, e.from_state, e.to_state, e.reason, e.cluster,
+               coalesce(CASE WHEN e.to_state = '{RUNNING}' THEN m.started_at ELSE m.finished_at END, now())
         FROM unnest(%(e_jobs)s::bigint[], %(e_attempts)s::int[], %(e_froms)s::text[], %(e_tos)s::text[],
                     %(e_reasons)s::text[], %(e_clusters)s::text[])
              WITH ORDINALITY AS e(job_id, attempt, from_state, to_state, reason, cluster, n)
-        ORDER BY n),
-    marked AS ({_MARK_ATTEMPTS})
+             LEFT JOIN marked m ON m.job_id = e.job_id AND m.attempt = e.attempt
+        ORDER BY e.n)
     SELECT array(SELECT waited FROM marked WHERE started), (SELECT count(*) FROM ({NOTIFY_SQL}) n)"""
 
 
@@ -259,7 +273,8 @@ def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason:
                 exit_code: int | None = None) -> None:
     """End this attempt in `state`, unless it ended already."""
     driver(session).execute(_MARK_ATTEMPTS, {"a_jobs": [job_id], "a_attempts": [attempt], "a_started": [False],
-                                             "a_states": [state], "a_reasons": [reason], "a_codes": [exit_code]})
+                                             "a_states": [state], "a_reasons": [reason], "a_codes": [exit_code],
+                                             "a_started_at": [None], "a_ended_at": [None]})
 
 
 @dataclass(frozen=True)

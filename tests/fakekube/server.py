@@ -118,8 +118,8 @@ def _status(code: int, reason: str, message: str, details: dict | None = None) -
     return out
 
 
-def _now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _now_text(at: datetime | None = None) -> str:
+    return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _suffix() -> str:
@@ -481,20 +481,22 @@ class FakeKube:
             self._set_condition(pod, "PodScheduled", "False", reason="Unschedulable", message=message)
             self._modified("pods", pod)
 
-    def run_pod(self, namespace: str, name: str, node: str | None = None) -> None:
+    def run_pod(self, namespace: str, name: str, node: str | None = None, *, at: datetime | None = None) -> None:
+        """The pod's containers start; at: the kubelet's time for it (default now)."""
         with self._cond:
-            self._run(self._pod(namespace, name), node)
+            self._run(self._pod(namespace, name), node, at)
 
-    def succeed_pod(self, namespace: str, name: str) -> None:
+    def succeed_pod(self, namespace: str, name: str, *, at: datetime | None = None) -> None:
         with self._cond:
-            self._end(self._pod(namespace, name), 0)
+            self._end(self._pod(namespace, name), 0, at=at)
 
     def fail_pod(self, namespace: str, name: str, exit_code: int = 1, reason: str = "Error", message: str = "",
-                 pod_reason: str | None = None) -> None:
+                 pod_reason: str | None = None, *, at: datetime | None = None) -> None:
         """The pod's container terminates with exit_code (reason, e.g. Error or OOMKilled); pod_reason sets
         the pod's own status.reason (DeadlineExceeded, Evicted) instead."""
         with self._cond:
-            self._end(self._pod(namespace, name), exit_code, reason=reason, message=message, pod_reason=pod_reason)
+            self._end(self._pod(namespace, name), exit_code, reason=reason, message=message, pod_reason=pod_reason,
+                      at=at)
 
     def image_pull_error(self, namespace: str, name: str, reason: str = "ErrImagePull",
                          message: str = 'failed to pull image "nope:1": not found') -> None:
@@ -725,20 +727,20 @@ class FakeKube:
             condition["message"] = message
         pod["status"]["conditions"] = conditions + [condition]
 
-    def _run(self, pod: dict, node: str | None) -> None:
+    def _run(self, pod: dict, node: str | None, at: datetime | None = None) -> None:
         pod["spec"]["nodeName"] = node or pod["spec"].get("nodeName") or self._any_node()
         self._set_condition(pod, "PodScheduled", "True")
         self._set_condition(pod, "Ready", "True")
         pod["status"]["phase"] = "Running"
-        pod["status"]["startTime"] = pod["status"].get("startTime") or _now_text()
+        pod["status"]["startTime"] = pod["status"].get("startTime") or _now_text(at)
         pod["status"]["containerStatuses"] = [
             {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "restartCount": 0,
-             "started": True, "state": {"running": {"startedAt": _now_text()}}}
+             "started": True, "state": {"running": {"startedAt": _now_text(at)}}}
             for c in pod["spec"]["containers"]]
         self._modified("pods", pod)
 
     def _end(self, pod: dict, exit_code: int, *, reason: str = "", message: str = "",
-             pod_reason: str | None = None) -> None:
+             pod_reason: str | None = None, at: datetime | None = None) -> None:
         pod["spec"]["nodeName"] = pod["spec"].get("nodeName") or self._any_node()
         pod["status"]["phase"] = "Succeeded" if exit_code == 0 and not pod_reason else "Failed"
         self._set_condition(pod, "Ready", "False", reason="PodCompleted")
@@ -746,7 +748,11 @@ class FakeKube:
             pod["status"]["reason"] = pod_reason
             pod["status"]["message"] = message or "Pod was active on the node longer than the specified deadline"
         terminated = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"),
-                      "finishedAt": _now_text()}
+                      "finishedAt": _now_text(at)}
+        started = [((c.get("state") or {}).get("running") or {}).get("startedAt")
+                   for c in pod["status"].get("containerStatuses") or []]
+        if started and started[0]:
+            terminated["startedAt"] = started[0]
         if message and not pod_reason:
             terminated["message"] = message
         pod["status"]["containerStatuses"] = [

@@ -224,6 +224,29 @@ def test_invalid_file_is_refused_and_changes_nothing(up):
     assert list_jobs(up) == before
 
 
+def k8s_job_yaml(**spec) -> str:
+    return yaml.safe_dump({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "k", "annotations": {"sluice.io/queue": "default"}}, "spec": {**spec, "template": {
+            "metadata": {"annotations": {"sluice.io/sim-duration": "0.2s"}},
+            "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}})
+
+
+def test_kubernetes_job_fields_sluice_cannot_honour_are_refused_and_the_rest_mapped(up):
+    before = list_jobs(up)
+    result = sluice(up, "submit", "-f", "-", input=k8s_job_yaml(parallelism=2, completions=6))
+    assert one_error_line(result) == (
+        "error: submit -: document 1: spec.completions: 6 is not supported: Sluice runs a Job's pods once, all at "
+        "the same time (a gang); set completions to parallelism (2) or leave it out")
+    assert result.stdout == ""
+    line = one_error_line(sluice(up, "submit", "-f", "-", input=k8s_job_yaml(backoffLimit=500)))
+    assert line.startswith("error: submit -: document 1: spec.backoffLimit: 500 is not supported"), line
+    assert list_jobs(up) == before
+    [job_id] = submit(up, "-f", "-", input=k8s_job_yaml(parallelism=2, completions=2, backoffLimit=3))
+    described = json.loads(ok(sluice(up, "describe", str(job_id), "-o", "json")))
+    assert described["maxRetries"] == 3, described
+    wait_state(up, job_id, FINAL)
+
+
 def test_submit_from_stdin_and_queue_override(up):
     [job_id] = submit(up, "-f", "-", input=job_yaml(name="from-stdin", duration="0.2s"))
     job = get(up, job_id)

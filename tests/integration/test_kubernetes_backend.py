@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -318,6 +319,29 @@ def test_agent_restart_mid_job_creates_nothing_twice_and_loses_no_status(start, 
     assert [r.status for r in fake.requests_matching("POST", "/pods$")] == [201] * 3 + [409] * 3
 
 
+def test_reports_carry_the_times_the_cluster_shows_not_when_the_agent_looked(start, fake):
+    # The kubelet's times (whole seconds): the gang ran from its last pod's start; the attempt ended at
+    # its last pod's end, while no agent ran, and the restarted agent says when, not when it found out.
+    now = datetime.now(UTC).replace(microsecond=0)
+    first, statuses = start()
+    first.create_attempt(20, 1, job_doc(pod_set("worker", 2)))
+    fake.run_pod(NS, "20-1-worker-0", "node-a", at=now - timedelta(hours=3, minutes=1))
+    fake.run_pod(NS, "20-1-worker-1", "node-a", at=now - timedelta(hours=3))
+    assert statuses.wait(20, "RUNNING").at == (now - timedelta(hours=3)).timestamp()
+    first.stop()
+    fake.succeed_pod(NS, "20-1-worker-0", at=now - timedelta(hours=2))
+    fake.succeed_pod(NS, "20-1-worker-1", at=now - timedelta(hours=2, minutes=5))
+    second, after = start()
+    assert [(s.state, s.at) for s in second.inventory()] == [("SUCCEEDED", (now - timedelta(hours=2)).timestamp())]
+    assert after.wait(20, "SUCCEEDED").at == (now - timedelta(hours=2)).timestamp()
+
+    second.create_attempt(21, 1, job_doc(pod_set("worker", 1)))
+    fake.run_pod(NS, "21-1-worker-0", "node-a", at=now - timedelta(minutes=30))
+    after.wait(21, "RUNNING")
+    fake.fail_pod(NS, "21-1-worker-0", exit_code=2, at=now - timedelta(minutes=10))
+    assert after.wait(21, "FAILED").at == (now - timedelta(minutes=10)).timestamp()
+
+
 def test_gang_clock_survives_an_agent_restart(start, fake):
     first, _ = start(cluster_document(gangStartTimeout="2s"))
     created = time.monotonic()
@@ -333,6 +357,9 @@ def test_jobs_workload_runs_a_gang_of_jobs(start, fake):
     backend, statuses = start(cluster_document(workload="jobs"))
     assert backend.create_attempt(16, 1, job_doc()) is True
     assert sorted(j["metadata"]["name"] for j in fake.list("jobs", NS)) == ["16-1-ps", "16-1-worker"]
+    # Each Job runs its pods once, together; a failed pod is never replaced (Sluice retries the attempt).
+    assert {j["metadata"]["name"]: (j["spec"]["parallelism"], j["spec"]["completions"], j["spec"]["backoffLimit"])
+            for j in fake.list("jobs", NS)} == {"16-1-ps": (1, 1, 0), "16-1-worker": (2, 2, 0)}
     assert len(pods(fake, 16)) == 3  # made by the Job controller, labelled from the template
     assert backend.create_attempt(16, 1, job_doc()) is False
     run_all(fake, 16)

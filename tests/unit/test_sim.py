@@ -286,10 +286,13 @@ def test_ledger_restore(tmp_path):
     first.delete_attempt(4, 1)
     clock.now += 20
     assert {s.job_id: s.state for s in first.inventory()} == {1: SUCCEEDED, 2: RUNNING, 3: FAILED}
-    # the process dies here; a new cluster reads what the old one recorded
+    # the process dies here, and a new one starts a minute later, reading what the old one recorded
+    clock.now += 60
     second = SimCluster(SimConfig(nodes=2, node=NODE, ledger_path=ledger), clock=clock)
     restored = {s.job_id: s for s in second.inventory()}
     assert {job_id: s.state for job_id, s in restored.items()} == {1: SUCCEEDED, 2: LOST, 3: FAILED}
+    # Ended attempts keep the time they ended (their charge); the lost one was lost at the restart.
+    assert {job_id: s.at - 1_000_000.0 for job_id, s in restored.items()} == {1: 10.0, 2: 80.0, 3: 5.0}
     assert restored[2].reason == "simulated cluster restarted; its pods are gone"
     assert restored[3].exit_code == 7
     for job_id in (1, 2, 3, 4):
@@ -300,7 +303,11 @@ def test_ledger_restore(tmp_path):
     assert ledger_duplicates(ledger) == 0
     lines = ledger.read_text().splitlines()
     assert "created 1 1 1-1-worker-0" in lines
-    assert "ended 3 1 FAILED 7" in lines
+    assert "ended 3 1 FAILED 7 1000005.0" in lines
+    # A ledger of an older sim has no end times: its attempts ended when it was read.
+    ledger.write_text("created 5 1 5-1-worker-0\nended 5 1 SUCCEEDED 0\n")
+    third = SimCluster(SimConfig(nodes=2, node=NODE, ledger_path=ledger), clock=clock)
+    assert [(s.state, s.at - 1_000_000.0) for s in third.inventory()] == [(SUCCEEDED, 80.0)]
 
 
 def test_ledger_duplicates_counts_pod_names_created_twice(tmp_path):

@@ -439,7 +439,7 @@ def test_kubernetes_job():
     pod_set = job.pod_sets[0]
     assert (pod_set.name, pod_set.count, pod_set.requests) == ("job", 3, {"cpu": 500})
     assert pod_set.template == doc["spec"]["template"]
-    assert (job.max_retries, job.max_runtime_s, job.placement) == (2, 600.0, Placement())
+    assert (job.max_retries, job.max_runtime_s, job.placement) == (6, 600.0, Placement())
 
 
 def test_kubernetes_job_defaults():
@@ -451,7 +451,8 @@ def test_kubernetes_job_defaults():
 
 
 def test_kubernetes_job_ignores_fields_sluice_does_not_read():
-    doc = k8s_doc(ttlSecondsAfterFinished=100, suspend=False)
+    doc = k8s_doc(ttlSecondsAfterFinished=100, suspend=False, completionMode="NonIndexed",
+                  podReplacementPolicy="Failed", manualSelector=False, selector={"matchLabels": {"a": "b"}})
     doc["status"] = {"active": 1}
     doc["metadata"]["annotations"]["other.io/x"] = "y"
     assert job_from_document(doc).pod_count() == 3
@@ -481,6 +482,71 @@ def test_kubernetes_job_ignores_fields_sluice_does_not_read():
 def test_kubernetes_job_validation(annotations, spec, path, message):
     err = error(k8s_doc(annotations, **spec))
     assert (err.path, err.message) == (path, message)
+
+
+def test_kubernetes_job_completions_are_the_gang_or_refused():
+    # Sluice runs a Job's pods once, all together: completions can only be the pod count.
+    assert job_from_document(k8s_doc(parallelism=2, completions=2)).pod_count() == 2
+    assert job_from_document(k8s_doc(parallelism=2)).pod_count() == 2
+    err = error(k8s_doc(parallelism=2, completions=6))
+    assert (err.path, err.message) == ("spec.completions", (
+        "6 is not supported: Sluice runs a Job's pods once, all at the same time (a gang); set completions to "
+        "parallelism (2) or leave it out"))
+    err = error(k8s_doc(parallelism=None, completions=4))  # Kubernetes would run them one at a time
+    assert (err.path, err.message[:43]) == ("spec.completions", "4 is not supported: Sluice runs a Job's pod")
+    assert "parallelism (1)" in err.message
+    err = error(k8s_doc(completions="3"))
+    assert (err.path, err.message) == ("spec.completions", "must be an integer, got string '3'")
+
+
+def test_kubernetes_job_backoff_limit_is_its_retries():
+    assert job_from_document(k8s_doc(backoffLimit=3)).max_retries == 3
+    assert job_from_document(k8s_doc(backoffLimit=0)).max_retries == 0
+    assert job_from_document(k8s_doc()).max_retries == 2  # not given: Sluice's default, not Kubernetes' 6
+    assert job_from_document(k8s_doc(backoffLimit=3)).to_document()["spec"]["maxRetries"] == 3
+    err = error(k8s_doc(backoffLimit=101))
+    assert (err.path, err.message) == ("spec.backoffLimit", (
+        "101 is not supported: it becomes the job's maxRetries (attempts after the first), at most 100"))
+    err = error(k8s_doc(backoffLimit=-1))
+    assert (err.path, err.message) == ("spec.backoffLimit", "must be at least 0")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("completionMode", "Indexed", "'Indexed' is not supported: Sluice does not give every pod a completion index "
+                                  "(JOB_COMPLETION_INDEX); leave it out or set NonIndexed"),
+    ("completionMode", "indexed", "must be one of NonIndexed, Indexed, got string 'indexed'"),
+    ("backoffLimitPerIndex", 1, "not supported: Sluice retries a Job's pods together, as a new attempt "
+                                "(use backoffLimit)"),
+    ("maxFailedIndexes", 1, "not supported: Sluice retries a Job's pods together, as a new attempt "
+                            "(use backoffLimit)"),
+    ("podFailurePolicy", {"rules": []}, "not supported: any failed pod fails the attempt, which Sluice retries "
+                                        "as a whole up to backoffLimit times"),
+    ("successPolicy", {"rules": []}, "not supported: the attempt succeeds when every pod succeeded"),
+    ("suspend", True, "true is not supported: Sluice queues the job and starts it when it may run; submit it "
+                      "when it should"),
+])
+def test_kubernetes_job_fields_sluice_cannot_honour_are_refused(field, value, message):
+    err = error(k8s_doc(**{field: value}))
+    assert (err.path, err.message) == (f"spec.{field}", message)
+
+
+def test_kubernetes_jobs_read_alike_sent_as_they_are_or_as_the_cli_sends_them():
+    """The CLI reads a Kubernetes Job and sends its canonical Sluice form, which the server reads by the
+    plain path; sent as it is, the server reads it by the full checks: both read the same job."""
+    for doc in (k8s_doc(), k8s_doc(backoffLimit=3, completions=3), k8s_doc(activeDeadlineSeconds=60, backoffLimit=0)):
+        job = job_from_document(copy.deepcopy(doc))
+        assert spec_module._plain_job(job.to_document(), False) == job
+        assert job_from_document(json.loads(json.dumps(job.to_document()))) == job
+
+
+def test_the_server_refuses_a_kubernetes_job_sent_as_it_is_as_the_cli_does():
+    from dispatcher.errors import InvalidRequest
+    from dispatcher.services import submitting
+    with pytest.raises(InvalidRequest) as refused:
+        submitting.parse([json.dumps(k8s_doc(parallelism=2, completions=6))])
+    assert str(refused.value).startswith("spec.completions: 6 is not supported: Sluice runs a Job's pods once")
+    [job] = submitting.parse([json.dumps(k8s_doc(backoffLimit=3))])
+    assert job.max_retries == 3
 
 
 def test_kubernetes_job_needs_a_spec_and_a_queue():
@@ -609,7 +675,7 @@ def test_job_from_document_locates_its_errors():
 
 def test_example_kubernetes_job():
     [job] = load_jobs((EXAMPLES / "k8s-job.yaml").read_text())
-    assert (job.queue, job.service_class, job.pod_count()) == ("default", "standard", 2)
+    assert (job.queue, job.service_class, job.pod_count(), job.max_retries) == ("default", "standard", 2, 0)
     assert job.pod_sets[0].requests == {"cpu": 1000, "memory": GI}
     assert job.pod_sets[0].template["metadata"]["annotations"]["sluice.io/sim-duration"] == "20s"
 
@@ -754,7 +820,8 @@ def edited_documents(draw):
     if how == "remove":
         del target[last]
     elif how == "add":
-        target[draw(st.sampled_from(["extra", "initContainers", "overhead", "limits", "placement", "tiers"]))] = (
+        target[draw(st.sampled_from(["extra", "initContainers", "overhead", "limits", "placement", "tiers",
+                                     "completions", "backoffLimit", "parallelism"]))] = (
             draw(json_values))
     else:
         target[last] = draw(json_values)

@@ -90,6 +90,7 @@ class _Track:
     """What this process knows about one attempt beyond its objects."""
 
     status: AttemptStatus | None = None  # the last state reported
+    reported_at: float = 0.0  # when this process reported it, by its clock (its retention runs from here)
     cleanup: str = ks.CLEANUP_NONE  # what its final verdict deletes
     complete: bool = False  # every pod of its gang existed at once: a pod missing now was deleted
     deleting: bool = False  # Sluice deletes its objects: report nothing more from them
@@ -253,7 +254,8 @@ class KubernetesBackend:
                                           pull_grace_s=self.settings.image_pull_grace_s,
                                           waiting_since=self._waiting_since,
                                           was_complete=track.complete if track else False)
-                    out[key] = AttemptStatus(key[0], key[1], verdict.state, verdict.reason, verdict.exit_code, now)
+                    out[key] = AttemptStatus(key[0], key[1], verdict.state, verdict.reason, verdict.exit_code,
+                                             verdict.at or now)
             for key, (status, _) in self._verdicts.items():
                 out.setdefault(key, status)
         return list(out.values())
@@ -264,11 +266,13 @@ class KubernetesBackend:
 
     # -- decisions ---------------------------------------------------------------------------------
     def _emit(self, key: tuple[int, int], state: str, reason: str = "", exit_code: int = 0,
-              cleanup: str = ks.CLEANUP_NONE) -> AttemptStatus:
-        """Record and queue a report (caller holds the lock)."""
-        status = AttemptStatus(key[0], key[1], state, reason, exit_code, self._clock())
+              cleanup: str = ks.CLEANUP_NONE, at: float | None = None) -> AttemptStatus:
+        """Record and queue a report (caller holds the lock); at: when the objects show the state was
+        reached (None: now)."""
+        now = self._clock()
+        status = AttemptStatus(key[0], key[1], state, reason, exit_code, at or now)
         track = self._tracks.setdefault(key, _Track())
-        track.status = status
+        track.status, track.reported_at = status, now
         if state in FINAL_STATES:
             track.cleanup = cleanup
         self._outbox.put(status)
@@ -348,14 +352,15 @@ class KubernetesBackend:
                 if verdict.state == UNSCHEDULABLE and not self._confirmed(key, verdict, now):
                     verdict = ks.Verdict(PENDING)
                 if verdict.state != PENDING and (track.status is None or track.status.state != verdict.state):
-                    status = self._emit(key, verdict.state, verdict.reason, verdict.exit_code, verdict.cleanup)
+                    status = self._emit(key, verdict.state, verdict.reason, verdict.exit_code, verdict.cleanup,
+                                        verdict.at)
                     if status.state in _EVENT_REASONS:
                         announce = (sorted(jobs + pods, key=ks.name_of)[0], status)
                     if verdict.cleanup == ks.CLEANUP_ALL:
                         track.deleting = True
                         self._verdicts[key] = (status, time.monotonic())
             if track.final and not track.deleting and track.status is not None \
-                    and now - track.status.at >= self.settings.final_retention_s:
+                    and now - track.reported_at >= self.settings.final_retention_s:
                 track.deleting = True  # kept long enough to tell its story; now it goes
             if track.deleting:
                 doomed = [("jobs", j) for j in jobs if not ks.terminating(j)]

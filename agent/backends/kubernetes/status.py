@@ -19,6 +19,10 @@ An attempt's state, in this order of precedence:
 5. UNSCHEDULABLE: none of the above `gang_timeout_s` after the attempt was created; every object is
    deleted. The reason says how many pods ran and quotes the scheduler's message for a waiting pod.
 6. PENDING otherwise.
+
+A verdict says when the objects show it was reached (`Verdict.at`): RUNNING at the last pod's start,
+SUCCEEDED at the last pod's end, FAILED at the failed container's end (or the Job's Failed condition);
+None where they do not say (the agent then stamps the time it looked).
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ class Verdict:
     reason: str = ""
     exit_code: int = 0
     cleanup: str = CLEANUP_NONE
+    at: float | None = None  # seconds since the epoch the objects give for it; None: they do not say
 
 
 def _meta(obj: dict) -> dict:
@@ -102,6 +107,32 @@ def parse_time(text: object) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def _container_statuses(pod: dict) -> list[dict]:
+    status = _status(pod)
+    return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
+def pod_started_at(pod: dict) -> float | None:
+    """When the pod's first container started (running or since ended), else the kubelet's startTime."""
+    times = [parse_time(state.get("startedAt")) for c in _container_statuses(pod)
+             for state in ((c.get("state") or {}).get("running") or {}, (c.get("state") or {}).get("terminated") or {})]
+    times = [t for t in times if t is not None]
+    return min(times) if times else parse_time(_status(pod).get("startTime"))
+
+
+def pod_finished_at(pod: dict) -> float | None:
+    """When the pod's last container ended; None while one has not (or the status does not say)."""
+    ends = [parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for c in _container_statuses(pod)]
+    return max(ends) if ends and None not in ends else None
+
+
+def _latest(times: Iterable[float | None]) -> float | None:
+    """The latest of these times; None when any is unknown (the whole is known only when each part is)."""
+    found = list(times)
+    return max(found) if found and None not in found else None  # type: ignore[type-var]
 
 
 def gang_size(objects: Iterable[dict]) -> int | None:
@@ -149,7 +180,7 @@ def _with_message(text: str, message: object) -> str:
 def _pod_failure(pod: dict, now: float, restart_limit: int, pull_grace_s: float,
                  waiting_since: Mapping[str, float]) -> Verdict | None:
     name, status = name_of(pod), _status(pod)
-    statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    statuses = _container_statuses(pod)
     if phase(pod) == "Failed":
         terminated = [(c.get("name", "?"), (c.get("state") or {}).get("terminated") or {}) for c in statuses]
         ended = ([(n, t) for n, t in terminated if t and t.get("exitCode", 0) != 0]
@@ -164,7 +195,7 @@ def _pod_failure(pod: dict, now: float, restart_limit: int, pull_grace_s: float,
             reason = (f"pod {name} failed: container {container} exited with code {exit_code} "
                       f"({terminated_state.get('reason') or 'Error'})")
             return Verdict(FAILED, _with_message(reason, terminated_state.get("message")), exit_code,
-                           CLEANUP_UNFINISHED)
+                           CLEANUP_UNFINISHED, parse_time(terminated_state.get("finishedAt")))
         reason = f"pod {name} failed: {status.get('reason') or 'Failed'}"
         return Verdict(FAILED, _with_message(reason, status.get("message")), 0, CLEANUP_UNFINISHED)
     for container in statuses:
@@ -173,7 +204,7 @@ def _pod_failure(pod: dict, now: float, restart_limit: int, pull_grace_s: float,
             code = int(last.get("exitCode", 1))
             reason = (f"pod {name} failed: container {container.get('name', '?')} restarted "
                       f"{container.get('restartCount')} times, last exit code {code} ({last.get('reason') or 'Error'})")
-            return Verdict(FAILED, reason, code, CLEANUP_UNFINISHED)
+            return Verdict(FAILED, reason, code, CLEANUP_UNFINISHED, parse_time(last.get("finishedAt")))
     for container, reason, message in waiting_problems(pod):
         since = waiting_since.get(waiting_key(pod, container, reason), now)
         if reason in FATAL_WAITING or now - since >= pull_grace_s:
@@ -203,7 +234,8 @@ def evaluate(pods: list[dict], jobs: list[dict], *, now: float, gang_timeout_s: 
                     if limit:
                         return Verdict(FAILED, f"exceeded maxRuntime {limit}", 0, CLEANUP_UNFINISHED)
                 text = f"job {name_of(job)} failed: {condition.get('reason') or 'Failed'}"
-                return Verdict(FAILED, _with_message(text, condition.get("message")), 0, CLEANUP_UNFINISHED)
+                return Verdict(FAILED, _with_message(text, condition.get("message")), 0, CLEANUP_UNFINISHED,
+                               parse_time(condition.get("lastTransitionTime")))
     expected = gang_size(pods + jobs) or len(pods)
     gone = [name_of(o) for o in pods + jobs if terminating(o)]
     if gone:
@@ -212,10 +244,10 @@ def evaluate(pods: list[dict], jobs: list[dict], *, now: float, gang_timeout_s: 
         return Verdict(LOST, f"{expected - len(live)} of {expected} pods deleted outside Sluice", 0, CLEANUP_ALL)
     succeeded = [p for p in live if phase(p) == "Succeeded"]
     if expected and len(succeeded) >= expected:
-        return Verdict(SUCCEEDED)
+        return Verdict(SUCCEEDED, at=_latest(pod_finished_at(p) for p in succeeded))
     started = [p for p in live if phase(p) in ("Running", "Succeeded")]
     if expected and len(started) >= expected:
-        return Verdict(RUNNING)
+        return Verdict(RUNNING, at=_latest(pod_started_at(p) for p in started))
     begun = created_at(pods + jobs)
     if begun is not None and now - begun >= gang_timeout_s:
         reason = (f"the gang did not start within {format_duration(gang_timeout_s)}: "

@@ -603,7 +603,7 @@ class SimCluster:
         self._remove_pods(record, now)
         record.state, record.reason, record.exit_code, record.at = state, reason, exit_code, now
         self._emit(record)
-        self._ledger_write([f"ended {record.job_id} {record.attempt} {state} {exit_code}\n"])
+        self._ledger_write([f"ended {record.job_id} {record.attempt} {state} {exit_code} {float(now)!r}\n"])
         self._retention.append((now + self._config.final_retention, record))
 
     def _remove_pods(self, record: _Attempt, now: float) -> None:
@@ -651,9 +651,9 @@ class SimCluster:
                 self._pod_names.add(rest[0])
                 restored.setdefault(key, _Attempt(job_id, attempt, state=LOST, reason=LOST_REASON, at=now))
             elif kind == "ended":
-                state, exit_code = rest
+                state, exit_code, ended_at = rest
                 restored[key] = _Attempt(job_id, attempt, state=state, reason=RESTORED_REASON,
-                                         exit_code=exit_code, at=now)
+                                         exit_code=exit_code, at=now if ended_at is None else ended_at)
             elif kind == "deleted":
                 if key in restored and restored[key].state == LOST:
                     del restored[key]

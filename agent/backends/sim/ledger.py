@@ -3,7 +3,7 @@ restarted sim (a `sluice up` after kill -9) restores its pods instead of creatin
 
 Format (one line per record, appended, fsynced per batch):
     created <job_id> <attempt> <pod_name>
-    ended <job_id> <attempt> <STATE> <exit_code>
+    ended <job_id> <attempt> <STATE> <exit_code> <at>   (at: seconds since the epoch; absent from older ledgers)
     deleted <job_id> <attempt>          (a non-final attempt was deleted; it vanishes on restore)
 """
 from __future__ import annotations
@@ -36,8 +36,9 @@ def read_ledger(path: pathlib.Path) -> Iterable[tuple]:
         try:
             if parts[0] == "created" and len(parts) == 4:
                 records.append(("created", int(parts[1]), int(parts[2]), parts[3]))
-            elif parts[0] == "ended" and len(parts) == 5 and parts[3] in FINAL_STATES:
-                records.append(("ended", int(parts[1]), int(parts[2]), parts[3], int(parts[4])))
+            elif parts[0] == "ended" and len(parts) in (5, 6) and parts[3] in FINAL_STATES:
+                at = float(parts[5]) if len(parts) == 6 else None
+                records.append(("ended", int(parts[1]), int(parts[2]), parts[3], int(parts[4]), at))
             elif parts[0] == "deleted" and len(parts) == 3:
                 records.append(("deleted", int(parts[1]), int(parts[2])))
         except (IndexError, ValueError):
