@@ -23,7 +23,7 @@ class Simulation:
 
 
 def outcomes_of(replayed: Replayed) -> list[report.JobOutcome]:
-    return [report.JobOutcome(j.id, j.queue, j.submit, j.first_start, j.finished, j.run_s, j.requests, j.cluster,
+    return [report.JobOutcome(j.trace_id, j.queue, j.submit, j.first_start, j.finished, j.run_s, j.requests, j.cluster,
                               j.preemptions, j.reason if j.state == UNRUNNABLE else None)
             for j in replayed.jobs]
 

@@ -139,5 +139,6 @@ def sim_jobs(trace, scene: Scenario) -> list[SimJob]:
                 largest[r] = max(largest.get(r, 0), amount)
         run = j.run_s if j.requested_s is None else min(j.run_s, j.requested_s)  # killed at its limit
         out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], tuple(j.pods),
-                          requests, largest, j.requested_s if j.requested_s else run, j.requested_s))
+                          requests, largest, j.requested_s if j.requested_s else run, j.requested_s,
+                          trace_id=j.id))
     return out

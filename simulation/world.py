@@ -36,6 +36,7 @@ class SimJob:
     expected_s: float  # what a scheduler may assume it runs for (its requested time, else its run time)
     max_runtime_s: float | None  # its requested time, given to Sluice as maxRuntime
     priority: int = 0
+    trace_id: int = 0  # its id in the trace (ids here number the jobs in submit order, as a dispatcher does)
     state: str = QUEUED
     cluster: str | None = None
     attempt: int = 0

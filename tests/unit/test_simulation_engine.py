@@ -1,0 +1,150 @@
+"""Replays in virtual time (simulation/engine.py): the production cycle and the baselines on small traces
+whose right answers can be worked out by hand."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from simulation.engine import replay
+from simulation.run import simulate
+from simulation.scenario import ScenarioError, built_objects, scenario, sim_jobs
+from simulation.traces import Trace, TraceJob
+from sluice.objects import (
+    BurstPolicyObject,
+    ClusterObject,
+    QueueObject,
+    ServiceClassObject,
+    SimulatedSpec,
+    load_objects,
+)
+
+CPU = "cpu"
+
+
+def job(i: int, submit: float, run: float, cpus: int, *, queue: str = "a", requested: float | None = None,
+        pods: int = 1) -> TraceJob:
+    return TraceJob(i, submit, run, requested, ((pods, {CPU: cpus * 1000 // pods}),), "u", queue, queue, "", f"j{i}")
+
+
+def trace(*jobs: TraceJob, fmt: str = "philly", machine: int | None = None) -> Trace:
+    return Trace("t", fmt, tuple(jobs), 0, 0, {CPU: machine * 1000} if machine else None, len(jobs))
+
+
+def objects(*queues: str, cpus: int = 8, nodes: int = 1, reservation: float | None = 0.0, extra=()) -> list:
+    return [ServiceClassObject("standard", priority=500, reservation_after_s=reservation),
+            *(QueueObject(q) for q in queues),
+            ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(nodes, {CPU: cpus * 1000 // nodes})),
+            *extra]
+
+
+def starts(result, policy: str) -> dict[int, float]:
+    return {o.id: o.start_s for o in result.outcomes[policy]}
+
+
+def test_fifo_stops_at_the_first_job_that_does_not_fit_and_easy_backfills_around_it():
+    t = trace(job(1, 0, 100, 6, requested=100), job(2, 1, 100, 7, requested=100),  # 2 waits for 1's end at 100
+              job(3, 2, 50, 2, requested=50),  # fits now and ends (52) before 2's reservation (100): backfilled
+              job(4, 60, 500, 2, requested=500))  # fits at 60 but would hold 2 cpu past 100, when 2 needs 7 of 8
+    result = simulate(t, objects("a"), ["fifo", "easy-backfill", "sluice"])
+    assert starts(result, "fifo") == {1: 0, 2: 100, 3: 200, 4: 200}
+    assert starts(result, "easy-backfill") == {1: 0, 2: 100, 3: 2, 4: 200}
+    # Sluice's reservation lets the short job use the reserved room, as EASY does.
+    assert starts(result, "sluice") == starts(result, "easy-backfill")
+    assert result.figures["sluice"]["reservations"] >= 1
+
+
+def test_a_replay_of_weeks_takes_no_wall_time_to_speak_of():
+    t = trace(*(job(i, i * 3600.0, 7 * 86400.0 if i % 2 else 60.0, 4, requested=8 * 86400.0) for i in range(1, 41)))
+    started = time.perf_counter()
+    result = simulate(t, objects("a"), ["sluice"])
+    assert time.perf_counter() - started < 10  # nothing sleeps: virtual weeks cost what the decisions cost
+    assert result.figures["sluice"]["makespanSeconds"] > 14 * 86400
+
+
+def test_fair_share_starts_the_queue_that_uses_less():
+    # Queue a floods first; b's job comes later but starts before a's queued ones once room frees.
+    t = trace(*(job(i, 0, 100, 4, queue="a") for i in range(1, 5)), job(9, 10, 100, 4, queue="b"))
+    result = simulate(t, objects("a", "b", reservation=None), ["sluice", "fifo"])
+    assert starts(result, "sluice")[9] == 100 and starts(result, "fifo")[9] == 200
+
+
+def test_a_gang_waits_until_its_pods_pack_onto_nodes():
+    # Three nodes of 8 cpu; 5 cpu on one of them leaves 19 free, but only two 5-cpu pods fit until it ends.
+    t = trace(job(1, 0, 100, 5, requested=100), job(2, 1, 10, 15, pods=3, requested=10))
+    for policy in ("fifo", "easy-backfill", "sluice"):
+        result = simulate(t, objects("a", cpus=24, nodes=3), [policy])
+        assert starts(result, policy)[2] == 100, policy
+
+
+def test_a_gang_that_never_packs_is_unrunnable():
+    # The issue's case: 3 pods x 5 cpu never fit 2 nodes x 8 cpu at once, though 15 < 16.
+    result = simulate(trace(job(1, 0, 10, 15, pods=3)), objects("a", cpus=16, nodes=2), ["sluice"])
+    assert result.figures["sluice"]["unrunnable"] == 1
+    assert "do not pack" in next(iter(result.figures["sluice"]["unrunnableReasons"]))
+
+
+def test_a_job_no_cluster_could_ever_hold_is_unrunnable_with_why():
+    t = trace(job(1, 0, 10, 64), job(2, 0, 10, 2))
+    result = simulate(t, objects("a"), ["sluice", "fifo"])
+    for policy in ("sluice", "fifo"):
+        figures = result.figures[policy]
+        assert figures["unrunnable"] == 1 and figures["finished"] == 1
+        (reason,) = figures["unrunnableReasons"]
+        assert "c1" in reason
+
+
+def test_preemption_in_a_replay_evicts_batch_work_for_a_critical_job():
+    config = [ServiceClassObject("critical", priority=1000, can_preempt=True),
+              ServiceClassObject("batch", priority=100, preemptible=True),
+              QueueObject("batch", service_classes=("batch",)), QueueObject("urgent", service_classes=("critical",)),
+              ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 8000}))]
+    t = trace(*(job(i, 0, 1000, 2, queue="batch") for i in range(1, 5)), job(9, 10, 50, 4, queue="urgent"))
+    result = simulate(t, config, ["sluice"])
+    assert starts(result, "sluice")[9] == 10
+    assert result.figures["sluice"]["preemptions"] == 2
+    evicted = [o for o in result.outcomes["sluice"] if o.preemptions]
+    assert len(evicted) == 2 and all(o.end_s >= 60 + 1000 for o in evicted)  # they ran again from the start
+
+
+def test_burst_spends_on_the_paid_cluster_within_its_budget():
+    config = [ServiceClassObject("standard", priority=500, burst_allowed=True),
+              QueueObject("a"),
+              ClusterObject("onprem", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 4000})),
+              ClusterObject("cloud", tier="cloud", site="k", price={CPU: 1.0},
+                            simulated=SimulatedSpec(1, {CPU: 4000})),
+              BurstPolicyObject("burst", cluster_selector={"tier": "cloud"}, budget_per_day=100.0)]
+    t = trace(job(1, 0, 3600, 4), job(2, 1, 3600, 4))
+    result = simulate(t, config, ["sluice", "fifo"])
+    sluice = {o.id: o for o in result.outcomes["sluice"]}
+    assert sluice[2].cluster == "cloud" and sluice[2].start_s == 1
+    assert result.figures["sluice"]["burstSpend"] == pytest.approx(4.0)  # 4 cpu x 1 h x 1.0
+    assert starts(result, "fifo")[2] == 3600  # the baselines know no burst policy
+
+
+def test_the_built_mapping_has_one_cluster_of_the_machine_size_and_a_queue_per_group():
+    t = trace(job(1, 0, 10, 4, queue="g1"), job(2, 0, 10, 4, queue="g2"), fmt="swf", machine=128)
+    built = built_objects(t)
+    cluster = next(o for o in built if isinstance(o, ClusterObject))
+    assert cluster.simulated.nodes * cluster.simulated.node[CPU] == 128_000
+    assert sorted(o.name for o in built if isinstance(o, QueueObject)) == ["g1", "g2"]
+    assert scenario(t).entitled() == {"g1": 0.5, "g2": 0.5}
+    # What is printed for the user to save reads back as the same objects.
+    import yaml
+    again = load_objects(yaml.safe_dump_all([o.to_document() for o in built]))
+    assert again == built
+
+
+def test_a_config_without_the_trace_queues_is_refused_naming_them():
+    with pytest.raises(ScenarioError, match="queues the config does not define: b"):
+        scenario(trace(job(1, 0, 10, 1, queue="a"), job(2, 0, 10, 1, queue="b")), objects("a"))
+    with pytest.raises(ScenarioError, match="spec.simulated is required"):
+        scenario(trace(job(1, 0, 10, 1)), [QueueObject("a"), ClusterObject("c", tier="onprem", site="s")])
+
+
+def test_every_policy_replays_the_same_jobs_from_scratch():
+    t = trace(*(job(i, i, 30, 3) for i in range(1, 20)))
+    scene = scenario(t, objects("a"))
+    first = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice")
+    second = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice")
+    assert [(j.first_start, j.finished) for j in first.jobs] == [(j.first_start, j.finished) for j in second.jobs]
