@@ -228,7 +228,7 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         job.reason = _never_runs(job, clusters) or ""
         if job.reason:
             job.state = UNRUNNABLE
-    arrivals = [j for j in jobs if j.state != UNRUNNABLE]
+    arrivals = sorted((j for j in jobs if j.state != UNRUNNABLE), key=lambda j: (j.submit, j.id))
     ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
     busy: list[tuple[float, dict[str, int]]] = [(0.0, {})]
     next_arrival, cycles, done, wake = 0, 0, 0, math.inf

@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dispatcher.policy import bursting
+from dispatcher.policy.decay import DecayedUsage
 from dispatcher.policy.planning import Active, ActiveNeeds, Candidate, CyclePlan, needed
-from dispatcher.scheduler.cycle import CycleInputs, Heads
+from dispatcher.policy.quotas import QuotaTree
+from dispatcher.scheduler.cycle import CycleInputs, Dispatched, Heads
 from dispatcher.scheduler.mapping import PolicyConfig
-from dispatcher.store.lifecycle import Dispatched
 from simulation.world import SimJob, World
 
 DAY_S = 86_400.0
@@ -48,6 +49,14 @@ class MemoryCycle:
         self.spent = 0.0
         self.last_heads: list[SimJob] = []  # the heads the last cycle read
         self.now = 0.0  # the virtual time of the cycle being run (set by the replay before each cycle)
+        # Fair share's memory (a root Queue's usageHalfLife): one accumulator per half-life, over its queues,
+        # advanced by what each queue held since the last cycle (_held), as the store sums attempts.
+        tree = QuotaTree(policy.quotas, {})
+        self._decayed: list[tuple[DecayedUsage, set[str]]] = []
+        for half_life in sorted({h for q in policy.quotas if (h := tree.half_life(q.name))}):
+            queues = {q.name for q in policy.quotas if tree.half_life(q.name) == half_life}
+            self._decayed.append((DecayedUsage(half_life), queues))
+        self._held: dict[str, dict[str, int]] = {}
 
     def _t(self, now: datetime) -> float:
         return now.timestamp() - self.epoch
@@ -60,7 +69,11 @@ class MemoryCycle:
         if self.policy.rules:
             t = now.timestamp()
             spend = bursting.committed(self.bursts, t - (t - self.epoch) % DAY_S, t)
-        return CycleInputs(self.policy, capacities, usage, spend)
+        history: dict[str, dict[str, float]] = {}
+        for decayed, queues in self._decayed:
+            decayed.advance(self._t(now), {q: u for q, u in self._held.items() if q in queues})
+            history.update((q, v) for q, v in decayed.history().items() if q in queues and any(v.values()))
+        return CycleInputs(self.policy, capacities, usage, spend, history)
 
     def heads(self, now: datetime, queues: list[str] | None) -> Heads:
         t = self._t(now)
@@ -120,6 +133,8 @@ class MemoryCycle:
                                                      self.epoch + t, self.epoch + t, None))
             out.append(Dispatched(job.id, job.attempt, place.cluster, 0,
                                   datetime.fromtimestamp(self.epoch + job.submit, UTC), at))
+        if self._decayed:
+            self._held = {q: dict(u) for q, u in self.world.usage.items()}
         return out
 
     def _burst_ended(self, job: SimJob, t: float) -> None:

@@ -25,8 +25,8 @@ stay within their guarantee, so they are never reclaimed in turn.
 from __future__ import annotations
 
 import heapq
-import math
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -134,7 +134,8 @@ class ActiveNeeds:
 
 
 def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState], queues: list[QueueQuota],
-                 classes: dict[str, ClassPolicy], usage: dict[str, dict[str, int]]) -> ActiveNeeds:
+                 classes: dict[str, ClassPolicy], usage: dict[str, dict[str, int]],
+                 holds: dict[int, Hold] | None = None) -> ActiveNeeds:
     """What plan_cycle over these heads may look at of the active attempts, beyond `usage` (per queue, the
     requests of every active attempt summed). A job is a victim only of a class that can preempt and is
     above its own, or of reclaim while its queue borrows; a queue's usage in a cycle never exceeds what it
@@ -158,8 +159,8 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
     timed = any(c.paid for c in clusters) and any(
         c.service_class in classes and classes[c.service_class].burst_allowed for c in candidates)
     # A reservation's expected start, which lets shorter jobs use its room meanwhile, needs them too.
-    timed = timed or any(c.service_class in classes and classes[c.service_class].reservation_after_s is not None
-                         for c in candidates)
+    timed = timed or any(h.kind == "reservation" for h in (holds or {}).values()) or any(
+        c.service_class in classes and classes[c.service_class].reservation_after_s is not None for c in candidates)
     return ActiveNeeds(unpaid, below, preemptible, borrowing, timed)
 
 
@@ -405,7 +406,7 @@ def _expected_start(job: QueuedJob, cluster: ClusterState, burst: _Burst, now: f
                     ) -> tuple[float | None, dict[str, int] | None]:
     """When the job is expected to fit the cluster, by the expected ends of what runs there, and what of
     its requests the room freed by then does not cover; (None, None) when unknown."""
-    eta = bursting.unpaid_start(job, [replace(cluster, paid=False)], burst.ends, now)
+    eta = bursting.unpaid_start(job, [cluster], burst.ends, now)  # reservations are on unpaid clusters
     if eta is None or eta == math.inf:
         return None, None
     freed: dict[str, int] = {}

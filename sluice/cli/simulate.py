@@ -14,6 +14,7 @@ from sluice.cli.common import Failed
 app = typer.Typer()
 
 OUTPUTS = ("table", "json")
+MAPPING_END = "# (end of the mapping)"
 PROGRESS_EVERY_S = 0.2
 
 
@@ -108,9 +109,8 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
         print(to_json(result.trace, result.figures))
     else:
         if result.scenario.built:
-            print("# The mapping built from the trace: save it, edit it and pass it with --config")
-            print(yaml.safe_dump_all(mapping, sort_keys=False), end="")
-            print("---")
+            print(f"# The mapping built from the trace: save it, edit it and pass it with --config\n"
+                  f"{yaml.safe_dump_all(mapping, sort_keys=False)}{MAPPING_END}")
         print(render_table(result.trace, result.figures), end="")
     if plot is not None:
         try:

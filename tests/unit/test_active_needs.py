@@ -40,7 +40,7 @@ def usage_of(active: list[Active]) -> dict[str, dict[str, int]]:
 def as_the_cycle_plans(heads, active, clusters, queues, classes, holds, rules=()):
     """What run_cycle does: usage summed, the needed attempts first, the victims when a search asks."""
     usage = usage_of(active)
-    needs = active_needs(heads, clusters, queues, classes, usage)
+    needs = active_needs(heads, clusters, queues, classes, usage, holds)
     first = [a for a in active if needed(a, needs, victims=False)]
     try:
         return plan_cycle(heads, first, clusters, queues, classes, holds, NOW, list(rules), {},

@@ -28,7 +28,8 @@ def job(i: int, submit: float, run: float, cpus: int, *, queue: str = "a", reque
 
 
 def trace(*jobs: TraceJob, fmt: str = "philly", machine: int | None = None) -> Trace:
-    return Trace("t", fmt, tuple(jobs), 0, 0, {CPU: machine * 1000} if machine else None, len(jobs))
+    ordered = tuple(sorted(jobs, key=lambda j: (j.submit_s, j.id)))
+    return Trace("t", fmt, ordered, 0, 0, {CPU: machine * 1000} if machine else None, len(jobs))
 
 
 def objects(*queues: str, cpus: int = 8, nodes: int = 1, reservation: float | None = 0.0, extra=()) -> list:
@@ -148,3 +149,17 @@ def test_every_policy_replays_the_same_jobs_from_scratch():
     first = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice")
     second = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice")
     assert [(j.first_start, j.finished) for j in first.jobs] == [(j.first_start, j.finished) for j in second.jobs]
+
+
+def test_fair_share_with_memory_starts_the_queue_that_was_idle():
+    """Queue a ran alone for hours; then both flood at once. Without memory their current shares tie and
+    the older job (a's) goes first; with a half-life, b (idle until now) goes first."""
+    jobs = [job(1, 0, 4 * 3600, 8, queue="a"), job(2, 4 * 3600 + 10, 100, 8, queue="a"),
+            job(3, 4 * 3600 + 20, 100, 8, queue="b"), job(4, 4 * 3600 - 5, 30, 1, queue="c")]
+    plain = simulate(trace(*jobs), objects("a", "b", "c", reservation=None), ["sluice"])
+    root = [QueueObject("root", usage_half_life_s=3600.0), QueueObject("a", parent="root"),
+            QueueObject("b", parent="root"), QueueObject("c", parent="root")]
+    remembering = [o for o in objects("a", "b", "c", reservation=None) if not isinstance(o, QueueObject)] + root
+    memory = simulate(trace(*jobs), remembering, ["sluice"])
+    assert starts(plain, "sluice")[2] < starts(plain, "sluice")[3]
+    assert starts(memory, "sluice")[3] < starts(memory, "sluice")[2]

@@ -9,21 +9,7 @@ import time
 import pytest
 
 from simulation.traces import GPU, Trace, TraceError, TraceJob, read_trace
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _shared_traces() -> pathlib.Path:
-    """../shared/traces beside the repository; from a git worktree, beside the main checkout."""
-    git = ROOT / ".git"
-    if git.is_file() and git.read_text().startswith("gitdir:"):  # a worktree: gitdir is MAIN/.git/worktrees/NAME
-        main = pathlib.Path(git.read_text().split(":", 1)[1].strip()).parents[2]
-        if (main.parent / "shared" / "traces").is_dir():
-            return main.parent / "shared" / "traces"
-    return ROOT.parent / "shared" / "traces"
-
-
-SHARED_TRACES = _shared_traces()
+from tests.shared_traces import SHARED_TRACES
 
 SWF_HEADER = """; Version: 2.2
 ; Computer: test machine
