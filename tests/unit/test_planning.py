@@ -893,3 +893,27 @@ def test_a_queue_within_its_guarantee_always_gets_room_back_from_a_borrower(scen
     assert (me.job.id in placed(plan) or all(queue_of[p.victim] == "b" and p.cluster == "x" for p in mine)
             or classes[me.service_class].can_preempt)
     check_never_above_any_queues_max(queues, active, [me], plan)
+
+
+def test_a_reservation_lets_in_only_what_does_not_delay_it_as_easy_backfill_does():
+    """10 cpu; 6 run until NOW+100 (their maxRuntime). The reserved 7-cpu job starts then, with 3 cpu to
+    spare: a 2-cpu job that ends by then (maxRuntime 50) starts now, one of 1 cpu takes spare room for as
+    long as it likes, and then one more of 1 cpu would delay the reserved job: it waits."""
+    x = ClusterState("x", "onprem", "dc1", {}, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}, "", {"cpu": 10 * CPU})
+    running = [Active(1, "a", "big", 50, 0, "x", {"cpu": 6 * CPU}, ends_at=NOW + 100)]
+    big = Candidate(QueuedJob(10, {"cpu": 7 * CPU}, {"cpu": 7 * CPU}), "a", "big", 50, 0, waited_s=700)
+    short = Candidate(QueuedJob(11, {"cpu": 2 * CPU}, {"cpu": 2 * CPU}, max_runtime_s=50), "b", "big", 50, 0)
+    spare = Candidate(QueuedJob(12, {"cpu": 1 * CPU}, {"cpu": 1 * CPU}, max_runtime_s=5000), "c", "big", 50, 0)
+    long = Candidate(QueuedJob(13, {"cpu": 1 * CPU}, {"cpu": 1 * CPU}, max_runtime_s=500), "d", "big", 50, 0)
+    first = plan_cycle({"a": [big]}, running, [x], [QueueQuota(q) for q in "abcd"], CLASSES, {}, NOW)
+    hold = first.holds[10]
+    assert hold.kind == "reservation" and hold.starts_by == NOW + 100 and hold.short == {"cpu": CPU}
+    plan = plan_cycle({"a": [big], "b": [short], "c": [spare], "d": [long]}, running, [x],
+                      [QueueQuota(q) for q in "abcd"], CLASSES, first.holds, NOW + 1)
+    assert {p.job_id for p in plan.places} == {11, 12}
+    assert "reserved capacity for job 10" in plan.waits[13]
+    # Without an expected end for what runs, the reservation keeps all its room, as before.
+    unknown = [replace(running[0], ends_at=None)]
+    plan = plan_cycle({"a": [big], "b": [short], "c": [spare], "d": [long]}, unknown, [x],
+                      [QueueQuota(q) for q in "abcd"], CLASSES, first.holds, NOW + 1)
+    assert plan.places == []
