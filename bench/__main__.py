@@ -14,7 +14,7 @@ import shlex
 import sys
 import time
 
-from bench import dispatching, figures, systems
+from bench import dispatching, figures, simulating, systems
 from bench.postgres import Postgres
 from sluice import process
 
@@ -27,6 +27,7 @@ BENCHMARKS = {
     "memory": "RSS of the process running the cycles, 1M queued",
     "latency": "submit->dispatched and submit->running p50/p99, a job every 10 ms (sluice up, sim agents)",
     "e2e": "jobs/s completing through gRPC agents with sim backends (sluice up)",
+    "simulate": "seconds to replay whole public traces through the production cycle (sluice simulate)",
 }
 BACKLOG = {"dispatch", "cycle", "floor", "memory"}
 
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         if "e2e" in wanted:
             section({"e2e"}, "e2e")
             systems.end_to_end(pg, systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig(), run)
+        if "simulate" in wanted:
+            section({"simulate"}, "simulate")
+            simulating.run(simulating.SimulateConfig.quick() if args.quick else simulating.SimulateConfig(), run)
     run.part(None)
     run.load["end"] = f"{os.getloadavg()[0]:.1f}"
     print(f"done in {time.monotonic() - began:.0f}s", flush=True)
