@@ -206,7 +206,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims=False: `active` holds
     no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
-    search is known to fail (the same search found nothing since the last change): the plain definition.
+    search is known to fail (the same search found nothing since the last change), and every head is
+    decided afresh, even one like a head that just had to wait (_Verdicts): the plain definition.
     placed: called with the places and bursts so far after each head is considered (a place is never
     taken back later in the cycle), so that the caller may write them while the rest is planned.
     """
@@ -246,15 +247,63 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
     views = _HeldView(state)
+    verdicts = _Verdicts(remember_failed_searches and not burst.paid)
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
-        _consider(order.take(queue), tree, state, views, running, classes, out, now, burst)
-        if placed is not None:
-            placed(out.places, out.bursts)
+        c = order.take(queue)
+        if not verdicts.recall(c, out, classes):
+            _consider(c, tree, state, views, running, classes, out, now, burst)
+            verdicts.learn(c, out)
+            if placed is not None:
+                placed(out.places, out.bursts)
         order.changed(queue)
         for p in out.preemptions[evicted:]:  # their queues' shares went down
             order.changed(active_queue[p.victim])
     return out
+
+
+class _Verdicts:
+    """The waits decided so far in a cycle, by all that decides them, while nothing they depend on has
+    changed (no place, preemption, burst or hold made or given up since): a deep backlog repeats a few job
+    shapes, and a head like one that just had to wait waits for the same reason, without deciding again.
+    What decides a wait: the job's shape (its requests, pods and placement, shared objects as the cycle's
+    reads make them, and its maxRuntime), its queue, class and class priority, the job that evicted it,
+    and whether it waited past its class's reservation time. Never used with paid clusters, where the
+    time waited enters a burst's verdict, nor for a job that holds room itself."""
+
+    def __init__(self, on: bool):
+        self._on = on
+        self._known: dict[tuple, str] = {}
+        self._mark: tuple | None = None
+        self._key: tuple | None = None
+
+    @staticmethod
+    def _state(out: CyclePlan) -> tuple:
+        return len(out.places), len(out.preemptions), len(out.bursts), tuple(map(id, out.holds.values()))
+
+    def recall(self, c: Candidate, out: CyclePlan, classes: dict[str, ClassPolicy]) -> bool:
+        """Whether `c` waits for a reason known already (then written to out.waits)."""
+        self._key = None
+        if not self._on or c.job.id in out.holds:
+            return False
+        mark = self._state(out)
+        if mark != self._mark:
+            self._known, self._mark = {}, mark
+        job, cls = c.job, classes.get(c.service_class)
+        reserves = cls is not None and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s
+        self._key = (id(job.requests), id(job.largest_pod), id(job.cluster_selector), job.tiers, job.sites,
+                     job.avoid, job.max_runtime_s, c.queue, c.service_class, c.class_priority, c.preempted_by,
+                     reserves)
+        known = self._known.get(self._key)
+        if known is None:
+            return False
+        out.waits[job.id] = known
+        return True
+
+    def learn(self, c: Candidate, out: CyclePlan) -> None:
+        """After `c` was decided: keep its wait, when deciding it changed nothing."""
+        if self._key is not None and c.job.id in out.waits and self._state(out) == self._mark:
+            self._known[self._key] = out.waits[c.job.id]
 
 
 class _FairOrder:
