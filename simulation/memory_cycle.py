@@ -4,6 +4,11 @@
 (policy, capacities, usage per queue, burst spend), the same heads (the first `per_queue` queued jobs of
 each queue in queue order), the same active attempts, and the plan's dispatches, preemptions and
 reasons carried out, on the World instead of in a transaction.
+
+A cycle's dispatches reach each cluster in the order the agent gets them, not in the plan's: each
+dispatch statement (lifecycle.dispatch, and each part DispatchAhead sends) writes its outbox commands in
+job id order, the agent creates the attempts in command order, and a cluster binds pods first fit in
+creation order. With several jobs per node that order decides which of them start and which wait.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from dispatcher.policy import bursting
 from dispatcher.policy.decay import DecayedUsage
 from dispatcher.policy.planning import Active, ActiveNeeds, Candidate, CyclePlan, needed
 from dispatcher.policy.quotas import QuotaTree
-from dispatcher.scheduler.cycle import CycleInputs, Dispatched, Heads
+from dispatcher.scheduler.cycle import DISPATCH_PART, CycleInputs, Dispatched, Heads
 from dispatcher.scheduler.mapping import PolicyConfig
 from simulation.world import SimJob, World
 
@@ -21,21 +26,36 @@ DAY_S = 86_400.0
 
 
 class NoSink:
-    """Places are carried out by finish(), all at once: nothing is sent while the plan is made."""
+    """Places are carried out by finish(), all at once: nothing is sent while the plan is made. It notes
+    where DispatchAhead would have cut the plan's places into parts (each part, and the rest, is one
+    dispatch statement, whose commands go out in job id order)."""
 
     sent = 0
 
+    def __init__(self):
+        self.parts: list[int] = []  # the end of each part DispatchAhead would have sent
+
     def placed(self, places, bursts) -> None:
-        pass
+        if len(places) - (self.parts[-1] if self.parts else 0) >= DISPATCH_PART:
+            self.parts.append(len(places))
 
     def end(self) -> list[Dispatched]:
         return []
 
     def undo(self) -> None:
-        pass
+        self.parts = []
 
     def close(self) -> None:
         pass
+
+
+def agent_order(places: list, parts: list[int]) -> list:
+    """The places in the order their clusters get them: part by part, each in job id order."""
+    out, begin = [], 0
+    for end in [*parts, len(places)]:
+        out += sorted(places[begin:end], key=lambda p: p.job_id)
+        begin = end
+    return out
 
 
 class MemoryCycle:
@@ -57,6 +77,7 @@ class MemoryCycle:
             queues = {q.name for q in policy.quotas if tree.half_life(q.name) == half_life}
             self._decayed.append((DecayedUsage(half_life), queues))
         self._held: dict[str, dict[str, int]] = {}
+        self._sink = NoSink()  # the running cycle's
 
     def _t(self, now: datetime) -> float:
         return now.timestamp() - self.epoch
@@ -98,7 +119,8 @@ class MemoryCycle:
         return [a for a in self.world.actives.values() if needed(a, needs, victims=victims)]
 
     def dispatch_ahead(self, clusters: list[str]) -> NoSink:
-        return NoSink()
+        self._sink = NoSink()
+        return self._sink
 
     def preempt(self, plan: CyclePlan) -> int:
         t = None
@@ -121,7 +143,7 @@ class MemoryCycle:
         t = self.now
         at = datetime.fromtimestamp(self.epoch + t, UTC)
         out = []
-        for place in plan.places[sent:]:
+        for place in agent_order(plan.places[sent:], self._sink.parts):
             job = jobs[place.job_id]
             job.reason = ""
             self.world.dispatch(job, place.cluster, t)

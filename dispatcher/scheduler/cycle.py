@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from dispatcher.store.database import Session, Sessions
 
 LEADER_LOCK = 7302  # the advisory lock key the scheduling leader holds
+DISPATCH_PART = lifecycle.DispatchAhead.AHEAD  # places of a deep plan sent per dispatch statement, in job id order
 
 
 @dataclass(frozen=True)

@@ -163,3 +163,14 @@ def test_fair_share_with_memory_starts_the_queue_that_was_idle():
     memory = simulate(trace(*jobs), remembering, ["sluice"])
     assert starts(plain, "sluice")[2] < starts(plain, "sluice")[3]
     assert starts(memory, "sluice")[3] < starts(memory, "sluice")[2]
+
+
+def test_a_cycles_dispatches_reach_the_cluster_in_job_id_order_as_the_outbox_sends_them():
+    # Two nodes of 4 cpu. Fair share plans 1, 3, 2, 4 (a, b, a, b), which would pack 1+3 and 1+3; but the
+    # dispatch statement writes the outbox commands in job id order, the agent creates the pods in that
+    # order and the cluster binds them first fit: 1 and 2 share node 0, 3 takes node 1, and 4 (3 cpu) fits
+    # on neither until 1 ends (at 10) and leaves 3 cpu on node 0, though the cycle sent it at 0.
+    t = trace(job(1, 0, 10, 1, queue="a"), job(2, 0, 20, 1, queue="a"),
+              job(3, 0, 30, 3, queue="b"), job(4, 0, 5, 3, queue="b"))
+    result = simulate(t, objects("a", "b", cpus=8, nodes=2), ["sluice"])
+    assert starts(result, "sluice") == {1: 0, 2: 0, 3: 0, 4: 10}
