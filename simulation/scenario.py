@@ -129,6 +129,11 @@ def sim_jobs(trace, scene: Scenario) -> list[SimJob]:
     queues = {q.name: q for q in scene.objects if isinstance(q, QueueObject)}
     priorities = {name: c.priority for name, c in scene.policy.classes.items()}
     out = []
+    shared: dict[tuple, dict[str, int]] = {}  # one dict per distinct amount, as the cycle's reads share them
+
+    def one(amounts: dict[str, int]) -> dict[str, int]:
+        return shared.setdefault(tuple(sorted(amounts.items())), amounts)
+
     for i, j in enumerate(trace.jobs, start=1):
         queue = queue_of(j, trace.format)
         service_class = getattr(j, "service_class", None) or default_class(list(queues[queue].service_classes),
@@ -141,6 +146,6 @@ def sim_jobs(trace, scene: Scenario) -> list[SimJob]:
                 largest[r] = max(largest.get(r, 0), amount)
         run = j.run_s if j.requested_s is None else min(j.run_s, j.requested_s)  # killed at its limit
         out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], tuple(j.pods),
-                          requests, largest, j.requested_s if j.requested_s else run, j.requested_s,
+                          one(requests), one(largest), j.requested_s if j.requested_s else run, j.requested_s,
                           trace_id=j.id))
     return out
