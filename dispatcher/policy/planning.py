@@ -267,8 +267,8 @@ class _Verdicts:
     changed (no place, preemption, burst or hold made or given up since): a deep backlog repeats a few job
     shapes, and a head like one that just had to wait waits for the same reason, without deciding again.
     What decides a wait: the job's shape (its requests and largest pod, dicts shared per shape as the
-    cycle's reads make them, its placement and maxRuntime), its queue, class and class priority, the job that evicted it,
-    and whether it waited past its class's reservation time. Never used with paid clusters, where the
+    cycle's reads make them, its placement and maxRuntime), its queue, class and class priority, the job
+    that evicted it, and whether it waited past its class's reservation time. Never used with paid clusters, where the
     time waited enters a burst's verdict, nor for a job that holds room itself."""
 
     def __init__(self, on: bool):
