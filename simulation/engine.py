@@ -169,13 +169,17 @@ class _Easy(_Fifo):
                 best = (c, when, subtract(free, head.requests))
         return best
 
+    def _room(self) -> bool:
+        """Whether any cluster has anything free (a full machine ends the scan for backfill)."""
+        return any(amount > 0 for c in self.clusters for amount in c.free.values())
+
     def _backfill(self, t: float) -> int:
         head = self.waiting[0]
         shadow = self._shadow(head, t)
         self.reserved.add(head.id)
         started = 0
         i = 1
-        while i < len(self.waiting):
+        while i < len(self.waiting) and self._room():
             job = self.waiting[i]
             where = self._where(job)
             if where is None:
