@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from bench import backlog, cycling, floor, workload
 from bench.figures import Figure, Run, Target
 from bench.postgres import Postgres
+from dispatcher.scheduler.settings import SchedulerSettings
 
 GiB = 1 << 30
 
@@ -50,7 +51,8 @@ def run(pg: Postgres, config: BacklogConfig, run: Run, wanted: set[str], *, prof
              "node": {"cpu": "64", "memory": "256Gi"}, "queue_tree": f"{min(10, config.queues)} parents, "
              f"{config.queues} leaf queues, no quotas",
              "classes": "critical 5% / standard 70% / batch 25%, priority 0-9",
-             "shapes": [asdict(s) for s in workload.SHAPES], "per_queue": 64, "floor_batch": floor.BATCH}
+             "shapes": [asdict(s) for s in workload.SHAPES], "per_queue": SchedulerSettings().per_queue,
+             "floor_batch": floor.BATCH}
     run.configs[", ".join(sorted(wanted & {"dispatch", "cycle", "floor", "memory"}))] = shown
     print(f"backlog: {config.jobs:,} jobs in {config.queues:,} queues, {config.clusters} clusters of {nodes} nodes",
           flush=True)
