@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dispatcher.policy.placing import TIER_ORDER, allowed_on
-from dispatcher.policy.planning import PREEMPTION_HOLD_S, ClassPolicy, Hold
+from dispatcher.policy.planning import PREEMPTION_HOLD_S, Hold
 from dispatcher.scheduler.cycle import plan_and_apply
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
@@ -68,6 +68,9 @@ class _Sluice:
 
     def ended(self, job: SimJob, t: float) -> None:
         self.store.ended(job, t)
+
+    def burst_spend(self) -> float:
+        return self.store.spent
 
     def decide(self, t: float) -> tuple[int, bool]:
         """One cycle at virtual time t: (jobs dispatched or preempted, whether another cycle is due now)."""
@@ -116,6 +119,9 @@ class _Fifo:
 
     def ended(self, job: SimJob, t: float) -> None:
         pass  # nothing it decided depends on an end but the room, which decide() reads
+
+    def burst_spend(self) -> float:
+        return 0.0  # the baselines know no burst policy
 
     def _where(self, job: SimJob) -> SimCluster | None:
         for c in self.clusters:
@@ -270,9 +276,4 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         if job.state == QUEUED:
             job.state = UNRUNNABLE
             job.reason = f"never started: {job.reason or 'nothing it waited for came'}"
-    return Replayed(name, jobs, busy, cycles, getattr(strategy.store, "spent", 0.0) if name == "sluice" else 0.0,
-                    len(strategy.reserved))
-
-
-def class_of(policy: PolicyConfig, name: str) -> ClassPolicy:
-    return policy.classes[name]
+    return Replayed(name, jobs, busy, cycles, strategy.burst_spend(), len(strategy.reserved))
