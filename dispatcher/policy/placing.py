@@ -8,8 +8,8 @@ packs them onto the nodes, and `take` takes them off the nodes they were packed 
 also offers its headroom (the nodes it may still add, up to its maximum): a job that fits only there
 starts after the cluster's provisioning delay, and its largest pod must fit one new node. Tiers are
 preferred onprem, then cloud, then edge (edge capacity is kept for the work pinned to it); within a
-tier, a cluster where the job starts now before one that must grow first, then the tightest fit (bin-
-packing). A job that does not fit never blocks the jobs behind it. Paid clusters are offered only
+tier, a cluster where the job starts now before one that must grow first, then the tightest fit
+(bin-packing). A job that does not fit never blocks the jobs behind it. Paid clusters are offered only
 through a burst policy (policy/bursting.py). A cluster where the job's last attempt could not start
 (`avoid`) is left out for a while.
 """

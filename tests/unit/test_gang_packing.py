@@ -94,3 +94,14 @@ def test_an_elastic_cluster_takes_a_gang_that_packs_only_with_new_nodes_after_it
     assert start_delay(job, elastic) == 90.0 and start_delay(gang(2, 2, 5), elastic) == 0.0
     full = replace(elastic, headroom={})
     assert why_not(job, full) == "needs 3 pods of 5 cpu at once, only 2 fit on its nodes"
+
+
+def test_the_simulated_cluster_reports_each_usable_nodes_free_capacity():
+    from agent.backends.sim.cluster import SimCluster, SimConfig
+    sim = SimCluster(SimConfig(nodes=2, node={"cpu": 8 * CPU}), clock=lambda: 0.0)
+    pod = {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "5"}}}],
+           "restartPolicy": "Never"}
+    sim.create_attempt(1, 1, {"spec": {"podSets": [{"name": "w", "count": 1, "template": {"spec": pod}}]}})
+    assert sim.capacity().node_free == ({"cpu": 3 * CPU}, {"cpu": 8 * CPU})
+    sim.set_node("node-1", schedulable=False)
+    assert sim.capacity().node_free == ({"cpu": 3 * CPU},)
