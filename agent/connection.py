@@ -76,7 +76,8 @@ def _capacity_message(report: CapacityReport, applied_through: int) -> agents_pb
     return agents_pb2.Capacity(allocatable=jobs_pb2.Resources(milli=report.allocatable),
                                free=jobs_pb2.Resources(milli=report.free),
                                largest_free_node=jobs_pb2.Resources(milli=report.largest_free_node),
-                               applied_through=applied_through)
+                               applied_through=applied_through,
+                               node_free=[jobs_pb2.Resources(milli=node) for node in report.node_free])
 
 
 class Agent:

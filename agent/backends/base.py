@@ -38,6 +38,8 @@ class CapacityReport:
     allocatable: dict[str, int] = field(default_factory=dict)
     free: dict[str, int] = field(default_factory=dict)  # allocatable minus requests of non-terminated pods
     largest_free_node: dict[str, int] = field(default_factory=dict)
+    # Each usable node's allocatable minus the requests of the pods bound to it: the dispatcher packs gangs onto these.
+    node_free: tuple[dict[str, int], ...] = ()
 
 
 StatusCallback = Callable[[AttemptStatus], None]

@@ -35,8 +35,11 @@ READ_BATCH = 100  # agent messages applied in one transaction at most (and the j
 
 
 def capacity_document(capacity: agents_pb2.Capacity) -> dict:
-    return {"allocatable": dict(capacity.allocatable.milli), "free": dict(capacity.free.milli),
-            "largestFreeNode": dict(capacity.largest_free_node.milli)}
+    document = {"allocatable": dict(capacity.allocatable.milli), "free": dict(capacity.free.milli),
+                "largestFreeNode": dict(capacity.largest_free_node.milli)}
+    if capacity.node_free:  # older agents send none: placement then judges by the sums alone
+        document["nodeFree"] = [dict(node.milli) for node in capacity.node_free]
+    return document
 
 
 def more_room(before: dict | None, after: dict) -> bool:

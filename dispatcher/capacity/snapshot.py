@@ -12,7 +12,9 @@ attempt is counted exactly once, never twice, never not at all:
   report's applied_through. The agent read applied_through before its snapshot, so every command at
   or below it is inside the report.
 
-The largest free node is reduced the same way, conservatively (an unseen pod may land on it).
+The largest free node is reduced the same way, conservatively (an unseen pod may land on it), and so is
+each node's free capacity (`nodeFree`, from agents that report it; the Prometheus reading has none): no
+node shows more free than the cluster has free.
 
 An elastic cluster also shows its headroom: per resource, maxNodes × its node shape less what it has
 now (allocatable). Pods waiting for new nodes are already inside `free` (it goes below zero), so
@@ -43,13 +45,17 @@ class ClusterCapacity:
     allocatable: dict[str, int]
 
 
-def _less(capacity: dict, requests: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """Free capacity, and the largest free node, less `requests` (what is not in the report yet)."""
+def _less(capacity: dict, requests: dict[str, int]
+          ) -> tuple[dict[str, int], dict[str, int], tuple[dict[str, int], ...]]:
+    """Free capacity, the largest free node and each node's free capacity, less `requests` (what is not in
+    the report yet)."""
     free, largest = dict(capacity.get("free", {})), dict(capacity.get("largestFreeNode", {}))
     if requests:
         free = subtract(free, requests)
         largest = {k: min(v, free.get(k, 0)) for k, v in largest.items()}
-    return free, largest
+    # Pending pods are in `free` but on no node yet: capping each node by it keeps them from being packed twice.
+    nodes = tuple({k: min(v, free.get(k, 0)) for k, v in node.items()} for node in capacity.get("nodeFree", ()))
+    return free, largest, nodes
 
 
 def read(session: Session, now: datetime, *, unreachable_after_s: float,
@@ -82,7 +88,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
             capacity, source = c.capacity or {}, "agent" if c.capacity else "none"
             age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
             unseen = after_report.get(c.name, {})
-        free, largest = _less(capacity, unseen)
+        free, largest, nodes = _less(capacity, unseen)
         heard = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
         status = c.state
         unavailable = ""
@@ -97,7 +103,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         allocatable = dict(capacity.get("allocatable", {}))
         out.append(ClusterCapacity(
             ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable, allocatable,
-                         **terms(c.spec, allocatable)),
+                         node_free=nodes, **terms(c.spec, allocatable)),
             status, source, age, allocatable))
     return out
 

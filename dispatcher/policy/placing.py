@@ -1,20 +1,24 @@
 """Placement: which cluster each queued job goes to this cycle, or why it waits. Pure, no I/O.
 
-Jobs arrive already in scheduling order (class priority, job priority, age). Each job is placed whole
-on one cluster or not at all: its total request must fit the cluster's free capacity and its largest
-pod must fit the largest free node. An elastic cluster also offers its headroom (the nodes it may still
-add, up to its maximum): a job that fits only there starts after the cluster's provisioning delay, and
-its largest pod must fit one new node. Tiers are preferred onprem, then cloud, then edge (edge capacity
-is kept for the work pinned to it); within a tier, a cluster where the job starts now before one that
-must grow first, then the tightest fit (bin-packing). A job that does not fit never blocks the jobs
-behind it. Paid clusters are offered only through a burst policy (policy/bursting.py). A cluster where
-the job's last attempt could not start (`avoid`) is left out for a while.
+Jobs arrive already in scheduling order (class priority, job priority, age). Each job is placed whole on
+one cluster or not at all: its total request must fit the cluster's free capacity and its largest pod
+must fit the largest free node. When the cluster reports each node's free capacity (`node_free`) and the
+job has several pods (`pods`), every pod must also fit at once: first-fit decreasing (sluice/packing.py)
+packs them onto the nodes, and `take` takes them off the nodes they were packed onto. An elastic cluster
+also offers its headroom (the nodes it may still add, up to its maximum): a job that fits only there
+starts after the cluster's provisioning delay, and its largest pod must fit one new node. Tiers are
+preferred onprem, then cloud, then edge (edge capacity is kept for the work pinned to it); within a
+tier, a cluster where the job starts now before one that must grow first, then the tightest fit
+(bin-packing). A job that does not fit never blocks the jobs behind it. Paid clusters are offered only
+through a burst policy (policy/bursting.py). A cluster where the job's last attempt could not start
+(`avoid`) is left out for a while.
 """
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
 
+from sluice.packing import first_fit, first_fit_decreasing, largest_first
 from sluice.quantity import add, fits, format_quantity, shortfall, subtract
 
 TIER_ORDER = {"onprem": 0, "cloud": 1, "edge": 2}
@@ -35,6 +39,9 @@ class ClusterState:
     headroom: dict[str, int] = field(default_factory=dict)  # elastic: what its nodes to come would add
     node_shape: dict[str, int] = field(default_factory=dict)  # elastic: one new node's allocatable
     provisioning_delay_s: float = 0.0  # elastic: how long a new node takes
+    # Each usable node's free capacity, as the agent reports it; () when unknown (then only the aggregate
+    # checks above apply). Kept no larger than `free` per resource.
+    node_free: tuple[dict[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class QueuedJob:
     sites: tuple[str, ...] = ()
     max_runtime_s: float | None = None  # its maxRuntime, when it has one
     avoid: tuple[str, ...] = ()  # clusters where its last attempt could not start, left out for a while
+    # (count, per-pod requests) per pod set, when the job has more than one pod; () for one pod (or unknown)
+    pods: tuple[tuple[int, dict[str, int]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,13 @@ def why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
     if cluster.name in job.avoid:
         return "its last attempt could not start there (left out for a while)"
     if fits(job.requests, cluster.free) and fits(job.largest_pod, cluster.largest_free_node):
-        return None  # what follows finds the same, with lists made for nothing (most answers in a busy cycle)
+        # What follows finds the same, with lists made for nothing (most answers in a busy cycle).
+        return _unpacked(job, cluster)
     short = _short(job.requests, cluster.free)
     if not short:
         short = _short(job.largest_pod, cluster.largest_free_node)
         if not short:
-            return None
+            return _unpacked(job, cluster)
         if not _grows_for(job, cluster):
             return _describe(short, " on one node").replace(" free", " free on its largest node")
     elif not _grows_for(job, cluster):
@@ -104,6 +114,67 @@ def why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
     return None
 
 
+def _unpacked(job: QueuedJob, cluster: ClusterState, grow: bool = True) -> str | None:
+    """Why the job's pods do not all fit the cluster's nodes at once (the aggregate checks passed), or None;
+    with `grow`, the pods that do not fit may go to an elastic cluster's new nodes.
+
+    No packing when it cannot fail or cannot be judged: one pod (the largest-node check was exact), no
+    per-node figures, the whole job on one node, or as many nodes as pods that each hold the largest pod."""
+    if not job.pods or not cluster.node_free:
+        return None
+    count = sum(n for n, _ in job.pods)
+    if count <= 1:
+        return None
+    holding = 0
+    for node in cluster.node_free:
+        if fits(job.requests, node):
+            return None
+        if fits(job.largest_pod, node):
+            holding += 1
+            if holding >= count:
+                return None
+    _, slots = first_fit_decreasing(job.pods, cluster.node_free)
+    left = slots.count(None)
+    if not left:
+        return None
+    if grow and _grows_for(job, cluster) and _fresh_nodes(_left_over(job, slots), cluster) is not None:
+        return None  # the pods that do not fit now go to new nodes: it starts after the provisioning delay
+    return f"needs {count} pods{_pods_text(job.pods)} at once, only {count - left} fit on its nodes"
+
+
+def _left_over(job: QueuedJob, slots: list[int | None]) -> list[dict[str, int]]:
+    return [request for request, slot in zip(largest_first(job.pods), slots) if slot is None]
+
+
+def _fresh_nodes(requests: list[dict[str, int]], cluster: ClusterState) -> int | None:
+    """How many new nodes of the cluster's node shape hold these pods (first fit), or None if its headroom
+    does not have that many."""
+    nodes: list[dict[str, int]] = []
+    for request in requests:
+        slot = first_fit(request, nodes)
+        if slot is None:
+            if not fits(request, cluster.node_shape):
+                return None
+            nodes.append(dict(cluster.node_shape))
+            slot = len(nodes) - 1
+        nodes[slot] = subtract(nodes[slot], request)
+    return len(nodes) if fits(add({}, cluster.node_shape, len(nodes)), cluster.headroom) else None
+
+
+def _pods_text(pods: tuple[tuple[int, dict[str, int]], ...]) -> str:
+    """" of 5 cpu" when every pod asks the same, else " (2 of 5 cpu, 1 of 1 cpu)"."""
+    def shape(request: dict[str, int]) -> str:
+        return ", ".join(f"{format_quantity(r, v)} {r}" for r, v in sorted(request.items()) if v > 0) or "nothing"
+    shapes = {}
+    for count, request in pods:
+        if count > 0:
+            key = shape(request)
+            shapes[key] = shapes.get(key, 0) + count
+    if len(shapes) == 1:
+        return f" of {next(iter(shapes))}"
+    return " (" + ", ".join(f"{n} of {text}" for text, n in shapes.items()) + ")"
+
+
 def _grows_for(job: QueuedJob, cluster: ClusterState) -> bool:
     """Whether the cluster, grown to its maximum, holds the job (its largest pod on one new node)."""
     return bool(cluster.headroom) and fits(job.requests, add(cluster.free, cluster.headroom)) \
@@ -112,8 +183,9 @@ def _grows_for(job: QueuedJob, cluster: ClusterState) -> bool:
 
 def start_delay(job: QueuedJob, cluster: ClusterState) -> float:
     """Seconds until the job could start on a cluster it fits (0, or the time new nodes take)."""
-    if fits(job.requests, cluster.free) and fits(job.largest_pod, cluster.largest_free_node):
-        return 0.0
+    if fits(job.requests, cluster.free) and fits(job.largest_pod, cluster.largest_free_node) \
+            and (not cluster.headroom or _unpacked(job, cluster, grow=False) is None):
+        return 0.0  # an elastic cluster's gang that does not pack now waits for new nodes
     return cluster.provisioning_delay_s
 
 
@@ -130,7 +202,7 @@ def decide(job: QueuedJob, state: dict[str, ClusterState]) -> Place | Wait:
     if not fitting:
         return Wait(job.id, _wait_reason(job, list(state.values())))
     best = min(fitting, key=lambda c: _preference(job, c))
-    state[best.name] = take(best, job.requests)
+    state[best.name] = take(best, job.requests, job.pods)
     return Place(job.id, best.name)
 
 
@@ -160,7 +232,8 @@ class Clusters(dict):
 
     def best(self, job: QueuedJob) -> Place | Wait:
         key = (tuple(sorted(job.requests.items())), tuple(sorted(job.largest_pod.items())),
-               tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid)
+               tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid,
+               tuple((n, tuple(sorted(r.items()))) for n, r in job.pods))
         ranking = self._shapes.get(key)
         if ranking is None:
             ranking = self._shapes[key] = _Ranking(job, [c for c in self.values() if self._include(c)])
@@ -214,14 +287,33 @@ def _wait_reason(job: QueuedJob, clusters: list[ClusterState]) -> str:
     return f"no cluster fits: {named}" + (f"; and {more} more clusters (sluice explain lists them)" if more > 0 else "")
 
 
-def take(cluster: ClusterState, requests: dict[str, int]) -> ClusterState:
-    """The cluster with `requests` less free (its largest free node can hold no more than what is left)."""
+def take(cluster: ClusterState, requests: dict[str, int],
+         pods: tuple[tuple[int, dict[str, int]], ...] = ()) -> ClusterState:
+    """The cluster with `requests` less free (its largest free node can hold no more than what is left),
+    and, when it reports its nodes, `pods` (or `requests` as one pod) taken off the nodes first-fit
+    decreasing packs them onto."""
     free = subtract(cluster.free, requests)
     largest = {r: min(v, free.get(r, 0)) for r, v in cluster.largest_free_node.items()}
-    # dataclasses.replace without its __init__ (13 fields set one by one): a busy cycle takes thousands.
+    # dataclasses.replace without its __init__ (14 fields set one by one): a busy cycle takes thousands.
     taken = object.__new__(ClusterState)
     taken.__dict__.update(cluster.__dict__, free=free, largest_free_node=largest)
+    if cluster.node_free:
+        taken.__dict__["node_free"] = _take_off_nodes(cluster.node_free, requests, pods, free)
     return taken
+
+
+def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
+                    pods: tuple[tuple[int, dict[str, int]], ...], free: dict[str, int]) -> tuple[dict[str, int], ...]:
+    if not pods or sum(n for n, _ in pods) <= 1:
+        slot = first_fit(requests, nodes)  # one pod (or pods unknown): the cheap case of the hot path
+        if slot is not None:
+            return nodes[:slot] + (subtract(nodes[slot], requests),) + nodes[slot + 1:]
+        after, slots = list(nodes), [None]
+    else:
+        after, slots = first_fit_decreasing(pods, nodes)
+    if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)
+        after = [{r: min(v, free.get(r, 0)) for r, v in node.items()} for node in after]
+    return tuple(after)
 
 
 def verdicts(job: QueuedJob, clusters: list[ClusterState]) -> list[tuple[str, str]]:
@@ -263,7 +355,7 @@ def _placement_text(job: QueuedJob) -> str:
 
 def impossible(job: QueuedJob, allocatable: list[ClusterState]) -> str | None:
     """Why the job could never run, judged against every cluster as if it were empty; None if it could."""
-    empty = [replace(c, free=c.free, largest_free_node=c.free, unavailable="") for c in allocatable]
+    empty = [replace(c, free=c.free, largest_free_node=c.free, unavailable="", node_free=()) for c in allocatable]
     decision = plan([job], empty)[0]
     if isinstance(decision, Wait):
         return decision.reason.replace("no cluster fits:", "no cluster could ever run it:").replace(" free", " in all")

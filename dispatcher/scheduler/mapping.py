@@ -48,9 +48,14 @@ def candidate(row, now: datetime, avoid: tuple[str, ...] = ()) -> Candidate:
     placement = row.placement or {}
     job = QueuedJob(row.id, row.requests, row.largest_pod, dict(placement.get("clusterSelector", {})),
                     tuple(placement.get("tiers", ())), tuple(placement.get("sites", ())),
-                    _seconds(getattr(row, "max_runtime", None)), avoid)
+                    _seconds(getattr(row, "max_runtime", None)), avoid, _pods(getattr(row, "pods", None)))
     return Candidate(job, row.queue, row.service_class, row.class_priority, row.priority,
                      (now - row.created_at).total_seconds(), row.preempted_by)
+
+
+def _pods(stored: list | None) -> tuple[tuple[int, dict[str, int]], ...]:
+    """A job's stored pods (jobs.pods) as QueuedJob.pods: () for one pod or a job stored without them."""
+    return tuple((int(count), requests) for count, requests in stored) if stored else ()
 
 
 def heads_from_rows(rows: list[tuple], now: float, avoid: dict[int, tuple[str, ...]]
@@ -63,17 +68,18 @@ def heads_from_rows(rows: list[tuple], now: float, avoid: dict[int, tuple[str, .
     heads: dict[str, list[Candidate]] = {}
     current: dict[int, str] = {}
     for (job_id, queue, service_class, class_priority, priority, requests, largest_pod, placement, reason, created,
-         preempted_by, _attempt, max_runtime) in rows:
-        shape = shapes.get((requests, largest_pod, placement, max_runtime))
+         preempted_by, _attempt, max_runtime, pods) in rows:
+        shape = shapes.get((requests, largest_pod, placement, max_runtime, pods))
         if shape is None:
             for document in (requests, largest_pod, placement):
                 if document not in decoded:
                     decoded[document] = json.loads(document) if document else {}
             where = decoded[placement] or {}
-            shape = shapes[(requests, largest_pod, placement, max_runtime)] = (
-                decoded[requests], decoded[largest_pod], dict(where.get("clusterSelector", {})),
-                tuple(where.get("tiers", ())), tuple(where.get("sites", ())), _seconds(max_runtime))
-        job = QueuedJob(job_id, *shape, avoid.get(job_id, ()))
+            shape = shapes[(requests, largest_pod, placement, max_runtime, pods)] = (
+                (decoded[requests], decoded[largest_pod], dict(where.get("clusterSelector", {})),
+                 tuple(where.get("tiers", ())), tuple(where.get("sites", ())), _seconds(max_runtime)),
+                _pods(json.loads(pods) if pods else None))
+        job = QueuedJob(job_id, *shape[0], avoid.get(job_id, ()), shape[1])
         heads.setdefault(queue, []).append(Candidate(job, queue, service_class, class_priority, priority,
                                                      now - created, preempted_by))
         current[job_id] = reason

@@ -146,7 +146,7 @@ class SubmitConfig:
             class_name = admitted.get(asked)
             if class_name is None:
                 class_name = admitted[asked] = self._admit(principal, spec, f"job {n}" if len(specs) > 1 else "job")
-            requests, largest, placement, why = self._shape(spec)
+            requests, largest, placement, why, pods = self._shape(spec)
             if why:
                 raise InvalidRequest(f"{f'job {n}' if len(specs) > 1 else 'job'}: {why}")
             labels = self._labels.setdefault(tuple(spec.labels.items()), spec.labels)
@@ -158,7 +158,7 @@ class SubmitConfig:
             out.append(lifecycle.NewJob(
                 name=spec.name, queue=spec.queue, service_class=class_name, class_priority=self.classes[class_name],
                 priority=spec.priority, max_retries=spec.max_retries, spec=doc, requests=requests,
-                largest_pod=largest, placement=placement, labels=labels, submitted_by=principal.subject))
+                largest_pod=largest, placement=placement, labels=labels, submitted_by=principal.subject, pods=pods))
         return out
 
     def _admit(self, principal: Principal, spec: JobSpec, where: str) -> str:
@@ -180,8 +180,9 @@ class SubmitConfig:
                                  f"{', '.join(accepted)}")
         return class_name
 
-    def _shape(self, spec: JobSpec) -> tuple[dict, dict, dict, str | None]:
-        """(requests, largest pod, placement document, why no cluster could ever run it), judged once per
+    def _shape(self, spec: JobSpec) -> tuple[dict, dict, dict, str | None, list | None]:
+        """(requests, largest pod, placement document, why no cluster could ever run it, the pods as
+        placement packs them: [[count, per-pod requests], ...], None for one pod), judged once per
         job shape and placement. Jobs of one shape share these objects, so each is encoded once per write.
         The shape is the pod sets' counts and per-pod requests as given (summing them for every job cost more
         than the rest of judging it)."""
@@ -194,9 +195,11 @@ class SubmitConfig:
             why = None
             if self.known is not None:
                 job = QueuedJob(0, requests, largest, dict(p.cluster_selector), tuple(p.tiers), tuple(p.sites))
+                # No pods: `impossible` judges clusters as if empty, without their nodes' figures.
                 why = impossible(job, self.known)
             placement = {"clusterSelector": dict(p.cluster_selector), "tiers": list(p.tiers), "sites": list(p.sites)}
-            shape = self._shapes[key] = (requests, largest, placement, why)
+            pods = [[ps.count, ps.requests] for ps in spec.pod_sets] if spec.pod_count() > 1 else None
+            shape = self._shapes[key] = (requests, largest, placement, why, pods)
         return shape
 
     def _default_class(self, listed: list[str]) -> str:

@@ -34,7 +34,7 @@ def dumps(value) -> bytes:
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 COPY_TRAILER = b"\xff\xff"
 JOB_COLUMNS = ("id", "name", "queue", "service_class", "class_priority", "priority", "max_retries", "spec",
-               "requests", "largest_pod", "placement", "labels", "submitted_by", "state", "reason")
+               "requests", "largest_pod", "placement", "labels", "submitted_by", "pods", "state", "reason")
 EVENT_COLUMNS = ("job_id", "attempt", "from_state", "to_state", "reason")
 _NULL = b"\xff\xff\xff\xff"
 _row_and_id = struct.Struct(">hiq").pack  # field count, then an int8 field
@@ -71,7 +71,8 @@ def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> 
             _row_and_id(len(JOB_COLUMNS), 8, job_id), text_field(j.name), text_field(j.queue),
             text_field(j.service_class), _int4(4, j.class_priority), _int4(4, j.priority), _int4(4, j.max_retries),
             _length(len(spec) + 1), b"\x01", spec, jsonb_field(j.requests), jsonb_field(j.largest_pod),
-            jsonb_field(j.placement), jsonb_field(j.labels), text_field(j.submitted_by), tail)))
+            jsonb_field(j.placement), jsonb_field(j.labels), text_field(j.submitted_by),
+            _NULL if j.pods is None else jsonb_field(j.pods), tail)))
     out.append(COPY_TRAILER)
     return b"".join(out)
 

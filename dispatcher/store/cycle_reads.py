@@ -19,8 +19,9 @@ _ACTIVE = sql_strings(ACTIVE)  # the states in which an attempt holds capacity, 
 def queue_heads(session: Session, per_queue: int, queues: list[str] | None = None) -> list[tuple]:
     """The first `per_queue` queued jobs of every queue (or of these `queues`), in queue order (one index
     range per queue): (id, queue, service_class, class_priority, priority, requests, largest_pod, placement,
-    reason, created (epoch seconds), preempted_by, attempt, max_runtime). requests, largest_pod and
-    placement come as JSON text: a cycle's heads repeat a few shapes, which the caller decodes once each."""
+    reason, created (epoch seconds), preempted_by, attempt, max_runtime, pods). requests, largest_pod,
+    placement and pods (NULL for one pod) come as JSON text: a cycle's heads repeat a few shapes, which the
+    caller decodes once each."""
     if queues is not None and not queues:
         return []
     return driver(session).execute(*_heads_query(per_queue, queues)).fetchall()
@@ -34,7 +35,7 @@ def _heads_query(per_queue: int, queues: list[str] | None = None) -> tuple[str, 
     return (f"""SELECT h.* FROM queues q CROSS JOIN LATERAL (
                    SELECT id, queue, service_class, class_priority, priority, requests::text, largest_pod::text,
                           placement::text, reason, extract(epoch FROM created_at)::float8 AS created, preempted_by,
-                          attempt, {_MAX_RUNTIME} AS max_runtime
+                          attempt, {_MAX_RUNTIME} AS max_runtime, pods::text
                    FROM jobs WHERE jobs.queue = q.name AND state = '{QUEUED}'
                    ORDER BY class_priority DESC, priority DESC, id LIMIT %(n)s) h
                 {"" if queues is None else "WHERE q.name = ANY(%(queues)s)"}""",

@@ -52,6 +52,7 @@ class NewJob:
     placement: dict
     labels: dict
     submitted_by: str
+    pods: list | None = None  # [[count, per-pod requests], ...] per pod set; None for a job of one pod
 
 
 COPY_FROM = 100  # jobs in one write from which they go by binary COPY; fewer go in one statement
@@ -91,7 +92,8 @@ def _insert_params(jobs: list[NewJob]) -> dict:
                                "class_priority": j.class_priority, "priority": j.priority,
                                "max_retries": j.max_retries, "spec": j.spec, "requests": j.requests,
                                "largest_pod": j.largest_pod, "placement": j.placement, "labels": j.labels,
-                               "submitted_by": j.submitted_by} for j in jobs]).decode()
+                               "submitted_by": j.submitted_by,
+                               **({} if j.pods is None else {"pods": j.pods})} for j in jobs]).decode()
     return {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL}
 
 
@@ -106,16 +108,17 @@ def _inserting(checked: bool) -> str:
                SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, u.* FROM (
                    SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(%(batch)s AS jsonb)) AS (
                        name text, queue text, service_class text, class_priority int, priority int, max_retries int,
-                       spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text))
+                       spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text,
+                       pods jsonb))
                    WITH ORDINALITY AS r(name, queue, service_class, class_priority, priority, max_retries, spec,
-                                        requests, largest_pod, placement, labels, submitted_by, n)
+                                        requests, largest_pod, placement, labels, submitted_by, pods, n)
                    WHERE """ + guard + f"""
                    ORDER BY n) u),
            made AS (
                INSERT INTO jobs (id, name, queue, service_class, class_priority, priority, max_retries, spec,
-                                 requests, largest_pod, placement, labels, submitted_by, state, reason)
+                                 requests, largest_pod, placement, labels, submitted_by, pods, state, reason)
                SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec, requests,
-                      largest_pod, placement, labels, submitted_by, '{QUEUED}', %(reason)s FROM new),
+                      largest_pod, placement, labels, submitted_by, pods, '{QUEUED}', %(reason)s FROM new),
            events AS (
                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
                SELECT id, 0, '', '{QUEUED}', %(reason)s FROM new),

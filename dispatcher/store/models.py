@@ -86,6 +86,8 @@ class Job(Base):
     spec: Mapped[dict] = mapped_column()  # canonical job document
     requests: Mapped[dict] = mapped_column()  # whole-job total, milli-units
     largest_pod: Mapped[dict] = mapped_column()  # per resource, the largest single pod's request
+    # [[count, per-pod requests], ...] per pod set, for placement's packing; NULL for one pod (0009)
+    pods: Mapped[list | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
     placement: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
     labels: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
     submitted_by: Mapped[str] = mapped_column(Text, server_default="")

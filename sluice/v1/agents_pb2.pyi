@@ -11,16 +11,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Capacity(_message.Message):
-    __slots__ = ("allocatable", "free", "largest_free_node", "applied_through")
+    __slots__ = ("allocatable", "free", "largest_free_node", "applied_through", "node_free")
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     FREE_FIELD_NUMBER: _ClassVar[int]
     LARGEST_FREE_NODE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_THROUGH_FIELD_NUMBER: _ClassVar[int]
+    NODE_FREE_FIELD_NUMBER: _ClassVar[int]
     allocatable: _jobs_pb2.Resources
     free: _jobs_pb2.Resources
     largest_free_node: _jobs_pb2.Resources
     applied_through: int
-    def __init__(self, allocatable: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., applied_through: _Optional[int] = ...) -> None: ...
+    node_free: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.Resources]
+    def __init__(self, allocatable: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., applied_through: _Optional[int] = ..., node_free: _Optional[_Iterable[_Union[_jobs_pb2.Resources, _Mapping]]] = ...) -> None: ...
 
 class AttemptStatus(_message.Message):
     __slots__ = ("job_id", "attempt", "state", "reason", "exit_code", "at")

@@ -39,7 +39,7 @@ def _waiting_statements(libpq: str) -> list[str]:
 def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store, copy_from):
     """Both ways of writing (binary COPY for many jobs, one statement for a few) write the same."""
     sessions, libpq = store
-    docs = [job_doc(name="a", cpu="2"), job_doc(name=None, cpu="500m", priority=-3, maxRetries=0),
+    docs = [job_doc(name="a", cpu="2", count=3), job_doc(name=None, cpu="500m", priority=-3, maxRetries=0),
             job_doc(name="c", cpu="2", serviceClass="batch")]
     docs[1]["metadata"] = {"labels": {"team": "vision", "tier": ""}}
     docs[2]["spec"]["placement"] = {"tiers": ["onprem", "cloud"], "sites": ["dc-1", "cloud-1"]}
@@ -61,7 +61,7 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
     assert ids == sorted(ids) and len(set(ids)) == 3
     rows = _table(libpq, """SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec,
                                    requests, largest_pod, placement, labels, submitted_by, state, reason, cluster,
-                                   attempt, created_at IS NOT NULL
+                                   attempt, created_at IS NOT NULL, pods
                             FROM jobs ORDER BY id""")
     classes = dict(_table(libpq, "SELECT name, priority FROM service_classes"))
     expected_class = ["standard", "standard", "batch"]
@@ -71,7 +71,7 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
         assert row == (job_id, spec.name, "default", class_name, classes[class_name], spec.priority,
                        spec.max_retries, document, spec.total_requests(), spec.largest_pod(),
                        document["spec"]["placement"], dict(spec.labels), "alice", "QUEUED", "submitted", None, 0,
-                       True)
+                       True, [[3, {"cpu": 2000}]] if spec.name == "a" else None)  # pods: only of a gang
     events = _table(libpq, "SELECT id, job_id, attempt, from_state, to_state, reason, cluster FROM job_events "
                            "ORDER BY id")
     assert [e[1:] for e in events] == [(i, 0, "", "QUEUED", "submitted", None) for i in ids]

@@ -202,6 +202,8 @@ def test_capacity_counts_usable_nodes_and_active_pods():
     assert report.allocatable == {"cpu": 12000, "memory": 2 * gi8}
     assert report.free == {"cpu": 12000 - 6000 - 1000 - 500, "memory": 2 * gi8}
     assert report.largest_free_node == {"cpu": 3000, "memory": gi8}
+    # Each usable node's own free capacity (node name order), for placement's packing of gangs (issue 24).
+    assert report.node_free == ({"cpu": 2000, "memory": gi8}, {"cpu": 3000, "memory": gi8})
     assert ks.usage_of({"spec": {"nodeName": "a", "containers": [
         {"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}]},
         "status": {"phase": "Running"}}) == ks.PodUsage("a", {"cpu": 1000, "memory": 2**30 * 1000}, True)

@@ -310,7 +310,8 @@ def usage_of(pod: dict) -> PodUsage:
 
 def capacity(nodes: Iterable[dict], pods: Iterable[PodUsage]) -> CapacityReport:
     """allocatable: summed over usable nodes; free: that minus the requests of every active pod bound to a
-    usable node or not bound yet; largest_free_node: per resource, the most free on one usable node.
+    usable node or not bound yet; largest_free_node: per resource, the most free on one usable node;
+    node_free: each usable node's allocatable less its active pods' requests, in node name order.
     Resources are the nodes' (without `pods`), plus any other resource active pods request."""
     per_node: dict[str, dict[str, int]] = {}
     for node in nodes:
@@ -336,4 +337,5 @@ def capacity(nodes: Iterable[dict], pods: Iterable[PodUsage]) -> CapacityReport:
         for resource in per_node[node]:
             amount = node_free[resource]
             largest[resource] = max(largest.get(resource, amount), amount)
-    return CapacityReport(allocatable=total, free=free, largest_free_node=largest)
+    node_free = tuple({r: free_per_node[node][r] for r in per_node[node]} for node in sorted(per_node))
+    return CapacityReport(allocatable=total, free=free, largest_free_node=largest, node_free=node_free)

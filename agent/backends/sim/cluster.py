@@ -299,6 +299,7 @@ class SimCluster:
                                   take room wherever it lands)
             largest_free_node = max over usable nodes of (allocatable - requests of its Running pods);
                                 Pending pods are not subtracted
+            node_free         = per usable node, allocatable - requests of its Running pods
 
         Running pods on a cordoned or not-Ready node count nowhere, like the node itself; Succeeded and
         Failed pods hold nothing. Every resource of the node shape is listed (0 when no node is
@@ -316,13 +317,14 @@ class SimCluster:
                 if pod.phase == _POD_PENDING:
                     free = subtract(free, pod.request)
             largest: dict[str, int] = {}
-            for index in usable:
-                for name, amount in subtract(self._node_alloc, self._nodes[index].used).items():
+            node_free = tuple(self._shaped(subtract(self._node_alloc, self._nodes[index].used)) for index in usable)
+            for node in node_free:
+                for name, amount in node.items():
                     largest[name] = max(largest.get(name, amount), amount)
             if not usable:
                 largest = {name: 0 for name in self._node_alloc}
             return CapacityReport(allocatable=allocatable, free=self._shaped(free),
-                                  largest_free_node=self._shaped(largest))
+                                  largest_free_node=self._shaped(largest), node_free=node_free)
 
     def stop(self) -> None:
         with self._cond:

@@ -1,18 +1,13 @@
-"""How a simulated cluster packs pods: first fit onto nodes, and how many new nodes an autoscaler asks
-for. Pure functions over milli-unit resource maps."""
+"""How a simulated cluster packs pods: first fit onto nodes (shared with the dispatcher: sluice/packing.py),
+and how many new nodes an autoscaler asks for. Pure functions over milli-unit resource maps."""
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sluice.packing import first_fit, first_fit_decreasing
 from sluice.quantity import fits, subtract
 
-
-def first_fit(request: dict[str, int], free_per_node: list[dict[str, int]]) -> int | None:
-    """Index of the first node whose free resources hold the request, or None."""
-    for index, free in enumerate(free_per_node):
-        if fits(request, free):
-            return index
-    return None
+__all__ = ["first_fit", "first_fit_decreasing", "nodes_to_request"]  # the packing itself is sluice/packing.py
 
 
 def nodes_to_request(requests: Iterable[dict[str, int]], node: dict[str, int], provisioning: int,
