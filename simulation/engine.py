@@ -266,7 +266,8 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
             if not again:
                 break
         for job in world.take_started():
-            heapq.heappush(ends, (job.ends, job.id, job.attempt))
+            if job.ends is not None:  # not stopped again at this same moment
+                heapq.heappush(ends, (job.ends, job.id, job.attempt))
         if busy[-1][1] != world.busy:
             busy.append((t, dict(world.busy)))
         wake = strategy.wake(t)
