@@ -126,6 +126,12 @@ class ActiveNeeds:
     preemptible: frozenset[str] = frozenset()  # ... so preemptible jobs of these classes below it may be evicted
     queues: frozenset[str] = frozenset()  # reclaim may be asked: jobs of these queues may borrow in this cycle
     timed: bool = False  # a burst may be weighed: jobs with an expected end (ends_at) tell the unpaid start
+    reserving: bool = False  # a reservation is held or may be made: the same expected ends tell when it starts
+
+    @property
+    def ends(self) -> bool:
+        """Whether the attempts with an expected end are needed (for a burst's or a reservation's start)."""
+        return self.timed or self.reserving
 
     @property
     def victims(self) -> bool:
@@ -158,17 +164,19 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
         borrowing = frozenset(q for q in usage if most.borrowing(q))
     timed = any(c.paid for c in clusters) and any(
         c.service_class in classes and classes[c.service_class].burst_allowed for c in candidates)
-    # A reservation's expected start, which lets shorter jobs use its room meanwhile, needs them too.
-    timed = timed or any(h.kind == "reservation" for h in (holds or {}).values()) or any(
-        c.service_class in classes and classes[c.service_class].reservation_after_s is not None for c in candidates)
-    return ActiveNeeds(unpaid, below, preemptible, borrowing, timed)
+    # A reservation's expected start, which lets shorter jobs use its room meanwhile, needs them too: where
+    # one is held, or a head has waited long enough to make one.
+    reserving = any(h.kind == "reservation" for h in (holds or {}).values()) or any(
+        c.service_class in classes and classes[c.service_class].reservation_after_s is not None
+        and c.waited_s >= classes[c.service_class].reservation_after_s for c in candidates)
+    return ActiveNeeds(unpaid, below, preemptible, borrowing, timed, reserving)
 
 
 def needed(a: Active, needs: ActiveNeeds, *, victims: bool = True) -> bool:
     """Whether the cycle must see this active attempt on its own (victims=False: only for burst ETAs)."""
     if a.cluster not in needs.clusters:
         return False
-    if needs.timed and a.ends_at is not None:
+    if needs.ends and a.ends_at is not None:
         return True
     return victims and ((needs.below is not None and a.preemptible and a.class_priority < needs.below)
                         or a.queue in needs.queues)

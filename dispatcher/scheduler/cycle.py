@@ -147,7 +147,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
         heads = store.heads(now, only)
         policy, clusters, usage = inputs.policy, inputs.clusters, inputs.usage
         needs = active_needs(heads.by_queue, clusters, policy.quotas, policy.classes, usage, holds)
-        active = store.active(needs, victims=False) if needs.timed else []
+        active = store.active(needs, victims=False) if needs.ends else []
         # A deep backlog's places go to the store while the rest is planned.
         ahead = store.dispatch_ahead([c.name for c in clusters])
         try:

@@ -77,7 +77,7 @@ def test_usage_and_filtered_active_attempts_are_their_plain_definitions(sessions
                       ActiveNeeds(frozenset({"c1"}), None, frozenset({"batch"}), frozenset(), True),
                       ActiveNeeds(frozenset(), 1000, frozenset({"batch"}), frozenset({"q0"}), True)):
             timed = {a.job_id for a in active_from_rows(cycle_reads.active_attempts(
-                session, clusters=needs.clusters, timed=True), classes)} if needs.timed else set()
+                session, clusters=needs.clusters, timed=True), classes)} if needs.ends else set()
             assert timed == {a.job_id for a in active if needed(a, needs, victims=False)}
             victims = {a.job_id for a in active_from_rows(cycle_reads.active_attempts(
                 session, clusters=needs.clusters, preemptible=needs.preemptible, below=needs.below,
