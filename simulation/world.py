@@ -58,7 +58,9 @@ class SimJob:
 
     def as_queued(self) -> QueuedJob:
         if self.queued_job is None:
-            self.queued_job = QueuedJob(self.id, self.requests, self.largest_pod, max_runtime_s=self.max_runtime_s)
+            gang = self.pods if sum(count for count, _ in self.pods) > 1 else ()
+            self.queued_job = QueuedJob(self.id, self.requests, self.largest_pod, max_runtime_s=self.max_runtime_s,
+                                        pods=gang)
         return self.queued_job
 
 
@@ -98,7 +100,9 @@ class SimCluster:
                         largest[r] = amount
             largest = {r: min(v, self.free.get(r, 0)) for r, v in largest.items()}
             state = ClusterState(self.name, self.obj.tier, self.obj.site, dict(self.obj.labels), dict(self.free),
-                                 largest, "", dict(self.allocatable), **self.terms)
+                                 largest, "", dict(self.allocatable), **self.terms,
+                                 node_free=tuple({r: min(v, self.free.get(r, 0)) for r, v in n.items()}
+                                                 for n in self.node_free))
             self._capacity = ClusterCapacity(state, "active", "agent", 0.0, dict(self.allocatable))
         return self._capacity
 

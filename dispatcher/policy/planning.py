@@ -559,7 +559,7 @@ def _unpaid(state: dict[str, ClusterState]) -> dict[str, ClusterState]:
 
 
 def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan) -> None:
-    state[cluster] = take(state[cluster], c.job.requests)
+    state[cluster] = take(state[cluster], c.job.requests, c.job.pods)
     tree.charge(c.queue, c.job.requests)
     out.places.append(Place(c.job.id, cluster))
     out.holds.pop(c.job.id, None)
