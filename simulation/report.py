@@ -276,6 +276,7 @@ _ROWS = (
     ("Reservations made", "reservations", "count"),
     ("Burst spend", "burstSpend", "money"),
     ("Hour windows short of fair share", "fairShareViolations", "count"),
+    ("  of (queue, hour) judged", "fairShareJudged", "count"),
     ("Scheduling cycles", "cycles", "count"),
     ("Replay time", "replaySeconds", "duration"),
 )
