@@ -168,7 +168,9 @@ def sim_cluster(obj, data: pathlib.Path, time_scale: float = 1.0) -> SimCluster:
                                 ledger_path=data / "sim" / f"{obj.name}.ledger", time_scale=time_scale,
                                 max_nodes=elastic.get("maxNodes"),
                                 provisioning_delay=elastic.get("provisioningDelay", 0.0),
-                                scale_down_after=elastic.get("scaleDownAfter", 600.0)))
+                                scale_down_after=elastic.get("scaleDownAfter", 600.0),
+                                # the timeout the cluster's kubernetes agent would give a gang
+                                gang_start_timeout=obj.kubernetes["gangStartTimeout"]))
 
 
 def load_config(path: pathlib.Path | None) -> list | None:

@@ -1,5 +1,6 @@
 """Pods onto nodes, first fit: what the dispatcher checks before it sends a gang to a cluster, and how the
-simulated cluster binds pods. Pure functions over milli-unit resource maps (sluice/quantity.py)."""
+simulated cluster binds pods and starts gangs. Pure functions over milli-unit resource maps
+(sluice/quantity.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -15,26 +16,25 @@ def first_fit(request: dict[str, int], free_per_node: Sequence[dict[str, int]]) 
     return None
 
 
-def largest_first(pods: Iterable[tuple[int, dict[str, int]]]) -> list[dict[str, int]]:
-    """One request per pod from (count, per-pod requests) pod sets, the largest first (by each resource in
-    name order: resources in milli-units of different kinds are not comparable, a fixed order is)."""
-    sets = [(count, request) for count, request in pods if count > 0]
-    names = sorted({name for _, request in sets for name in request})
-    sets.sort(key=lambda s: tuple(s[1].get(name, 0) for name in names), reverse=True)
-    return [request for count, request in sets for _ in range(count)]
+def expand(pods: Iterable[tuple[int, dict[str, int]]]) -> list[dict[str, int]]:
+    """One request per pod from (count, per-pod requests) pod sets, in order."""
+    return [request for count, request in pods for _ in range(count)]
 
 
-def first_fit_decreasing(pods: Iterable[tuple[int, dict[str, int]]], free_per_node: Sequence[dict[str, int]]
+def first_fit_decreasing(requests: Sequence[dict[str, int]], free_per_node: Sequence[dict[str, int]]
                          ) -> tuple[list[dict[str, int]], list[int | None]]:
-    """Every pod, largest first (`largest_first`), onto the first node that still holds it.
+    """Every pod's request, the largest first, onto the first node that still holds it.
 
-    Returns the nodes' free resources after the pods that fit, and each pod's node index in that order
-    (None for a pod that fits nowhere: the gang does not fit at once)."""
+    Largest by each resource in name order (milli-units of different resources are not comparable, a fixed
+    order is); equal requests keep their order. Returns the nodes' free resources after the pods that fit,
+    and each request's node index, in the order given (None for one that fits nowhere: not all fit at once)."""
+    names = sorted({name for request in requests for name in request})
+    order = sorted(range(len(requests)), key=lambda i: tuple(-requests[i].get(name, 0) for name in names))
     free = list(free_per_node)
-    placed: list[int | None] = []
-    for request in largest_first(pods):
-        slot = first_fit(request, free)
+    slots: list[int | None] = [None] * len(requests)
+    for index in order:
+        slot = first_fit(requests[index], free)
         if slot is not None:
-            free[slot] = subtract(free[slot], request)
-        placed.append(slot)
-    return free, placed
+            free[slot] = subtract(free[slot], requests[index])
+            slots[index] = slot
+    return free, slots

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
-from sluice.packing import first_fit, first_fit_decreasing, largest_first
+from sluice.packing import expand, first_fit, first_fit_decreasing
 from sluice.quantity import add, fits, format_quantity, shortfall, subtract
 
 TIER_ORDER = {"onprem": 0, "cloud": 1, "edge": 2}
@@ -133,17 +133,15 @@ def _unpacked(job: QueuedJob, cluster: ClusterState, grow: bool = True) -> str |
             holding += 1
             if holding >= count:
                 return None
-    _, slots = first_fit_decreasing(job.pods, cluster.node_free)
+    requests = expand(job.pods)
+    _, slots = first_fit_decreasing(requests, cluster.node_free)
     left = slots.count(None)
     if not left:
         return None
-    if grow and _grows_for(job, cluster) and _fresh_nodes(_left_over(job, slots), cluster) is not None:
+    left_over = [request for request, slot in zip(requests, slots) if slot is None]
+    if grow and _grows_for(job, cluster) and _fresh_nodes(left_over, cluster) is not None:
         return None  # the pods that do not fit now go to new nodes: it starts after the provisioning delay
     return f"needs {count} pods{_pods_text(job.pods)} at once, only {count - left} fit on its nodes"
-
-
-def _left_over(job: QueuedJob, slots: list[int | None]) -> list[dict[str, int]]:
-    return [request for request, slot in zip(largest_first(job.pods), slots) if slot is None]
 
 
 def _fresh_nodes(requests: list[dict[str, int]], cluster: ClusterState) -> int | None:
@@ -310,7 +308,7 @@ def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
             return nodes[:slot] + (subtract(nodes[slot], requests),) + nodes[slot + 1:]
         after, slots = list(nodes), [None]
     else:
-        after, slots = first_fit_decreasing(pods, nodes)
+        after, slots = first_fit_decreasing(expand(pods), nodes)
     if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)
         after = [{r: min(v, free.get(r, 0)) for r, v in node.items()} for node in after]
     return tuple(after)

@@ -18,7 +18,7 @@ from dispatcher.policy.placing import (
     verdicts,
     why_not,
 )
-from sluice.packing import first_fit_decreasing
+from sluice.packing import expand, first_fit_decreasing
 
 CPU = 1000
 
@@ -34,9 +34,9 @@ def gang(job_id: int, count: int, cpu: int) -> QueuedJob:
 
 
 def test_first_fit_decreasing_places_the_largest_pods_first():
-    free, placed = first_fit_decreasing([(2, {"cpu": 2}), (1, {"cpu": 6})], [{"cpu": 6}, {"cpu": 4}])
-    assert placed == [0, 1, 1] and free == [{"cpu": 0}, {"cpu": 0}]
-    free, placed = first_fit_decreasing([(3, {"cpu": 5})], [{"cpu": 8}, {"cpu": 8}])
+    free, placed = first_fit_decreasing(expand([(2, {"cpu": 2}), (1, {"cpu": 6})]), [{"cpu": 6}, {"cpu": 4}])
+    assert placed == [1, 1, 0] and free == [{"cpu": 0}, {"cpu": 0}]
+    free, placed = first_fit_decreasing(expand([(3, {"cpu": 5})]), [{"cpu": 8}, {"cpu": 8}])
     assert placed == [0, 1, None] and free == [{"cpu": 3}, {"cpu": 3}]
 
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from agent.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, AttemptStatus
+from agent.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, UNSCHEDULABLE, AttemptStatus
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.backends.sim.packing import nodes_to_request
 from tests.unit.test_sim_metrics import (
@@ -154,15 +154,14 @@ def test_scale_up_never_exceeds_max_nodes_and_a_job_too_big_waits_pending(elasti
     clock = FakeClock()
     cluster = elastic(clock, nodes=1, max_nodes=3, delay=30)
     cluster.create_attempt(1, 1, job(pods=4, cpu="4", duration="100s"))  # wants 4 whole nodes
-    assert placed(cluster)["1-1-worker-0"] == "node-0"
-    assert (cluster.node_count, cluster.provisioning) == (1, 2)  # capped: 1 existing + 2 = max
-    clock.at(30)
-    assert (cluster.node_count, cluster.provisioning) == (3, 0)
-    assert sorted(node for node in placed(cluster).values() if node) == ["node-0", "node-1", "node-2"]
-    assert placed(cluster)["1-1-worker-3"] is None
-    for moment in (31, 60, 99):
+    # A gang starts whole or not at all (issue 24): 3 nodes at most never hold it, so none is asked for.
+    assert placed(cluster)["1-1-worker-0"] is None
+    assert (cluster.node_count, cluster.provisioning) == (1, 0)
+    cluster.create_attempt(2, 1, job(pods=3, cpu="4", duration="100s"))  # fits at the maximum: 2 more
+    assert (cluster.node_count, cluster.provisioning) == (1, 2)
+    for moment in (30, 60, 99):
         clock.at(moment)
-        assert states(cluster) == {1: PENDING}
+        assert states(cluster) == {1: PENDING, 2: RUNNING}
         assert (cluster.node_count, cluster.provisioning) == (3, 0)
     assert node_names(cluster) == ["node-0", "node-1", "node-2"]
 
@@ -178,9 +177,12 @@ def test_a_pod_bigger_than_a_node_never_triggers_scale_up(elastic):
     clock.at(40)
     assert (cluster.node_count, cluster.provisioning) == (1, 0)
     assert states(cluster) == {1: PENDING, 2: PENDING, 3: SUCCEEDED}
-    clock.at(1000)  # the added node went idle at 40 and is gone; the waiting pods still ask for nothing
+    clock.at(299)  # the added node went idle at 40 and is gone; the waiting pods still ask for nothing
     assert (cluster.node_count, cluster.provisioning) == (0, 0)
-    assert states(cluster) == {1: PENDING, 2: PENDING}
+    assert states(cluster) == {1: PENDING, 2: PENDING, 3: SUCCEEDED}
+    clock.at(300)  # the gang start timeout (issue 24): given up, as on kubernetes, and still no node asked
+    assert states(cluster) == {1: UNSCHEDULABLE, 2: UNSCHEDULABLE, 3: SUCCEEDED}
+    assert (cluster.node_count, cluster.provisioning) == (0, 0)
 
 
 def test_nodes_to_request_packs_first_fit_onto_provisioning_then_fresh_nodes():
@@ -262,10 +264,10 @@ def test_capacity_and_view_during_provisioning(elastic):
     report = cluster.capacity()
     assert report.allocatable == NODE  # the node on its way counts nowhere
     assert report.free == {"cpu": -4 * CPU, "memory": 14 * GIB}
-    assert report.largest_free_node == {"cpu": 0, "memory": 15 * GIB}
+    assert report.largest_free_node == {"cpu": 4 * CPU, "memory": 16 * GIB}  # the gang waits whole
     view = cluster.view()
     assert [node.name for node in view.nodes] == ["node-0"]
-    assert [(pod.phase, pod.node) for pod in view.pods] == [("Running", "node-0"), ("Pending", None)]
+    assert [(pod.phase, pod.node) for pod in view.pods] == [("Pending", None), ("Pending", None)]
     with pytest.raises(KeyError):
         cluster.set_node("node-1", schedulable=False)  # not there yet
     clock.at(30)

@@ -113,7 +113,8 @@ def one(samples: Samples, name: str, **labels: str) -> float:
 def test_server_serves_parsable_kube_state_metrics_on_loopback():
     clock = FakeClock()
     sim = SimCluster(SimConfig(nodes=2, node=NODE), clock=clock)
-    sim.create_attempt(7, 2, job(pods=3, cpu="6", gpu="1"))  # two bind, one waits
+    sim.create_attempt(7, 2, job(pods=2, cpu="6", gpu="1"))  # binds, one pod on each node
+    sim.create_attempt(8, 1, job(pods=1, cpu="6", gpu="1"))  # waits
     sim.set_node("node-1", ready=False)
     server = SimMetricsServer(sim)
     port = server.start()
@@ -137,7 +138,7 @@ def test_server_serves_parsable_kube_state_metrics_on_loopback():
     assert [one(samples, "kube_node_status_condition", node="node-0", condition="Ready", status=status)
             for status in ("true", "false", "unknown")] == [1, 0, 0]
 
-    pods = ["7-2-worker-0", "7-2-worker-1", "7-2-worker-2"]
+    pods = ["7-2-worker-0", "7-2-worker-1", "8-1-worker-0"]
     assert {labels["pod"]: labels["node"] for labels, value in samples["kube_pod_info"]} == {
         pods[0]: "node-0", pods[1]: "node-1", pods[2]: ""}
     assert all(labels["namespace"] == "sluice" and value == 1 for labels, value in samples["kube_pod_info"])
@@ -152,7 +153,8 @@ def test_server_serves_parsable_kube_state_metrics_on_loopback():
     assert one(samples, "kube_pod_container_resource_requests", pod=pods[1], node="node-1",
                resource="nvidia_com_gpu", unit="integer") == 1
     assert {labels["pod"]: (labels["label_sluice_io_job_id"], labels["label_sluice_io_attempt"])
-            for labels, value in samples["kube_pod_labels"] if value == 1} == {pod: ("7", "2") for pod in pods}
+            for labels, value in samples["kube_pod_labels"] if value == 1} == {
+        pods[0]: ("7", "2"), pods[1]: ("7", "2"), pods[2]: ("8", "1")}
     assert capacity_from_series(samples) == capacity_by_label(sim)
 
 

@@ -15,11 +15,15 @@ Guarantees:
   that are due (pod ends, nodes joining or leaving), so with a fake clock the cluster runs in virtual
   time (the thread only delivers).
 
-Attempt states: PENDING on create; RUNNING when every pod of the attempt runs at the same time
-(the gang is up); SUCCEEDED when every pod succeeded; FAILED when any pod fails or outlives
-maxRuntime, and the attempt's other pods are deleted then. Pods bind one by one, as on a cluster
-without a gang scheduler, so a pod may end before its last gang member binds; RUNNING is then
-skipped. Final attempts stay in inventory() for `final_retention` seconds of the clock.
+Attempt states: PENDING on create; RUNNING when every pod of the attempt runs (the gang is up);
+SUCCEEDED when every pod succeeded; FAILED when any pod fails or outlives maxRuntime, and the attempt's
+other pods are deleted then. Gangs start as under a co-scheduler: all of an attempt's pods bind at once,
+first-fit decreasing onto the usable nodes (sluice/packing.py, the packing the dispatcher checks), or
+none does and the gang holds no node while it waits; a gang that does not fit does not hold back the
+attempts after it. A gang still waiting `gang_start_timeout` after it was created is UNSCHEDULABLE, its
+pods deleted, with the kubernetes backend's reason (agent/backends/kubernetes/status.py evaluate): `the
+gang did not start within 5m: 0 of 3 pods running; pod 7-1-w-2: 0/2 nodes are available: 2 Insufficient
+cpu.` Final attempts stay in inventory() for `final_retention` seconds of the clock.
 
 Nodes: `set_node` cordons a node or marks it not Ready. Such a node is not usable: no new pod binds
 to it and `capacity()` leaves it out. The pods already on it keep running (the simulator neither
@@ -27,24 +31,26 @@ drains nor evicts). `view()` is one consistent picture of nodes and pods, for th
 exporter (agent/backends/sim/metrics.py).
 
 Elastic clusters (`SimConfig.max_nodes` set) behave like a cluster autoscaler:
-- Scale-up: whenever Pending pods cannot bind on the usable nodes, the cluster asks for as many new
-  nodes as it takes to hold them, packed first fit in creation order onto empty nodes of the node
-  shape. Nodes already being provisioned count as empty nodes in that packing, so the same pods never
-  ask twice; existing plus provisioning nodes never exceed `max_nodes`. A pod larger than an empty
-  node asks for nothing. A requested node joins, Ready and schedulable, exactly `provisioning_delay`
+- Scale-up: whenever gangs cannot start on the usable nodes, the cluster asks for as many new nodes as
+  it takes to hold them, their pods packed first fit in creation order onto the room the usable nodes
+  have, then onto empty nodes of the node shape. Nodes already being provisioned count as empty nodes in
+  that packing, so the same pods never ask twice; existing plus provisioning nodes never exceed
+  `max_nodes`. A gang that would not fit whole even so (a pod larger than an empty node, or more nodes
+  than `max_nodes` allows) asks for nothing. A requested node joins, Ready and schedulable, exactly `provisioning_delay`
   after the request, and waiting pods bind to it then. Until it joins it is nowhere: not in view(),
   capacity() or the exported metrics (the `provisioning` property counts it).
 - Scale-down: a node the autoscaler added that has had no Running pod for `scale_down_after` is
-  removed; it leaves view(), capacity() and the metrics. The starting `nodes` are never removed, so
-  the cluster never shrinks below its starting size. Node names are never reused: node-0, node-1, ...
-  in the order nodes were requested.
+  removed (not while other nodes are on their way: a waiting gang may count on it; its cool-down starts
+  again when the last of them joins); it leaves view(), capacity() and the metrics. The starting
+  `nodes` are never removed, so the cluster never shrinks below its starting size. Node names are
+  never reused: node-0, node-1, ... in the order nodes were requested.
 - `nodes` may be 0: the cluster starts empty, and capacity() lists the node shape's resources as 0
   (its Pending pods make free negative).
 - The ledger records pods, not nodes: a restarted sim starts again at `nodes`.
 
 Time scale: `SimConfig.time_scale` multiplies every simulated duration (pod run times, `maxRuntime`,
-`provisioning_delay`, `scale_down_after`), so a scaled-down run keeps the same shape as the real one.
-Reasons quote the unscaled `maxRuntime` as the user wrote it.
+`provisioning_delay`, `scale_down_after`, `gang_start_timeout`), so a scaled-down run keeps the same shape
+as the real one. Reasons quote the unscaled `maxRuntime` and gang start timeout.
 
 The ledger (sim/ledger.py) records pods and attempt ends, so a restarted sim restores them.
 """
@@ -68,15 +74,17 @@ from agent.backends.base import (
     PENDING,
     RUNNING,
     SUCCEEDED,
+    UNSCHEDULABLE,
     AttemptStatus,
     CapacityReport,
     StatusCallback,
     pod_requests,
 )
 from agent.backends.sim.ledger import read_ledger
-from agent.backends.sim.packing import first_fit, nodes_to_request
+from agent.backends.sim.packing import first_fit_decreasing, gang_nodes_to_request
 from agent.backends.sim.views import SimNodeView, SimPod, SimPodView, SimView
-from sluice.quantity import QuantityError, add, parse_duration, subtract
+from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S
+from sluice.quantity import QuantityError, add, format_duration, parse_duration, shortfall, subtract
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +107,8 @@ _END_KILL = "kill"  # maxRuntime passed first
 # and what happens to the nodes of an elastic cluster:
 _NODE_JOINS = "node-joins"  # a requested node is provisioned: it becomes Ready and schedulable
 _NODE_IDLE = "node-idle"  # an added node may have been idle for scale_down_after: remove it if so
+# and what happens to an attempt whose gang may not have started:
+_GANG_TIMEOUT = "gang-timeout"  # gang_start_timeout after its creation: UNSCHEDULABLE if still waiting
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,8 @@ class SimConfig:
     max_nodes: int | None = None  # elastic: the autoscaler adds nodes up to this many; None: fixed size
     provisioning_delay: float = 0.0  # seconds (scaled) from asking for a node until it is Ready
     scale_down_after: float = 60.0  # seconds (scaled) an added node stays idle before it is removed
+    # seconds (scaled) a gang may wait to start whole before it is UNSCHEDULABLE: the kubernetes default
+    gang_start_timeout: float = DEFAULT_GANG_START_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.max_nodes is None:
@@ -128,6 +140,9 @@ class SimConfig:
                              f"got {self.provisioning_delay}")
         if self.scale_down_after < 0:
             raise ValueError(f"SimConfig.scale_down_after must be at least 0 seconds, got {self.scale_down_after}")
+        if self.gang_start_timeout <= 0:
+            raise ValueError(f"SimConfig.gang_start_timeout must be more than 0 seconds, "
+                             f"got {self.gang_start_timeout}")
 
 
 def _dicts(value: object) -> list[dict]:
@@ -263,6 +278,8 @@ class SimCluster:
             if not record.pods:
                 self._finish(record, FAILED, "the job has no pods to run", 0, now)
             else:
+                timeout = now + self._config.gang_start_timeout * self._config.time_scale
+                heapq.heappush(self._events, (timeout, next(self._seq), _GANG_TIMEOUT, record))
                 self._bind_pending(now)
             self._cond.notify_all()
         return True
@@ -440,6 +457,8 @@ class SimCluster:
                 self._node_joins(subject, self._now)
             elif kind == _NODE_IDLE:
                 self._node_idle(subject, self._now)
+            elif kind == _GANG_TIMEOUT:
+                self._gang_timeout(subject, self._now)
             else:
                 self._pod_ends(subject, kind, self._now)
         self._now = now
@@ -498,22 +517,48 @@ class SimCluster:
         return {name: amount for name, amount in amounts.items() if amount or name in self._node_alloc}
 
     def _bind_pending(self, now: float) -> None:
-        """Bind Pending pods first fit over the usable nodes, in creation order; a pod that fits
-        nowhere keeps waiting, and an elastic cluster asks for nodes for it."""
+        """Start waiting gangs in creation order, each whole or not at all: its Pending pods are packed
+        first-fit decreasing onto the usable nodes' free room and bound only if every one fits. A gang
+        that does not fit holds nothing and keeps waiting, and an elastic cluster asks for nodes for it."""
         usable = self._usable_nodes()
         free = [subtract(self._node_alloc, self._nodes[index].used) for index in usable]
-        still_pending = []
+        gangs: dict[_Attempt, list[_Pod]] = {}
         for pod in self._pending:
-            if pod.phase != _POD_PENDING:
+            if pod.phase == _POD_PENDING:
+                gangs.setdefault(pod.attempt, []).append(pod)
+        still_pending = []
+        for pods in gangs.values():
+            after, slots = first_fit_decreasing([pod.request for pod in pods], free)
+            if None in slots:
+                still_pending.extend(pods)
                 continue
-            slot = first_fit(pod.request, free)
-            if slot is None:
-                still_pending.append(pod)
-                continue
-            free[slot] = subtract(free[slot], pod.request)
-            self._bind(pod, usable[slot], now)
+            free = after
+            for pod, slot in zip(pods, slots):
+                self._bind(pod, usable[slot], now)
         self._pending = still_pending
         self._scale_up(now)
+
+    def _gang_timeout(self, record: _Attempt, now: float) -> None:
+        """Give up a gang still waiting to start (not deleted, not started): UNSCHEDULABLE, as the kubernetes
+        backend reports it, quoting a scheduler-style message for the first pod that did not fit."""
+        if record.state != PENDING or self._attempts.get(record.key) is not record or record.running:
+            return
+        timeout = self._config.gang_start_timeout
+        reason = (f"the gang did not start within {format_duration(timeout)}: "
+                  f"0 of {len(record.pods)} pods running")
+        usable = self._usable_nodes()
+        free = [subtract(self._node_alloc, self._nodes[index].used) for index in usable]
+        after, slots = first_fit_decreasing([pod.request for pod in record.pods], free)
+        waiting = next((pod for pod, slot in zip(record.pods, slots) if slot is None), None)
+        if waiting is not None:
+            short: collections.Counter[str] = collections.Counter()
+            for node in after:
+                lacking = [name for name, need, _ in shortfall(waiting.request, node) if need > 0]
+                short.update(f"Insufficient {name}" for name in lacking)
+            because = ", ".join(f"{count} {why}" for why, count in sorted(short.items()))
+            reason += f"; pod {waiting.name}: 0/{len(usable)} nodes are available" + (f": {because}." if because
+                                                                                      else ".")
+        self._finish(record, UNSCHEDULABLE, reason, 0, now)
 
     def _scale_up(self, now: float) -> None:
         """Ask for the nodes the waiting pods need (nodes_to_request); each joins after the delay."""
@@ -521,8 +566,11 @@ class SimCluster:
         if max_nodes is None or not self._pending:
             return
         room = max_nodes - len(self._nodes) - len(self._provisioning)
-        wanted = nodes_to_request((pod.request for pod in self._pending), self._node_alloc,
-                                  len(self._provisioning), room)
+        free_now = [subtract(self._node_alloc, self._nodes[index].used) for index in self._usable_nodes()]
+        gangs: dict[_Attempt, list[dict[str, int]]] = {}
+        for pod in self._pending:
+            gangs.setdefault(pod.attempt, []).append(pod.request)
+        wanted = gang_nodes_to_request(gangs.values(), self._node_alloc, len(self._provisioning), room, free_now)
         joins_at = now + self._config.provisioning_delay * self._config.time_scale
         for _ in range(wanted):
             index = self._next_node
@@ -537,6 +585,10 @@ class SimCluster:
         logger.debug("sim: node joined", extra={"node": f"node-{index}"})
         self._node_emptied(index, now)
         self._bind_pending(now)
+        if not self._provisioning:  # the idle nodes kept for a waiting gang start their cool-down again
+            for number, node in self._nodes.items():
+                if node.idle_since is not None and node.idle_since < now:
+                    self._node_emptied(number, now)
 
     def _node_emptied(self, index: int, now: float) -> None:
         """The node runs no pod from now on: an added node starts its cool-down."""
@@ -552,6 +604,8 @@ class SimCluster:
         if node is None or node.idle_since is None \
                 or node.idle_since + self._config.scale_down_after * self._config.time_scale > now:
             return
+        if self._provisioning:
+            return  # a waiting gang may count on it with the nodes on their way; its cool-down restarts when they join
         del self._nodes[index]
         logger.debug("sim: idle node removed", extra={"node": f"node-{index}"})
 
