@@ -15,7 +15,8 @@ from dispatcher.capacity.snapshot import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob
 from dispatcher.policy.planning import Active, ClassPolicy
 from sluice.objects import ClusterObject
-from sluice.quantity import add, fits, subtract
+from sluice.packing import expand, first_fit_decreasing
+from sluice.quantity import add, subtract
 
 QUEUED, RUNNING, DONE, UNRUNNABLE = "queued", "running", "done", "unrunnable"
 
@@ -107,21 +108,10 @@ class SimCluster:
         return self._capacity
 
     def pack(self, job: SimJob) -> list[int] | None:
-        """Nodes for each of the job's pods, first-fit decreasing over what nodes have free; None if they
-        do not all fit at once."""
-        pods = sorted(((req for count, req in job.pods for _ in range(count))),
-                      key=lambda r: sorted(r.values(), reverse=True), reverse=True)
-        free = [dict(n) for n in self.node_free]
-        out = []
-        for pod in pods:
-            for i, n in enumerate(free):
-                if fits(pod, n):
-                    free[i] = subtract(n, pod)
-                    out.append(i)
-                    break
-            else:
-                return None
-        return out
+        """The node of each of the job's pods (in pod order), first-fit decreasing over what the nodes have
+        free, as the dispatcher's check and the sim agent pack them; None if they do not all fit at once."""
+        _, slots = first_fit_decreasing(expand(job.pods), self.node_free)
+        return None if None in slots else slots
 
     def dispatch(self, job: SimJob) -> bool:
         """Take the job's requests; start its pods if they pack (True), else it waits here."""
@@ -133,9 +123,7 @@ class SimCluster:
         nodes = self.pack(job)
         if nodes is None:
             return False
-        pods = [req for count, req in job.pods for _ in range(count)]
-        pods.sort(key=lambda r: sorted(r.values(), reverse=True), reverse=True)
-        for i, pod in zip(nodes, pods):
+        for i, pod in zip(nodes, expand(job.pods)):
             self.node_free[i] = subtract(self.node_free[i], pod)
         job.placed_on = nodes
         self._capacity = None
@@ -149,9 +137,7 @@ class SimCluster:
         if job.pending:
             self.pending.remove(job)
             return []
-        pods = [req for count, req in job.pods for _ in range(count)]
-        pods.sort(key=lambda r: sorted(r.values(), reverse=True), reverse=True)
-        for i, pod in zip(job.placed_on, pods):
+        for i, pod in zip(job.placed_on, expand(job.pods)):
             self.node_free[i] = add(self.node_free[i], pod)
         job.placed_on = []
         started = []

@@ -86,6 +86,6 @@ def test_an_unschedulable_gang_is_in_the_ledger_as_ended(tmp_path):
     cluster.create_attempt(1, 1, job(pods=2, cpu="3"))
     clock.now += 60
     assert states(cluster) == {1: UNSCHEDULABLE}
-    assert "ended 1 1 UNSCHEDULABLE 0\n" in ledger.read_text()
+    assert "ended 1 1 UNSCHEDULABLE 0 " in ledger.read_text()
     restored = SimCluster(SimConfig(nodes=1, node=NODE, ledger_path=ledger), clock=clock)
     assert states(restored) == {1: UNSCHEDULABLE}
