@@ -211,8 +211,9 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
 
     usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
     the attempts `needed` under active_needs(...) (the same plan results). history: per queue, decayed
-    resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims=False: `active` holds
-    no preemption victims (only what burst ETAs need); raises VictimsNeeded where a victim search starts.
+    resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims=False:
+    `active` holds no preemption victims (only what burst ETAs and reservations need); raises
+    VictimsNeeded where a victim search starts.
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
     search is known to fail (the same search found nothing since the last change), and every head is
     decided afresh, even one like a head that just had to wait (_Verdicts): the plain definition.
@@ -276,8 +277,8 @@ class _Verdicts:
     shapes, and a head like one that just had to wait waits for the same reason, without deciding again.
     What decides a wait: the job's shape (its requests and largest pod, dicts shared per shape as the
     cycle's reads make them, its placement and maxRuntime), its queue, class and class priority, the job
-    that evicted it, and whether it waited past its class's reservation time. Never used with paid clusters, where the
-    time waited enters a burst's verdict, nor for a job that holds room itself."""
+    that evicted it, and whether it waited past its class's reservation time. Never used with paid
+    clusters, where the time waited enters a burst's verdict, nor for a job that holds room itself."""
 
     def __init__(self, on: bool):
         self._on = on
