@@ -16,6 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
@@ -550,12 +551,13 @@ def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
 
 
 def test_jobs_deeper_than_the_head_say_how_many_are_ahead(dispatcher):
-    ids = dispatcher.client.submit([job_doc(cpu="1") for _ in range(70)])  # no agent: nothing can start
+    deep = SchedulerSettings().per_queue + 6  # the last few are beyond the heads a cycle reads
+    ids = dispatcher.client.submit([job_doc(cpu="1") for _ in range(deep)])  # no agent: nothing can start
     wait_for(lambda: dispatcher.client.get(ids[0])["reason"] != "waiting behind 0 jobs in queue default")
     assert dispatcher.client.get(ids[0])["reason"] == ("no cluster fits: alpha: unreachable (its agent has never "
                                                        "connected); beta: unreachable (its agent has never connected)")
     last = dispatcher.client.describe(ids[-1])
-    assert last["reason"] == "waiting behind 69 jobs in queue default" and last["queuePosition"] == 70
+    assert last["reason"] == f"waiting behind {deep - 1} jobs in queue default" and last["queuePosition"] == deep
 
 
 def test_prometheus_readings_count_each_attempt_once(dispatcher):
