@@ -65,7 +65,7 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
              window: str | None = typer.Option(None, "--window", help="START:COUNT: replay only these jobs"),
              output: str = typer.Option("table", "--output", "-o", help="table | json"),
              plot: pathlib.Path | None = typer.Option(None, "--plot", help="Write PNG figures into this directory "
-                                                                          "(needs sluice[plot])"),
+                                                                          "(needs matplotlib: the plot extra)"),
              skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines",
                                                  help="Skip (and count) trace lines that cannot be read")) -> None:
     """Replay a trace in virtual time through Sluice's scheduling and baselines; print figures per policy."""
