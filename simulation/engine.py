@@ -72,15 +72,15 @@ class _Sluice:
     def burst_spend(self) -> float:
         return self.store.spent
 
-    def decide(self, t: float) -> tuple[int, bool]:
-        """One cycle at virtual time t: (jobs dispatched or preempted, whether another cycle is due now)."""
+    def decide(self, t: float) -> bool:
+        """One cycle at virtual time t; whether another cycle is due at once."""
         self.store.now = t
         result = plan_and_apply(self.store, self.settings, datetime.fromtimestamp(EPOCH + t, UTC),
                                 holds=self.holds, parking=self.parking)
         self.holds = result.holds
         self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
         again = bool(result.preempted) or (bool(result.dispatched) and result.more) or self.parking.rewake()
-        return result.dispatched + result.preempted, again
+        return again
 
     def wake(self, t: float) -> float:
         """The next moment a waiting head's verdict may change by time alone (math.inf: none)."""
@@ -105,8 +105,6 @@ class _Sluice:
 class _Fifo:
     """Strict arrival order, no backfill."""
 
-    backfill = False
-
     def __init__(self, world: World):
         self.world = world
         self.waiting: list[SimJob] = []  # arrival order
@@ -129,29 +127,25 @@ class _Fifo:
                 return c
         return None
 
-    def decide(self, t: float) -> tuple[int, bool]:
-        started = 0
+    def decide(self, t: float) -> bool:
         while self.waiting:
             where = self._where(self.waiting[0])
             if where is None:
                 break
             self.world.dispatch(self.waiting.pop(0), where.name, t)
-            started += 1
-        if self.backfill and self.waiting:
-            started += self._backfill(t)
-        return started, False
+        if self.waiting:
+            self._backfill(t)
+        return False
 
     def wake(self, t: float) -> float:
         return math.inf
 
-    def _backfill(self, t: float) -> int:
-        return 0
+    def _backfill(self, t: float) -> None:
+        pass  # strict arrival order: nobody passes the first job that does not fit
 
 
 class _Easy(_Fifo):
     """EASY backfill: the first waiting job's reservation is never delayed by a job started after it."""
-
-    backfill = True
 
     def _shadow(self, head: SimJob, t: float) -> tuple[SimCluster, float, dict[str, int]] | None:
         """Where and when the head can start at the earliest, by what runs' expected ends, and the room
@@ -179,11 +173,10 @@ class _Easy(_Fifo):
         """Whether any cluster has anything free (a full machine ends the scan for backfill)."""
         return any(amount > 0 for c in self.clusters for amount in c.free.values())
 
-    def _backfill(self, t: float) -> int:
+    def _backfill(self, t: float) -> None:
         head = self.waiting[0]
         shadow = self._shadow(head, t)
         self.reserved.add(head.id)
-        started = 0
         i = 1
         while i < len(self.waiting) and self._room():
             job = self.waiting[i]
@@ -200,15 +193,13 @@ class _Easy(_Fifo):
                     i += 1
                     continue
             self.world.dispatch(self.waiting.pop(i), where.name, t)
-            started += 1
-        return started
 
 
-def _never_runs(job: SimJob, clusters: list[ClusterObject]) -> str | None:
-    """Why no cluster, even empty, could run the job; None if one could."""
+def _never_runs(job: SimJob, clusters: list[SimCluster]) -> str | None:
+    """Why no cluster, even empty (as a replay's are before the first arrival), could run the job; None if
+    one could."""
     reasons = []
-    for obj in clusters:
-        c = SimCluster(obj)
+    for c in clusters:
         if not allowed_on(job.as_queued(), c.capacity().state):
             continue
         if not fits(job.requests, c.allocatable):
@@ -234,8 +225,9 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         strategy = _Easy(world)
     else:
         raise ValueError(f"unknown policy {name!r}: one of {', '.join(POLICIES)}")
+    empty = list(world.clusters.values())  # nothing has arrived yet
     for job in jobs:
-        job.reason = _never_runs(job, clusters) or ""
+        job.reason = _never_runs(job, empty) or ""
         if job.reason:
             job.state = UNRUNNABLE
     arrivals = sorted((j for j in jobs if j.state != UNRUNNABLE), key=lambda j: (j.submit, j.id))
@@ -262,8 +254,7 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
             next_arrival += 1
         for _ in range(MAX_CYCLES_PER_MOMENT):
             cycles += 1
-            _, again = strategy.decide(t)
-            if not again:
+            if not strategy.decide(t):
                 break
         for job in world.take_started():
             if job.ends is not None:  # not stopped again at this same moment

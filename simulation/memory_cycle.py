@@ -123,12 +123,11 @@ class MemoryCycle:
         return self._sink
 
     def preempt(self, plan: CyclePlan) -> int:
-        t = None
+        t = self.now
         for p in plan.preemptions:
             victim = self.world.running.get(p.victim)
             if victim is None or victim.cluster != p.cluster:
                 continue
-            t = t if t is not None else self.now
             victim.preemptions += 1
             victim.preempted_by = p.by
             victim.reason = f"preempted by job {p.by}"

@@ -234,23 +234,21 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
             tree.charge(a.queue, a.requests)
         running.setdefault(a.cluster, []).append(a)
     state = Clusters(clusters, include=lambda c: not c.paid)
-    queued = {c.job.id for jobs in heads.values() for c in jobs}
+    queued = {c.job.id: c for jobs in heads.values() for c in jobs}
     out = CyclePlan(holds={i: h for i, h in holds.items() if i in queued and h.cluster in state
                            and (h.kind != "preemption" or now - h.since < PREEMPTION_HOLD_S)})
     # Room a preemption freed counts against its preemptor's queue (and ancestors) until it starts, so
     # that no other job takes the quota the victims gave back in the meantime.
-    queue_of = {c.job.id: c.queue for jobs in heads.values() for c in jobs}
     for job_id, hold in out.holds.items():
         if hold.kind == "preemption":
-            tree.charge(queue_of[job_id], hold.requests)
+            tree.charge(queued[job_id].queue, hold.requests)
 
     burst = _Burst(list(rules), dict(spend or {}),
                    {name: [Running(a.requests, a.ends_at) for a in jobs] for name, jobs in running.items()},
                    any(c.paid for c in clusters), {} if remember_failed_searches else None)
-    jobs_by_id = {c.job.id: c.job for jobs in heads.values() for c in jobs}
     for job_id, hold in out.holds.items():  # what ended or started since moves a reservation's expected start
         if hold.kind == "reservation":
-            starts_by, short = _expected_start(jobs_by_id[job_id], state[hold.cluster], burst, now)
+            starts_by, short = _expected_start(queued[job_id].job, state[hold.cluster], burst, now)
             out.holds[job_id] = replace(hold, starts_by=starts_by, short=short)
     if not victims:
         running = None  # unknown: a search for victims must not start
