@@ -32,7 +32,7 @@ QUALITY = ("meanWaitSeconds", "meanCompletionSeconds", "boundedSlowdown", "utili
 
 def run(config: SimulateConfig, out: Run) -> None:
     out.configs["simulate"] = {**asdict(config), "policy": "sluice", "mapping": "built from the trace",
-                               "traces": str(SHARED_TRACES)}
+                               "traces": "the public traces beside the repository (tests/shared_traces.py)"}
     for key, name, jobs in (("philly", "philly-2017.csv", config.philly_jobs),
                             ("swf", "HPC2N-2002-2.2-cln.swf.gz", config.swf_jobs)):
         path = SHARED_TRACES / name
