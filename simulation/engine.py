@@ -63,8 +63,8 @@ class _Sluice:
         self.holds: dict[int, Hold] = {}
         self.reserved: set[int] = set()  # jobs that ever held a reservation
 
-    def arrived(self, job: SimJob) -> None:
-        self.parking.touch(job.queue)
+    def arrived(self, job: SimJob) -> bool:
+        return self.parking.submitted(job.queue, job.class_priority, job.priority, job.id)
 
     def ended(self, job: SimJob, t: float) -> None:
         self.store.ended(job, t)
@@ -112,8 +112,9 @@ class _Fifo:
                                key=lambda c: (TIER_ORDER.get(c.obj.tier, 9), c.name))
         self.reserved: set[int] = set()
 
-    def arrived(self, job: SimJob) -> None:
+    def arrived(self, job: SimJob) -> bool:
         self.waiting.append(job)
+        return True
 
     def ended(self, job: SimJob, t: float) -> None:
         pass  # nothing it decided depends on an end but the room, which decide() reads
@@ -239,6 +240,7 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
                 ends[0][0] if ends else math.inf, wake)
         if t == math.inf:
             break
+        due = t >= wake  # a moment needs a cycle when time, an end or a submit that is not behind parked heads says so
         while ends and ends[0][0] <= t:
             _, job_id, attempt = heapq.heappop(ends)
             job = by_id[job_id]
@@ -247,12 +249,13 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
             world.stop(job, t, requeue=False)
             strategy.ended(job, t)
             done += 1
+            due = True
         while next_arrival < len(arrivals) and arrivals[next_arrival].submit <= t:
             job = arrivals[next_arrival]
             world.enqueue(job)
-            strategy.arrived(job)
+            due = strategy.arrived(job) or due
             next_arrival += 1
-        for _ in range(MAX_CYCLES_PER_MOMENT):
+        for _ in range(MAX_CYCLES_PER_MOMENT if due else 0):
             cycles += 1
             if not strategy.decide(t):
                 break

@@ -175,12 +175,17 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
         raise
     waiting = len(plan.waits)
     if parking is not None:
-        quiet = not (plan.places or plan.preemptions or plan.holds or needs.timed or heads.avoiding)
+        # Holds kept as they came (none made, moved or given up) leave the next cycle's plan as this one's.
+        quiet = not (plan.places or plan.preemptions or plan.holds != (holds or {}) or needs.timed
+                     or heads.avoiding)
         waiting = parking.settle(key, only, heads.by_queue, plan.waits, quiet, write_reasons, policy.classes,
-                                 now.timestamp(), settings.per_queue)
+                                 now.timestamp(), settings.per_queue, plan.holds)
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
-    more = any(n >= settings.per_queue for n in heads.per_queue.values())
+    # Only a queue read to the limit that lost heads to this plan has new ones for the next cycle to read.
+    taken = {p.job_id for p in plan.places}
+    more = any(heads.per_queue.get(q, 0) >= settings.per_queue and any(c.job.id in taken for c in jobs)
+               for q, jobs in heads.by_queue.items())
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
                        first_waits, planned=len(heads.by_queue) if only is not None else None, more=more,
                        idle=only is None and not more and len(dispatched) == heads.count)

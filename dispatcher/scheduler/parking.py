@@ -4,21 +4,23 @@ from __future__ import annotations
 import math
 import threading
 
-from dispatcher.policy.planning import Candidate, ClassPolicy
+from dispatcher.policy.planning import PREEMPTION_HOLD_S, Candidate, ClassPolicy, Hold
 from dispatcher.store.channels import ROOM, order_key, parse_wake
 
 
 class Parking:
     """The queues a cycle may leave out, kept by the leader between cycles (as it keeps PolicyConfig).
 
-    After a cycle that started nothing (no dispatch, no preemption, no hold, no burst to weigh, no head
-    avoiding a cluster) and wrote its reasons, each head it planned stays unable to start until one of
-    that cycle's inputs changes: the policy documents (their digest), a cluster's usable capacity or
-    state, a queue's usage (what runs there, and how many jobs), the burst spend; or until time alone
-    could change a verdict (a head reaching its class's reservation time). Until then its queues are
-    parked: a cycle plans only the queues a wake-up named since (a submit or a cancel names its queue).
-    A wake-up naming no queue, or the listener reconnecting, has every queue planned again. A parked
-    queue costs a cycle nothing and keeps the reasons last written for its jobs.
+    After a cycle that started nothing (no dispatch, no preemption, no hold made, moved or given up, no
+    burst to weigh, no head avoiding a cluster) and wrote its reasons, each head it planned stays unable
+    to start until one of that cycle's inputs changes: the policy documents (their digest), a cluster's
+    usable capacity or state, a queue's usage (what runs there, and how many jobs), the burst spend; or
+    until time alone could change a verdict (a head reaching its class's reservation time, a preemption
+    hold expiring). Until then its queues are parked: a cycle plans only the queues a wake-up named
+    since (a submit or a cancel names its queue), or every queue while room is held (a hold is kept by
+    the cycle that plans its job's queue, so none is left out). A wake-up naming no queue, or the
+    listener reconnecting, has every queue planned again. A parked queue costs a cycle nothing and keeps
+    the reasons last written for its jobs.
 
     A submit's wake-up also gives the queue order of its best new job (store.channels.submit_wake). When the
     parking cycle read a parked queue's heads to the limit (`per_queue`: more may wait behind them) and
@@ -48,7 +50,13 @@ class Parking:
         a parked queue's heads, which needs no cycle."""
         if payload == ROOM:
             return True
-        queue, key = parse_wake(payload)
+        return self._touch(*parse_wake(payload))
+
+    def submitted(self, queue: str, class_priority: int, priority: int, job_id: int) -> bool:
+        """touch for a job submitted to `queue` (the wake-up store.channels.submit_wake makes of it)."""
+        return self._touch(queue, order_key(class_priority, priority, job_id))
+
+    def _touch(self, queue: str, key: tuple[int, int, int] | None) -> bool:
         with self._lock:
             if not queue:
                 self._dirty = None
@@ -86,9 +94,10 @@ class Parking:
 
     def settle(self, inputs: tuple, only: list[str] | None, heads: dict[str, list[Candidate]], waits: dict[int, str],
                quiet: bool, reasons_written: bool, classes: dict[str, ClassPolicy], now: float,
-               per_queue: int = 0) -> int:
+               per_queue: int = 0, holds: dict[int, Hold] | None = None) -> int:
         """Take a cycle's outcome (`only`: the queues it was limited to, None for all; `per_queue`: the
-        most heads it read of a queue); returns how many heads wait, those of parked queues included."""
+        most heads it read of a queue; `holds`: those it kept, under which a quiet cycle's verdicts stand
+        until a preemption hold expires); returns how many heads wait, those of parked queues included."""
         if not quiet or (only is None and not reasons_written):
             self.inputs, self.waiting, self.until = None, {}, math.inf
             with self._lock:
@@ -103,6 +112,9 @@ class Parking:
                 self._last.pop(queue, None)
                 if not reasons_written and self._dirty is not None:  # their new reasons are not written
                     self._dirty.add(queue)  # yet: plan them again when they are
+            for hold in (holds or {}).values():
+                if hold.kind == "preemption":
+                    self.until = min(self.until, hold.since + PREEMPTION_HOLD_S)
             for queue, candidates in heads.items():
                 self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
                 if per_queue and len(candidates) >= per_queue:

@@ -269,3 +269,31 @@ def test_a_submit_behind_the_heads_of_a_full_parked_queue_is_left_out_and_decide
         assert reason("ahead") != lifecycle.SUBMITTED
     finally:
         story.close()
+
+
+def test_a_submit_behind_the_heads_while_room_is_held_needs_no_cycle(db_url):
+    story = Story(db_url)
+    woken: list[bool] = []
+    story.parking.touch = lambda payload="", touch=story.parking.touch: woken.append(touch(payload)) or woken[-1]
+    try:
+        with story.sessions.begin() as session:
+            story.take_all(session)
+            submitting.submit(session, ADMIN, submitting.parse([json.dumps(
+                job_doc(name=f"head-{i}", cpu="8", queue="q0", serviceClass="patient")) for i in range(6)]))
+        story.sync()
+        story.now += timedelta(seconds=40)  # past the class's 30 s: the first head reserves a cluster
+        with story.sessions.begin() as session:
+            story.report(session)
+        assert story.parked()[1].holds
+        result = story.parked()[1]  # the hold kept as it was: q0 parks, read to its 4 heads
+        assert result.planned is None and result.dispatched == 0
+        woken.clear()
+        with story.sessions.begin() as session:
+            submitting.submit(session, ADMIN, submitting.parse([json.dumps(
+                job_doc(name="behind", cpu="1", queue="q0", serviceClass="patient"))]))
+        story.sync()
+        assert woken == [False]  # no cycle: and one planning every queue would change nothing
+        with story.db.engine.connect() as conn:
+            assert story.plain() == (story.jobs(conn), story.holds)
+    finally:
+        story.close()

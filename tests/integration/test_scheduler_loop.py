@@ -95,6 +95,24 @@ def test_a_cycle_says_whether_more_may_start_and_whether_it_left_any_job_queued(
         d.stop()
 
 
+def test_only_a_queue_read_to_the_limit_that_lost_a_head_has_more_to_start(db_url):
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
+                                  database=DatabaseSettings(url=db_url))).start()
+    try:
+        _world(d.sessions)
+        with d.sessions.begin() as session:
+            administering.apply(session, "test", [QueueObject("small")])
+            submitting.submit(session, ADMIN, submitting.parse(  # q: 3 jobs of the whole node, read to its 2 heads
+                [json.dumps(job_doc(name=f"big{i}", cpu="64", queue="q")) for i in range(3)]
+                + [json.dumps(job_doc(name="fits", cpu="1", queue="small"))]))
+        _heard(d.sessions, {"cpu": 8000, "memory": 256 << 30})
+        result = run_cycle(d.sessions, SchedulerSettings(per_queue=2), datetime.now(UTC))
+        # The next cycle would read q's same two heads: nothing new can start there.
+        assert (result.dispatched, result.more) == (1, False)
+    finally:
+        d.stop()
+
+
 def test_the_leader_drains_a_queue_deeper_than_its_heads_on_one_wake_up_then_waits_for_the_next(db_url):
     with _leading(db_url, SchedulerSettings(per_queue=2, idle_wait_s=60.0)) as d:
         _submit(d.sessions, 5)  # one notification; 5 jobs, 2 read per cycle

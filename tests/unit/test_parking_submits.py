@@ -4,7 +4,7 @@ cycle ran is planned after all when that cycle's heads end before it."""
 from __future__ import annotations
 
 from dispatcher.policy.placing import QueuedJob
-from dispatcher.policy.planning import Candidate
+from dispatcher.policy.planning import PREEMPTION_HOLD_S, Candidate, Hold
 from dispatcher.scheduler.parking import Parking
 from dispatcher.store.channels import ROOM, submit_wake
 
@@ -91,3 +91,14 @@ def test_a_wake_up_whose_order_cannot_be_read_plans_its_queue():
         parking = parked([head(1), head(2), head(3), head(4)])
         assert parking.touch(payload) is True
         assert parking.take() == {"q"}
+
+
+def test_held_room_kept_as_it_was_still_parks_and_a_preemption_hold_unparks_when_it_expires():
+    parking = Parking()
+    parking.take()
+    hold = Hold(1, "c1", {"cpu": 1000}, "preemption", since=100.0, victims=(7,))
+    parking.settle(INPUTS, None, {"q": [head(1), head(2), head(3), head(4)]}, {}, quiet=True,
+                   reasons_written=True, classes={}, now=110.0, per_queue=PER_QUEUE, holds={1: hold})
+    assert parking.touch(submit_wake("q", 500, 5, 9)) is False  # behind the heads: no cycle
+    assert not parking.plans_all(parking.take(), 100.0 + PREEMPTION_HOLD_S - 1)
+    assert parking.plans_all(set(), 100.0 + PREEMPTION_HOLD_S)  # the hold lapses: its room is everyone's again

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from dispatcher.scheduler.settings import SchedulerSettings
 from simulation.engine import replay
 from simulation.run import simulate
 from simulation.scenario import ScenarioError, built_objects, scenario, sim_jobs
@@ -174,3 +175,16 @@ def test_a_cycles_dispatches_reach_the_cluster_in_job_id_order_as_the_outbox_sen
               job(3, 0, 30, 3, queue="b"), job(4, 0, 5, 3, queue="b"))
     result = simulate(t, objects("a", "b", cpus=8, nodes=2), ["sluice"])
     assert starts(result, "sluice") == {1: 0, 2: 0, 3: 0, 4: 10}
+
+
+def test_a_submit_behind_the_heads_of_a_parked_queue_costs_no_cycle_though_room_is_held():
+    # Each job needs the whole cluster. Job 2 reserves it at once (reservation after 0 s); the queue is read to
+    # its 2 heads (2 and 3), so jobs 4 to 12 arrive behind them: the heads a cycle would read are the same.
+    t = trace(*(job(i, i, 1000, 8) for i in range(1, 13)))
+    scene = scenario(t, objects("a"))
+    replayed = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice",
+                      settings=SchedulerSettings(per_queue=2))
+    assert [j.first_start for j in replayed.jobs] == [1 + 1000 * n for n in range(12)]
+    # Arrivals 1-3 and the 11 ends that start the next job decide; a start takes a head, so one more cycle
+    # reads the next one (none at the last end, when the queue is short of 2). Arrivals 4-12 decide nothing.
+    assert replayed.cycles == 3 + 1 + 11 * 2
