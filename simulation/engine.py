@@ -56,11 +56,12 @@ class _Sluice:
     """Sluice's own cycle, as the scheduler's loop runs it."""
 
     def __init__(self, world: World, policy: PolicyConfig, settings: SchedulerSettings, jobs: dict[int, SimJob]):
-        self.store = MemoryCycle(world, policy, settings.per_queue, EPOCH)
+        self.store = MemoryCycle(world, policy, settings, EPOCH)
         self.store.jobs = jobs
         self.settings, self.policy = settings, policy
         self.parking = Parking()
         self.holds: dict[int, Hold] = {}
+        self.deeper: frozenset[str] = frozenset()
         self.reserved: set[int] = set()  # jobs that ever held a reservation
 
     def arrived(self, job: SimJob) -> bool:
@@ -76,10 +77,12 @@ class _Sluice:
         """One cycle at virtual time t; whether another cycle is due at once."""
         self.store.now = t
         result = plan_and_apply(self.store, self.settings, datetime.fromtimestamp(EPOCH + t, UTC),
-                                holds=self.holds, parking=self.parking)
-        self.holds = result.holds
+                                holds=self.holds, parking=self.parking, deeper=self.deeper)
+        deeper_now = bool(result.deeper - self.deeper)  # as the scheduler's loop, at once
+        self.holds, self.deeper = result.holds, result.deeper
         self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
-        again = bool(result.preempted) or (bool(result.dispatched) and result.more) or self.parking.rewake()
+        again = bool(result.preempted) or (bool(result.dispatched) and result.more) or deeper_now \
+            or self.parking.rewake()
         return again
 
     def wake(self, t: float) -> float:

@@ -2,8 +2,9 @@
 
 `plan_and_apply` runs here exactly as `sluice dispatcher serve` runs it on Postgres: the same inputs
 (policy, capacities, usage per queue, burst spend), the same heads (the first `per_queue` queued jobs of
-each queue in queue order), the same active attempts, and the plan's dispatches, preemptions and
-reasons carried out, on the World instead of in a transaction.
+each queue in queue order, `backfill_per_queue` where the last cycle said to read deeper), the same
+active attempts, and the plan's dispatches, preemptions and reasons carried out, on the World instead
+of in a transaction.
 
 A cycle's dispatches reach each cluster in the order the agent gets them, not in the plan's: each
 dispatch statement (lifecycle.dispatch, and each part DispatchAhead sends) writes its outbox commands in
@@ -20,6 +21,7 @@ from dispatcher.policy.planning import Active, ActiveNeeds, Candidate, CyclePlan
 from dispatcher.policy.quotas import QuotaTree
 from dispatcher.scheduler.cycle import DISPATCH_PART, CycleInputs, Dispatched, Heads
 from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.scheduler.settings import SchedulerSettings
 from simulation.world import SimJob, World
 
 DAY_S = 86_400.0
@@ -61,8 +63,8 @@ def agent_order(places: list, parts: list[int]) -> list:
 class MemoryCycle:
     """A CycleStore over a World, for one replay. `epoch`: the epoch seconds of virtual time 0."""
 
-    def __init__(self, world: World, policy: PolicyConfig, per_queue: int, epoch: float):
-        self.world, self.policy, self.per_queue, self.epoch = world, policy, per_queue, epoch
+    def __init__(self, world: World, policy: PolicyConfig, settings: SchedulerSettings, epoch: float):
+        self.world, self.policy, self.settings, self.epoch = world, policy, settings, epoch
         self.jobs: dict[int, SimJob] = {}
         self.bursts: list[bursting.BurstRun] = []  # every burst dispatched, for the budgets
         self.burst_of: dict[int, int] = {}  # job -> its index in bursts while it runs there
@@ -96,14 +98,15 @@ class MemoryCycle:
             history.update((q, v) for q, v in decayed.history().items() if q in queues and any(v.values()))
         return CycleInputs(self.policy, capacities, usage, spend, history)
 
-    def heads(self, now: datetime, queues: list[str] | None) -> Heads:
+    def heads(self, now: datetime, queues: list[str] | None, deeper: frozenset[str] = frozenset()) -> Heads:
         t = self._t(now)
         by_queue: dict[str, list[Candidate]] = {}
         reasons: dict[int, str] = {}
         per_queue: dict[str, int] = {}
         read: list[SimJob] = []
+        settings = self.settings
         for queue in (self.world.queued if queues is None else queues):
-            jobs = self.world.heads(queue, self.per_queue)
+            jobs = self.world.heads(queue, settings.backfill_per_queue if queue in deeper else settings.per_queue)
             if not jobs:
                 continue
             per_queue[queue] = len(jobs)

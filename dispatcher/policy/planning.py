@@ -113,6 +113,9 @@ class CyclePlan:
     preemptions: list[Preempt] = field(default_factory=list)
     holds: dict[int, Hold] = field(default_factory=dict)
     bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
+    # Queues none of whose heads started though an unpaid cluster has room of every kind they all ask for:
+    # jobs behind those heads might fit it (the caller may read deeper into them next time, as backfill).
+    room_behind: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,15 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         order.changed(queue)
         for p in out.preemptions[evicted:]:  # their queues' shares went down
             order.changed(active_queue[p.victim])
+    started = {queued[p.job_id].queue for p in out.places}
+    out.room_behind = {q for q, jobs in heads.items() if q not in started and _room_left(jobs, state)}
     return out
+
+
+def _room_left(jobs: list[Candidate], state: Clusters) -> bool:
+    """Whether a usable unpaid cluster has some of every resource all of these jobs ask for free."""
+    kinds = set.intersection(*({r for r, v in c.job.requests.items() if v > 0} for c in jobs)) if jobs else set()
+    return any(not s.paid and not s.unavailable and all(s.free.get(r, 0) > 0 for r in kinds) for s in state.values())
 
 
 class _Verdicts:

@@ -56,6 +56,10 @@ class CycleResult:
     planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
     more: bool = False  # a queue had more queued jobs than the cycle read: the next cycle may place them
     idle: bool = False  # it planned every queue and left no job queued (it dispatched every one it read)
+    # Queues read to the limit none of whose heads started while room was left: the next cycle reads
+    # settings.backfill_per_queue of them (pass it back as plan_and_apply's `deeper`); run it soon when
+    # this set grew (the room is there now).
+    deeper: frozenset[str] = frozenset()
 
 
 class LostLeadership(Exception):
@@ -125,7 +129,7 @@ class CycleStore(Protocol):
     """What one cycle reads and writes, within one unit of work."""
 
     def inputs(self, now: datetime, *, all_heads: bool) -> CycleInputs: ...
-    def heads(self, now: datetime, queues: list[str] | None) -> Heads: ...
+    def heads(self, now: datetime, queues: list[str] | None, deeper: frozenset[str] = frozenset()) -> Heads: ...
     def active(self, needs: ActiveNeeds, *, victims: bool) -> list[Active]: ...
     def dispatch_ahead(self, clusters: list[str]) -> DispatchSink: ...
     def preempt(self, plan: CyclePlan) -> int: ...
@@ -134,9 +138,9 @@ class CycleStore(Protocol):
 
 def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime, *,
                    holds: dict[int, Hold] | None = None, write_reasons: bool = True,
-                   parking: Parking | None = None) -> CycleResult:
+                   parking: Parking | None = None, deeper: frozenset[str] = frozenset()) -> CycleResult:
     """One cycle on `store`. With `parking`, queues whose heads cannot start are left out while nothing
-    changes for them."""
+    changes for them. `deeper`: the last cycle's CycleResult.deeper."""
     started = time.perf_counter()
     dirty = parking.take() if parking is not None else None
     try:
@@ -144,7 +148,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
         inputs = store.inputs(now, all_heads=everything)
         key = inputs.parking_key()
         only = None if everything else parking.only(dirty, key, now.timestamp())
-        heads = store.heads(now, only)
+        heads = store.heads(now, only, deeper)
         policy, clusters, usage = inputs.policy, inputs.clusters, inputs.usage
         needs = active_needs(heads.by_queue, clusters, policy.quotas, policy.classes, usage, holds)
         active = store.active(needs, victims=False) if needs.ends else []
@@ -173,22 +177,31 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
         if parking is not None:
             parking.touch()  # what this cycle took may not have been planned: plan every queue next time
         raise
+    # The queues read to their limit: more may wait behind their last head.
+    full = {q for q, n in heads.per_queue.items()
+            if n >= (settings.backfill_per_queue if q in deeper else settings.per_queue)}
     waiting = len(plan.waits)
     if parking is not None:
         # Holds kept as they came (none made, moved or given up) leave the next cycle's plan as this one's.
         quiet = not (plan.places or plan.preemptions or plan.holds != (holds or {}) or needs.timed
                      or heads.avoiding)
         waiting = parking.settle(key, only, heads.by_queue, plan.waits, quiet, write_reasons, policy.classes,
-                                 now.timestamp(), settings.per_queue, plan.holds)
+                                 now.timestamp(), full, plan.holds)
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
-    # Only a queue read to the limit that lost heads to this plan has new ones for the next cycle to read.
+    # Only a queue read to its limit that lost heads to this plan has new ones for the next cycle to read.
     taken = {p.job_id for p in plan.places}
-    more = any(heads.per_queue.get(q, 0) >= settings.per_queue and any(c.job.id in taken for c in jobs)
-               for q, jobs in heads.by_queue.items())
+    more = any(q in full and any(c.job.id in taken for c in jobs) for q, jobs in heads.by_queue.items())
+    # A queue this cycle left out (parked) keeps the depth it was read to.
+    read_deeper = frozenset(q for q in plan.room_behind if heads.per_queue[q] >= settings.per_queue) | \
+        frozenset(q for q in deeper if q not in heads.per_queue and q in (parking.waiting if parking else ()))
+    if parking is not None:
+        for queue in read_deeper - deeper:  # to be planned again, deeper, though nothing else changed
+            parking.touch(queue)
+    deeper = read_deeper
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
                        first_waits, planned=len(heads.by_queue) if only is not None else None, more=more,
-                       idle=only is None and not more and len(dispatched) == heads.count)
+                       idle=only is None and not more and len(dispatched) == heads.count, deeper=deeper)
 
 
 class PostgresCycle:
@@ -230,9 +243,14 @@ class PostgresCycle:
             history = cycle_reads.decayed_history(session, now, half_lives)
         return CycleInputs(policy, tuple(capacities), usage, spend, history)
 
-    def heads(self, now: datetime, queues: list[str] | None) -> Heads:
+    def heads(self, now: datetime, queues: list[str] | None, deeper: frozenset[str] = frozenset()) -> Heads:
+        settings = self._settings
         rows = self._heads_read if self._heads_read is not None and queues is None else \
-            cycle_reads.queue_heads(self._session, self._settings.per_queue, queues)
+            cycle_reads.queue_heads(self._session, settings.per_queue, queues)
+        deeper = sorted(deeper if queues is None else deeper.intersection(queues))
+        if deeper:  # a second read for them (rare: it takes room no head of theirs could use)
+            rows = [r for r in rows if r[1] not in deeper] + \
+                cycle_reads.queue_heads(self._session, settings.backfill_per_queue, deeper)
         avoid = cycle_reads.recently_unschedulable(self._session, [r[0] for r in rows if r[11] > 0],
                                                    self._settings.avoid_unschedulable_s)
         by_queue, reasons = heads_from_rows(rows, now.timestamp(), avoid)
@@ -264,15 +282,15 @@ class PostgresCycle:
 def run_cycle(sessions: Sessions, settings: SchedulerSettings, now: datetime, *,
               holds: dict[int, Hold] | None = None, write_reasons: bool = True,
               leader_pid: int | None = None, config: PolicyConfig | None = None,
-              parking: Parking | None = None) -> CycleResult:
+              parking: Parking | None = None, deeper: frozenset[str] = frozenset()) -> CycleResult:
     """One scheduling cycle on Postgres, in one transaction. With leader_pid, it commits only while that
     backend holds the leader lock. With `parking`, queues whose heads cannot start are left out while
-    nothing changes for them."""
+    nothing changes for them. `deeper`: the last cycle's CycleResult.deeper."""
     config = config if config is not None else PolicyConfig()
     try:
         with sessions.begin() as session:
             return plan_and_apply(PostgresCycle(session, settings, config, leader_pid), settings, now,
-                                  holds=holds, write_reasons=write_reasons, parking=parking)
+                                  holds=holds, write_reasons=write_reasons, parking=parking, deeper=deeper)
     except BaseException:
         if parking is not None:
             parking.touch()  # the commit failed: plan every queue next time

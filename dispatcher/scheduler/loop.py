@@ -52,6 +52,7 @@ class Scheduler:
         self._stop = threading.Event()
         self.is_leader = threading.Event()
         self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
+        self._deeper: frozenset[str] = frozenset()  # queues the next cycle reads deeper (CycleResult.deeper)
         self._config = PolicyConfig()
         self._parking = Parking()
         notifier.subscribe(channels.WAKE_CHANNEL, self._woken)
@@ -83,7 +84,8 @@ class Scheduler:
                     else:
                         return
                     log.info("became the scheduling leader", extra={"backend_pid": lock.backend_pid})
-                    self._holds = {}  # an earlier term's holds (on this replica) describe a past others moved on from
+                    # An earlier term's holds and depths (on this replica) describe a past others moved on from.
+                    self._holds, self._deeper = {}, frozenset()
                     self._config = PolicyConfig()
                     self._parking = Parking()
                     self.is_leader.set()
@@ -130,8 +132,9 @@ class Scheduler:
                 reasons_at = time.monotonic()
             result = run_cycle(self._sessions, self._settings, datetime.now(UTC), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock.backend_pid,
-                               config=self._config, parking=self._parking)
-            self._holds = result.holds
+                               config=self._config, parking=self._parking, deeper=self._deeper)
+            deeper_now = bool(result.deeper - self._deeper)  # backfill may reach further into room left now
+            self._holds, self._deeper = result.holds, result.deeper
             if self._parking.rewake():  # submits let pass while this cycle ran are among the heads after all
                 self._work.set()
                 self._wake.set()
@@ -144,8 +147,8 @@ class Scheduler:
                 self._prune_outbox()
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
-                if result.more:
-                    continue  # the heads it read are gone: the next ones in line may start too
+            if (result.dispatched and result.more) or deeper_now:
+                continue  # the heads it read are gone, or others behind them may fit: they may start too
             due = ended + self._settings.idle_wait_s
             if not write_reasons:  # reasons were left unwritten: come back when they are due
                 due = min(due, reasons_at + self._settings.reason_interval_s)

@@ -23,7 +23,7 @@ class Parking:
     the reasons last written for its jobs.
 
     A submit's wake-up also gives the queue order of its best new job (store.channels.submit_wake). When the
-    parking cycle read a parked queue's heads to the limit (`per_queue`: more may wait behind them) and
+    parking cycle read a parked queue's heads to the limit (more may wait behind them) and
     the new job comes after the last head it read, the heads a cycle would read are the same ones and
     the submit changes nothing: it wakes no cycle (`touch` returns False). Such a submit is kept until
     the next settle, which has the queue planned after all when its heads changed meanwhile and the job
@@ -94,10 +94,11 @@ class Parking:
 
     def settle(self, inputs: tuple, only: list[str] | None, heads: dict[str, list[Candidate]], waits: dict[int, str],
                quiet: bool, reasons_written: bool, classes: dict[str, ClassPolicy], now: float,
-               per_queue: int = 0, holds: dict[int, Hold] | None = None) -> int:
-        """Take a cycle's outcome (`only`: the queues it was limited to, None for all; `per_queue`: the
-        most heads it read of a queue; `holds`: those it kept, under which a quiet cycle's verdicts stand
-        until a preemption hold expires); returns how many heads wait, those of parked queues included."""
+               full: set[str] = frozenset(), holds: dict[int, Hold] | None = None) -> int:
+        """Take a cycle's outcome (`only`: the queues it was limited to, None for all; `full`: the queues
+        it read to their limit, more may wait behind them; `holds`: those it kept, under which a quiet
+        cycle's verdicts stand until a preemption hold expires); returns how many heads wait, those of
+        parked queues included."""
         if not quiet or (only is None and not reasons_written):
             self.inputs, self.waiting, self.until = None, {}, math.inf
             with self._lock:
@@ -117,7 +118,7 @@ class Parking:
                     self.until = min(self.until, hold.since + PREEMPTION_HOLD_S)
             for queue, candidates in heads.items():
                 self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
-                if per_queue and len(candidates) >= per_queue:
+                if queue in full:
                     last = candidates[-1]
                     self._last[queue] = order_key(last.class_priority, last.priority, last.job.id)
                 for c in candidates:

@@ -184,3 +184,23 @@ def test_a_leader_waiting_out_room_wake_ups_stops_when_asked(db_url):
         time.sleep(0.3)
         d.scheduler.stop()  # joins the loop for up to 10 s: it must not wait out the minute
         assert not d.scheduler.is_leader.is_set()
+
+
+def test_a_queue_whose_heads_cannot_use_the_room_left_is_read_deeper_next_cycle(db_url):
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
+                                  database=DatabaseSettings(url=db_url))).start()
+    try:
+        _world(d.sessions)
+        _heard(d.sessions, {"cpu": 4000, "memory": 256 << 30})
+        with d.sessions.begin() as session:  # 3 wide jobs, then one that fits the 4 cpu left
+            [*_, small] = submitting.submit(session, ADMIN, submitting.parse(
+                [json.dumps(job_doc(name=f"wide{i}", cpu="8", queue="q")) for i in range(3)]
+                + [json.dumps(job_doc(name="small", cpu="2", queue="q"))]))
+        settings = SchedulerSettings(per_queue=2, backfill_per_queue=4)
+        first = run_cycle(d.sessions, settings, datetime.now(UTC))
+        assert (first.dispatched, first.deeper) == (0, frozenset({"q"}))  # read to its 2 heads, room left
+        second = run_cycle(d.sessions, settings, datetime.now(UTC), deeper=first.deeper)
+        assert second.dispatched == 1 and _states(d.sessions)[small - 1] == "DISPATCHED"
+        assert second.deeper == frozenset()  # one of its heads started
+    finally:
+        d.stop()

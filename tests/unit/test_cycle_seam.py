@@ -61,7 +61,7 @@ class MemoryCycle:
             usage.setdefault(queue, {CPU: 0})[CPU] += cpu
         return CycleInputs(self.policy, capacities, usage, {})
 
-    def heads(self, now, queues):
+    def heads(self, now, queues, deeper=frozenset()):
         by_queue: dict[str, list[Candidate]] = {}
         for job_id, queue, cpu in self.queued:
             if queues is None or queue in queues:

@@ -26,7 +26,7 @@ def parked(heads: list[Candidate], only: list[str] | None = None) -> Parking:
 
 def settle(parking: Parking, heads: list[Candidate], only: list[str] | None = None) -> None:
     parking.settle(INPUTS, only, {"q": heads} if heads else {}, {c.job.id: "waits" for c in heads}, quiet=True,
-                   reasons_written=True, classes={}, now=0.0, per_queue=PER_QUEUE)
+                   reasons_written=True, classes={}, now=0.0, full={"q"} if len(heads) >= PER_QUEUE else set())
 
 
 def test_a_submit_behind_the_last_head_read_needs_no_cycle():
@@ -81,7 +81,7 @@ def test_a_cycle_that_starts_something_unparks_and_replans_what_was_let_pass():
     parking = parked([head(1), head(2), head(3), head(4)])
     assert parking.touch(submit_wake("q", 500, 0, 20)) is False
     parking.settle(INPUTS, ["q"], {"q": [head(1)]}, {}, quiet=False, reasons_written=True, classes={}, now=0.0,
-                   per_queue=PER_QUEUE)
+                   full=set())
     assert parking.rewake() is True  # the next cycle plans every queue (nothing is parked)
     assert parking.touch(submit_wake("q", 500, 0, 21)) is True
 
@@ -98,7 +98,7 @@ def test_held_room_kept_as_it_was_still_parks_and_a_preemption_hold_unparks_when
     parking.take()
     hold = Hold(1, "c1", {"cpu": 1000}, "preemption", since=100.0, victims=(7,))
     parking.settle(INPUTS, None, {"q": [head(1), head(2), head(3), head(4)]}, {}, quiet=True,
-                   reasons_written=True, classes={}, now=110.0, per_queue=PER_QUEUE, holds={1: hold})
+                   reasons_written=True, classes={}, now=110.0, full={"q"}, holds={1: hold})
     assert parking.touch(submit_wake("q", 500, 5, 9)) is False  # behind the heads: no cycle
     assert not parking.plans_all(parking.take(), 100.0 + PREEMPTION_HOLD_S - 1)
     assert parking.plans_all(set(), 100.0 + PREEMPTION_HOLD_S)  # the hold lapses: its room is everyone's again

@@ -224,6 +224,18 @@ def test_a_head_over_its_queues_max_never_blocks_the_queue_or_the_others():
     assert plan.waits == {1: "queue a: cpu 0/4 in use, needs 8 (guaranteed 0, max 4)"}
 
 
+def test_a_queue_none_of_whose_heads_started_while_room_of_their_kind_is_left_has_room_behind():
+    plan = run([head(1, "wide", cpu=16 * CPU), head(2, "wide", cpu=12 * CPU),  # 8 cpu left: neither fits
+                head(3, "gpu", cpu=CPU, gpu=GPU),  # no gpu anywhere: nothing behind it could start either
+                head(4, "small", cpu=CPU), head(5, "small", cpu=16 * CPU)],  # one started
+               clusters=[cluster("c", cpu=9 * CPU)])
+    assert placed(plan) == {4: "c"}
+    assert plan.room_behind == {"wide"}
+    full = run([head(1, "wide", cpu=16 * CPU)], clusters=[cluster("c", active=[running(9, "x", "c", cpu=8 * CPU)],
+                                                                    cpu=8 * CPU)])
+    assert full.room_behind == set()  # no cpu left at all
+
+
 def test_one_cycle_admits_many_jobs_of_one_queue():
     plan = run([head(i, "a", cpu=CPU) for i in range(1, 51)], clusters=[cluster("c", cpu=50 * CPU)])
     assert len(plan.places) == 50 and plan.waits == {}

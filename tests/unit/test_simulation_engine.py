@@ -188,3 +188,15 @@ def test_a_submit_behind_the_heads_of_a_parked_queue_costs_no_cycle_though_room_
     # Arrivals 1-3 and the 11 ends that start the next job decide; a start takes a head, so one more cycle
     # reads the next one (none at the last end, when the queue is short of 2). Arrivals 4-12 decide nothing.
     assert replayed.cycles == 3 + 1 + 11 * 2
+
+
+def test_backfill_reads_deeper_into_a_queue_whose_heads_cannot_use_the_room_left():
+    # 4 of 8 cpu run until 1000; jobs 2-5 need 8 and wait; job 6 (2 cpu) is behind the 2 heads a cycle reads.
+    t = trace(job(1, 0, 1000, 4), *(job(i, 1, 100, 8) for i in range(2, 6)), job(6, 2, 100, 2))
+    scene = scenario(t, objects("a", reservation=None))
+    shallow = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice",
+                     settings=SchedulerSettings(per_queue=2, backfill_per_queue=2))
+    deeper = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice",
+                    settings=SchedulerSettings(per_queue=2, backfill_per_queue=8))
+    assert shallow.jobs[5].first_start == 1400  # among the heads from 1300, behind 5, which takes the node
+    assert deeper.jobs[5].first_start == 2  # the next cycle after its heads waited with room left
