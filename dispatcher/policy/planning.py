@@ -113,8 +113,8 @@ class CyclePlan:
     preemptions: list[Preempt] = field(default_factory=list)
     holds: dict[int, Hold] = field(default_factory=dict)
     bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
-    # Queues none of whose heads started though an unpaid cluster has room of every kind they all ask for:
-    # jobs behind those heads might fit it (the caller may read deeper into them next time, as backfill).
+    # Queues none of whose heads started though an unpaid cluster has room of every kind they all ask for,
+    # which no hold keeps: jobs behind those heads might fit it (the caller may read deeper next time).
     room_behind: set[str] = field(default_factory=set)
 
 
@@ -270,7 +270,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         for p in out.preemptions[evicted:]:  # their queues' shares went down
             order.changed(active_queue[p.victim])
     started = {queued[p.job_id].queue for p in out.places}
-    out.room_behind = {q for q, jobs in heads.items() if q not in started and _room_left(jobs, state)}
+    unheld = views.view(out.holds) if out.holds else state  # room a hold keeps is no room for jobs behind
+    out.room_behind = {q for q, jobs in heads.items() if q not in started and _room_left(jobs, unheld)}
     return out
 
 

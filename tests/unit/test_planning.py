@@ -234,6 +234,9 @@ def test_a_queue_none_of_whose_heads_started_while_room_of_their_kind_is_left_ha
     full = run([head(1, "wide", cpu=16 * CPU)], clusters=[cluster("c", active=[running(9, "x", "c", cpu=8 * CPU)],
                                                                     cpu=8 * CPU)])
     assert full.room_behind == set()  # no cpu left at all
+    held = run([head(1, "wide", "big", waited=700, cpu=16 * CPU), head(2, "wide", cpu=16 * CPU)],
+               clusters=[cluster("c", active=[running(9, "x", "c", cpu=8 * CPU)], cpu=16 * CPU)])
+    assert 1 in held.holds and held.room_behind == set()  # the 8 cpu left are kept for job 1's reservation
 
 
 def test_one_cycle_admits_many_jobs_of_one_queue():
