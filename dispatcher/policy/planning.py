@@ -258,36 +258,32 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     order = _FairOrder(tree, heads, classes)
     views = _HeldView(state)
     verdicts = _Verdicts(remember_failed_searches and not burst.paid)
-    queue = order.next()
-    while queue is not None:
-        evicted, before = len(out.preemptions), _Verdicts.state(out)
+    while (queue := order.next()) is not None:
+        evicted = len(out.preemptions)
         c = order.take(queue)
         if not verdicts.recall(c, out, classes):
             _consider(c, tree, state, views, running, classes, out, now, burst)
             verdicts.learn(c, out)
             if placed is not None:
                 placed(out.places, out.bursts)
-        if _Verdicts.state(out) == before and order.still_first(queue, c):
-            continue  # nothing changed, and its next head goes next too
         order.changed(queue)
         for p in out.preemptions[evicted:]:  # their queues' shares went down
             order.changed(active_queue[p.victim])
-        queue = order.next()
     started = {queued[p.job_id].queue for p in out.places}
     unheld = views.view(out.holds) if out.holds else state  # room a hold keeps is no room for jobs behind
-    room = [{r for r, v in c.free.items() if v > 0} for c in unheld.values() if not c.paid and not c.unavailable]
-    out.room_behind = {q for q, jobs in heads.items() if q not in started and jobs and _room_left(jobs, room)}
+    room = [kinds for c in unheld.values() if not c.paid and not c.unavailable
+            if (kinds := {r for r, v in c.free.items() if v > 0})]
+    if room:
+        out.room_behind = {q for q, jobs in heads.items() if q not in started and jobs and _room_left(jobs, room)}
     return out
 
 
 def _room_left(jobs: list[Candidate], room: list[set[str]]) -> bool:
     """Whether a usable unpaid cluster has some of every resource all of these jobs ask for free (`room`:
-    per such cluster, the resources it has some of)."""
+    per such cluster with any, the resources it has some of)."""
     first = {r for r, v in jobs[0].job.requests.items() if v > 0}  # what all ask for is part of this
     if any(first <= kinds for kinds in room):
         return True
-    if not any(room):
-        return False
     common = first.intersection(*({r for r, v in c.job.requests.items() if v > 0} for c in jobs[1:]))
     return any(common <= kinds for kinds in room)
 
@@ -394,33 +390,6 @@ class _FairOrder:
         candidate = self._heads[queue][self._turn[queue]]
         self._turn[queue] += 1
         return candidate
-
-    def still_first(self, queue: str, taken: Candidate) -> bool:
-        """After `taken`, the queue's head, was decided and nothing changed (no share moved): whether the
-        queue's next head goes next too, without keying its path again. It does when that head is of the
-        same class and, at every level of the path, the other entries' class and shares come strictly
-        after the path's own: only priority and job id changed, which decide nothing against them. (A
-        queue that is a parent too, or a stale heap entry in the way, is left to changed() and next().)"""
-        heads, turn = self._heads[queue], self._turn[queue]
-        if turn >= len(heads) or queue in self._heaps:
-            return False
-        following = heads[turn]
-        if following.service_class != taken.service_class or following.class_priority != taken.class_priority:
-            return False
-        node = queue
-        while node is not None:
-            parent = self._parent[node]
-            heap = self._heaps[parent]
-            if not heap or heap[0][2] != node or heap[0][1] != self._version[node]:
-                return False
-            own = heap[0][0][:2]
-            for key, version, name in heap[1:3]:
-                if version != self._version[name] or key[:2] <= own:
-                    return False
-            if parent in self._heads:  # a parent's own heads compete with the one lifted from below
-                return False
-            node = parent
-        return True
 
     def changed(self, queue: str) -> None:
         """The queue's head or usage changed: key its path again, leaf to root."""

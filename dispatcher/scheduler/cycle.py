@@ -191,7 +191,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
     # Only a queue read to its limit that lost heads to this plan has new ones for the next cycle to read.
     taken = {p.job_id for p in plan.places}
-    more = any(q in full and any(c.job.id in taken for c in jobs) for q, jobs in heads.by_queue.items())
+    more = bool(taken) and any(any(c.job.id in taken for c in heads.by_queue[q]) for q in full)
     # A queue this cycle left out (parked) keeps the depth it was read to.
     read_deeper = frozenset(q for q in plan.room_behind if heads.per_queue[q] >= settings.per_queue) | \
         frozenset(q for q in deeper if q not in heads.per_queue and q in (parking.waiting if parking else ()))
