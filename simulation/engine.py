@@ -181,10 +181,14 @@ class _Easy(_Fifo):
         head = self.waiting[0]
         shadow = self._shadow(head, t)
         self.reserved.add(head.id)
+        where_now: dict[tuple, SimCluster | None] = {}  # per shape, where it would start now (until a start)
         i = 1
         while i < len(self.waiting) and self._room():
             job = self.waiting[i]
-            where = self._where(job)
+            shape = job.shape()
+            if shape not in where_now:
+                where_now[shape] = self._where(job)
+            where = where_now[shape]
             if where is None:
                 i += 1
                 continue
@@ -197,6 +201,7 @@ class _Easy(_Fifo):
                     i += 1
                     continue
             self.world.dispatch(self.waiting.pop(i), where.name, t)
+            where_now.clear()
 
 
 def _never_runs(job: SimJob, clusters: list[SimCluster]) -> str | None:

@@ -51,6 +51,13 @@ class SimJob:
     pending: bool = False  # dispatched, waiting on its cluster until its pods pack onto nodes
     placed_on: list[int] = field(default_factory=list)  # node index per pod while it runs
     queued_job: QueuedJob | None = None
+    shape_key: tuple | None = None
+
+    def shape(self) -> tuple:
+        """Its pods' requests, hashable: jobs of one shape fit or do not fit the same room."""
+        if self.shape_key is None:
+            self.shape_key = tuple((n, tuple(sorted(pod.items()))) for n, pod in self.pods)
+        return self.shape_key
 
     @property
     def order(self) -> tuple[int, int, int]:

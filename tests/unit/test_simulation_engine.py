@@ -200,3 +200,14 @@ def test_backfill_reads_deeper_into_a_queue_whose_heads_cannot_use_the_room_left
                     settings=SchedulerSettings(per_queue=2, backfill_per_queue=8))
     assert shallow.jobs[5].first_start == 1400  # among the heads from 1300, behind 5, which takes the node
     assert deeper.jobs[5].first_start == 2  # the next cycle after its heads waited with room left
+
+
+def test_easy_backfill_looks_again_after_each_start_for_jobs_of_the_same_shape():
+    # c1 has 3 cpu left beside job 1 until 1000, when job 2 (8 cpu) is reserved there; c2 has 2 cpu. Jobs 3
+    # and 4 (2 cpu each, ending in time) have one shape: 3 takes c1's room, and 4 starts on c2, not on c1.
+    c2 = ClusterObject("c2", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 2000}))
+    t = trace(job(1, 0, 1000, 5, requested=1000), job(2, 1, 100, 8, requested=100),
+              job(3, 2, 100, 2, requested=100), job(4, 2, 100, 2, requested=100))
+    result = simulate(t, objects("a", extra=[c2]), ["easy-backfill"])
+    assert starts(result, "easy-backfill") == {1: 0, 2: 1000, 3: 2, 4: 2}
+    assert {o.id: o.cluster for o in result.outcomes["easy-backfill"]}[4] == "c2"
