@@ -323,7 +323,7 @@ class _Verdicts:
         self._key: tuple | None = None
 
     @staticmethod
-    def state(out: CyclePlan) -> tuple:
+    def _state(out: CyclePlan) -> tuple:
         """What the plan has done so far, as far as any verdict depends on it (equal: nothing changed)."""
         return len(out.places), len(out.preemptions), len(out.bursts), out.holds.version
 
@@ -332,7 +332,7 @@ class _Verdicts:
         self._key = None
         if not self._on or c.job.id in out.holds:
             return False
-        mark = self.state(out)
+        mark = self._state(out)
         if mark != self._mark:
             self._known, self._mark = {}, mark
         job, cls = c.job, classes.get(c.service_class)
@@ -349,7 +349,7 @@ class _Verdicts:
 
     def learn(self, c: Candidate, out: CyclePlan) -> None:
         """After `c` was decided: keep its wait, when deciding it changed nothing."""
-        if self._key is not None and c.job.id in out.waits and self.state(out) == self._mark:
+        if self._key is not None and c.job.id in out.waits and self._state(out) == self._mark:
             self._known[self._key] = out.waits[c.job.id]
 
 
