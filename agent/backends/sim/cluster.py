@@ -334,7 +334,7 @@ class SimCluster:
                 if pod.phase == _POD_PENDING:
                     free = subtract(free, pod.request)
             largest: dict[str, int] = {}
-            node_free = tuple(self._shaped(subtract(self._node_alloc, self._nodes[index].used)) for index in usable)
+            node_free = tuple(self._shaped(room) for room in self._room_on(usable))
             for node in node_free:
                 for name, amount in node.items():
                     largest[name] = max(largest.get(name, amount), amount)
@@ -508,6 +508,18 @@ class SimCluster:
             raise KeyError(name)
         return int(number)
 
+    def _room_on(self, nodes: list[int]) -> list[dict[str, int]]:
+        """What each of these nodes has free, in their order."""
+        return [subtract(self._node_alloc, self._nodes[index].used) for index in nodes]
+
+    def _waiting_gangs(self) -> dict[_Attempt, list[_Pod]]:
+        """The Pending pods, per attempt, in creation order."""
+        gangs: dict[_Attempt, list[_Pod]] = {}
+        for pod in self._pending:
+            if pod.phase == _POD_PENDING:
+                gangs.setdefault(pod.attempt, []).append(pod)
+        return gangs
+
     def _shaped(self, amounts: dict[str, int]) -> dict[str, int]:
         """Every resource of the node shape, and other resources only when non-zero.
 
@@ -521,13 +533,9 @@ class SimCluster:
         first-fit decreasing onto the usable nodes' free room and bound only if every one fits. A gang
         that does not fit holds nothing and keeps waiting, and an elastic cluster asks for nodes for it."""
         usable = self._usable_nodes()
-        free = [subtract(self._node_alloc, self._nodes[index].used) for index in usable]
-        gangs: dict[_Attempt, list[_Pod]] = {}
-        for pod in self._pending:
-            if pod.phase == _POD_PENDING:
-                gangs.setdefault(pod.attempt, []).append(pod)
+        free = self._room_on(usable)
         still_pending = []
-        for pods in gangs.values():
+        for pods in self._waiting_gangs().values():
             after, slots = first_fit_decreasing([pod.request for pod in pods], free)
             if None in slots:
                 still_pending.extend(pods)
@@ -547,8 +555,7 @@ class SimCluster:
         reason = (f"the gang did not start within {format_duration(timeout)}: "
                   f"0 of {len(record.pods)} pods running")
         usable = self._usable_nodes()
-        free = [subtract(self._node_alloc, self._nodes[index].used) for index in usable]
-        after, slots = first_fit_decreasing([pod.request for pod in record.pods], free)
+        after, slots = first_fit_decreasing([pod.request for pod in record.pods], self._room_on(usable))
         waiting = next((pod for pod, slot in zip(record.pods, slots) if slot is None), None)
         if waiting is not None:
             short: collections.Counter[str] = collections.Counter()
@@ -561,16 +568,14 @@ class SimCluster:
         self._finish(record, UNSCHEDULABLE, reason, 0, now)
 
     def _scale_up(self, now: float) -> None:
-        """Ask for the nodes the waiting pods need (nodes_to_request); each joins after the delay."""
+        """Ask for the nodes the waiting gangs need (gang_nodes_to_request); each joins after the delay."""
         max_nodes = self._config.max_nodes
         if max_nodes is None or not self._pending:
             return
         room = max_nodes - len(self._nodes) - len(self._provisioning)
-        free_now = [subtract(self._node_alloc, self._nodes[index].used) for index in self._usable_nodes()]
-        gangs: dict[_Attempt, list[dict[str, int]]] = {}
-        for pod in self._pending:
-            gangs.setdefault(pod.attempt, []).append(pod.request)
-        wanted = gang_nodes_to_request(gangs.values(), self._node_alloc, len(self._provisioning), room, free_now)
+        gangs = ([pod.request for pod in pods] for pods in self._waiting_gangs().values())
+        wanted = gang_nodes_to_request(gangs, self._node_alloc, len(self._provisioning), room,
+                                       self._room_on(self._usable_nodes()))
         joins_at = now + self._config.provisioning_delay * self._config.time_scale
         for _ in range(wanted):
             index = self._next_node
