@@ -4,9 +4,12 @@ Pure: outcomes in, dicts and text out. Times are seconds of virtual time (the tr
 amounts are Sluice milli-units. Every figure that has nothing to be computed from (no job finished, say)
 is None, never NaN, so the JSON stays valid.
 
-How a job's time is read from its JobOutcome: it waited from submit_s to start_s (its first start), and
-its last run, the one that finished, held its requests over [max(start_s, end_s - run_s), end_s]; runs
-cut short by preemption are not counted as use (pass `busy` to policy_figures to count them).
+How a job's time is read from its JobOutcome: it waited from submit_s to start_s (its first start). Its
+`runs`, when given, are every attempt's hold of its requests, those cut short by preemption included:
+the queue's share counts them all, and between one run's end and the next start its work waits again.
+Without them, its last run, the one that finished, held its requests over [max(start_s, end_s - run_s),
+end_s], and runs cut short by preemption are not counted as use (pass `busy` to policy_figures to count
+them in utilization).
 
 Queue shares are shares of dominant-resource seconds, as Sluice's fair share is dominant-resource based
 (dispatcher/policy/quotas.py): a job holding requests R for t seconds counts max over resources r of
@@ -35,11 +38,13 @@ class JobOutcome:
     submit_s: float
     start_s: float | None  # its first start; None: never started
     end_s: float | None  # when it finished; None: it did not (unrunnable, or still waiting or running at the end)
-    run_s: float  # how long its finishing run took (the trace's run time, unless cut short by a limit)
+    run_s: float  # its work: how long it runs undisturbed (the trace's run time, unless cut short by a limit)
+    # ... and, without `runs`, how long its finishing run took
     requests: dict[str, int]  # the whole job's requests, milli-units
     cluster: str | None = None  # where it ran last
     preemptions: int = 0
     unrunnable: str | None = None  # why it could never run anywhere (too big for every cluster, say)
+    runs: tuple[tuple[float, float], ...] = ()  # every attempt's (start, end); (): the finishing run only
 
 
 # -- the run's figures -------------------------------------------------------------------------------
@@ -84,8 +89,8 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
         used = _busy_resource_seconds(busy, first_submit or 0.0, last_end or 0.0)
     else:
         used = {}
-        for o in finished:
-            held = o.end_s - _run_start(o)
+        for o in outcomes:
+            held = sum(end - start for start, end in _runs(o))
             for resource, amount in o.requests.items():
                 used[resource] = used.get(resource, 0.0) + amount * held
     utilization, resource = None, None
@@ -95,8 +100,8 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
         utilization = by_resource[resource]
 
     dominant_seconds = {q: 0.0 for q in queues}
-    for o in finished:
-        dominant_seconds[o.queue] += _dominant(o.requests, capacity) * (o.end_s - _run_start(o))
+    for o in outcomes:
+        dominant_seconds[o.queue] += _dominant(o.requests, capacity) * sum(end - start for start, end in _runs(o))
     total_dominant = sum(dominant_seconds.values())
     queue_waits: dict[str, list[float]] = {q: [] for q in queues}
     for o in started:
@@ -135,9 +140,7 @@ def busy_from_outcomes(outcomes: Iterable[JobOutcome]) -> list[tuple[float, dict
     """What the finishing runs of the outcomes held over time, as policy_figures' `busy` step function."""
     changes: dict[float, dict[str, int]] = {}
     for o in outcomes:
-        if o.end_s is None or o.start_s is None:
-            continue
-        for time, sign in ((_run_start(o), 1), (o.end_s, -1)):
+        for time, sign in ((t, sign) for run in _runs(o) for t, sign in zip(run, (1, -1))):
             delta = changes.setdefault(time, {})
             for resource, amount in o.requests.items():
                 delta[resource] = delta.get(resource, 0) + sign * amount
@@ -183,7 +186,8 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     if not outcomes:
         return []
     origin = min(o.submit_s for o in outcomes)
-    horizon = max(max(t for t in (o.submit_s, o.start_s, o.end_s) if t is not None) for o in outcomes)
+    horizon = max(max(t for t in (o.submit_s, o.start_s, o.end_s, *(r[1] for r in o.runs)) if t is not None)
+                  for o in outcomes)
     count = max(1, math.ceil((horizon - origin) / window_s))
     queues = sorted({o.queue for o in outcomes})
     used = {q: _PerWindow(origin, window_s, count) for q in queues}
@@ -195,12 +199,22 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
         if o.unrunnable is not None:
             continue
         size = _dominant(o.requests, capacity)
-        if o.end_s is not None:
-            used[o.queue].add(_run_start(o), o.end_s, lambda overlap, size=size: size * overlap)
+        runs = _runs(o)
+        for start, end in runs:
+            used[o.queue].add(start, end, lambda overlap, size=size: size * overlap)
         run = o.run_s
         demand[o.queue].add(o.submit_s, horizon if o.end_s is None else o.end_s,
                             lambda overlap, size=size, run=run: size * min(run, overlap))
-        waits[o.queue].append((o.submit_s, horizon if o.start_s is None else o.start_s))
+        if not o.runs:  # known: it waited until its first start
+            waits[o.queue].append((o.submit_s, horizon if o.start_s is None else o.start_s))
+            continue
+        # It waited until its first run, between runs (evicted, queued again), and after its last if unfinished.
+        waited_from = o.submit_s
+        for start, end in runs:
+            waits[o.queue].append((waited_from, start))
+            waited_from = end
+        if o.end_s is None:
+            waits[o.queue].append((waited_from, horizon))
     for queue, intervals in waits.items():
         for start, end in _merged(intervals):
             waiting_time[queue].add(start, end, _identity)
@@ -386,11 +400,20 @@ def _check_outcome(o: JobOutcome) -> None:
         raise ValueError(f"job {o.id}: ends at {o.end_s}s, before its start at {o.start_s}s")
     if o.run_s < 0:
         raise ValueError(f"job {o.id}: negative run time {o.run_s}s")
+    if o.runs:
+        edges = [t for run in o.runs for t in run]
+        if o.start_s is None or edges[0] != o.start_s or edges != sorted(edges) \
+                or (o.end_s is not None and edges[-1] != o.end_s):
+            raise ValueError(f"job {o.id}: runs {list(o.runs)} must follow one another from its first start "
+                             f"({o.start_s}s) to its end ({o.end_s}s)")
 
 
-def _run_start(o: JobOutcome) -> float:
-    """When the finishing run began: run_s before the end, but never before the first start."""
-    return max(o.start_s, o.end_s - o.run_s)
+def _runs(o: JobOutcome) -> tuple[tuple[float, float], ...]:
+    """When the job held its requests: its runs, or, without them, its finishing run (run_s before its end,
+    but never before its first start)."""
+    if o.runs:
+        return o.runs
+    return ((max(o.start_s, o.end_s - o.run_s), o.end_s),) if o.end_s is not None else ()
 
 
 def _dominant(requests: dict[str, int], capacity: dict[str, int]) -> float:

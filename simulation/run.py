@@ -24,14 +24,17 @@ class Simulation:
 
 def outcomes_of(replayed: Replayed) -> list[report.JobOutcome]:
     return [report.JobOutcome(j.trace_id, j.queue, j.submit, j.first_start, j.finished, j.run_s, j.requests, j.cluster,
-                              j.preemptions, j.reason if j.state == UNRUNNABLE else None)
+                              j.preemptions, j.reason if j.state == UNRUNNABLE else None, tuple(j.runs))
             for j in replayed.jobs]
 
 
 def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
-             progress: Callable[[str, int, int], None] | None = None) -> Simulation:
+             progress: Callable[[str, int, int], None] | None = None,
+             checkpoint_s: float | None = None) -> Simulation:
     """Replay `trace` (traces.read_trace) under each of `policies` (engine.POLICIES) on `objects` (None:
-    the mapping built from the trace). progress(policy, jobs done, jobs) is called as the replays go."""
+    the mapping built from the trace). progress(policy, jobs done, jobs) is called as the replays go.
+    checkpoint_s: the trace's jobs save their progress this often, so an evicted job loses only what ran
+    since its last checkpoint (None: an evicted job starts again from scratch)."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}: one of {', '.join(POLICIES)}")
@@ -39,7 +42,7 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
     entitled = scene.entitled()
     figures, outcomes, replays = {}, {}, {}
     for name in dict.fromkeys(policies):
-        jobs = sim_jobs(trace, scene)
+        jobs = sim_jobs(trace, scene, checkpoint_s)
         started = time.perf_counter()
         done = None if progress is None else (lambda n, name=name, total=len(jobs): progress(name, n, total))
         replayed = replay(jobs, list(scene.clusters), scene.policy, name, progress=done)
@@ -57,6 +60,8 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
             "droppedJobs": trace.dropped, "mapping": "built from the trace" if scene.built else "config",
             "clusters": {c.name: c.to_document()["spec"].get("simulated") for c in scene.clusters},
             "queues": len(scene.policy.quotas)}
+    if checkpoint_s:
+        info["checkpointInterval"] = checkpoint_s
     if getattr(trace, "window", None):
         info["window"] = list(trace.window)
     return Simulation(info, scene, figures, outcomes, replays)

@@ -6,7 +6,10 @@ one node, as the logs count processors; GPU traces: 8-GPU nodes, enough for 1.25
 demand and at least its largest job), one queue per user group (SWF) or virtual cluster (Philly) with
 equal weights, and one service class, `standard`, that reserves room for a job that has waited an hour
 (docs/simulate.md: on the SDSC-SP2 and HPC2N logs this beat reserving at once, as EASY does, and never
-reserving, which lets wide jobs starve).
+reserving, which lets wide jobs starve). In a GPU pool each queue is also guaranteed its equal part of
+the GPUs (whole GPUs), as the admins of a shared pool set it: a queue below its part takes GPUs back
+from queues above theirs, which holds every queue near its share hour by hour where jobs run for days
+(docs/simulate.md). An SWF log's queues are user groups, which no guarantee was ever set for.
 """
 from __future__ import annotations
 
@@ -86,9 +89,10 @@ def built_objects(trace) -> list[AdminObject]:
         cpus = trace.machine.get("cpu") if trace.machine else None
         cpus = cpus or max((j.requests.get("cpu", 0) for j in trace.jobs), default=1000)
         nodes, node = 1, {"cpu": cpus}
+    part = (nodes * GPUS_PER_NODE * 1000 // len(queues)) // 1000 * 1000 if gpus else 0
     return [
         ServiceClassObject("standard", priority=500, reservation_after_s=RESERVATION_AFTER_S),
-        *(QueueObject(q) for q in queues),
+        *(QueueObject(q, guaranteed={GPU: part} if part else {}) for q in queues),
         ClusterObject("onprem", tier="onprem", site="site-1", simulated=SimulatedSpec(nodes, node)),
     ]
 
@@ -124,8 +128,9 @@ def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
     return Scenario(tuple(objects), built, clusters, policy, capacity)
 
 
-def sim_jobs(trace, scene: Scenario) -> list[SimJob]:
-    """Fresh SimJobs for one replay, ids 1.. in submit order (as a dispatcher numbers submits)."""
+def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[SimJob]:
+    """Fresh SimJobs for one replay, ids 1.. in submit order (as a dispatcher numbers submits), each saving
+    its progress every checkpoint_s (None: never)."""
     queues = {q.name: q for q in scene.objects if isinstance(q, QueueObject)}
     priorities = {name: c.priority for name, c in scene.policy.classes.items()}
     out = []
@@ -147,5 +152,5 @@ def sim_jobs(trace, scene: Scenario) -> list[SimJob]:
         run = j.run_s if j.requested_s is None else min(j.run_s, j.requested_s)  # killed at its limit
         out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], tuple(j.pods),
                           one(requests), one(largest), j.requested_s if j.requested_s else run, j.requested_s,
-                          trace_id=j.id))
+                          trace_id=j.id, checkpoint_s=checkpoint_s))
     return out

@@ -52,6 +52,9 @@ class SimJob:
     placed_on: list[int] = field(default_factory=list)  # node index per pod while it runs
     queued_job: QueuedJob | None = None
     shape_key: tuple | None = None
+    checkpoint_s: float | None = None  # it saves its progress this often: an eviction loses only what ran since
+    saved_s: float = 0.0  # the work its checkpoints kept through evictions: a new attempt runs only the rest
+    runs: list[tuple[float, float]] = field(default_factory=list)  # each ended attempt's (start, end)
 
     def shape(self) -> tuple:
         """Its pods' requests, hashable: jobs of one shape fit or do not fit the same room."""
@@ -190,7 +193,8 @@ class World:
         cls = self.classes.get(job.service_class)
         self.actives[job.id] = Active(job.id, job.queue, job.service_class, job.class_priority, job.priority,
                                       cluster, job.requests, cls.preemptible if cls else False,
-                                      self.epoch + now + job.max_runtime_s if job.max_runtime_s else None)
+                                      self.epoch + now + job.max_runtime_s if job.max_runtime_s else None,
+                                      job.as_queued().pods)
         self.version += 1
         started = self.clusters[cluster].dispatch(job)
         job.pending = not started
@@ -199,7 +203,7 @@ class World:
         return started
 
     def _started(self, job: SimJob, now: float) -> None:
-        job.pending, job.started, job.ends = False, now, now + job.run_s
+        job.pending, job.started, job.ends = False, now, now + job.run_s - job.saved_s
         self.busy = add(self.busy, job.requests)
         self.started.append(job)
         if job.first_start is None:
@@ -217,6 +221,10 @@ class World:
         started = self.clusters[job.cluster].release(job)
         for other in started:
             self._started(other, now)
+        if job.started is not None:
+            job.runs.append((job.started, now))
+            if requeue and job.checkpoint_s:
+                job.saved_s += (now - job.started) // job.checkpoint_s * job.checkpoint_s
         job.pending, job.started, job.ends = False, None, None
         if requeue:
             job.cluster = None

@@ -287,16 +287,19 @@ def _wait_reason(job: QueuedJob, clusters: list[ClusterState]) -> str:
 
 def take(cluster: ClusterState, requests: dict[str, int],
          pods: tuple[tuple[int, dict[str, int]], ...] = ()) -> ClusterState:
-    """The cluster with `requests` less free (its largest free node can hold no more than what is left),
-    and, when it reports its nodes, `pods` (or `requests` as one pod) taken off the nodes first-fit
-    decreasing packs them onto."""
+    """The cluster with `requests` less free, and, when it reports its nodes, `pods` (or `requests` as one
+    pod) taken off the nodes first-fit decreasing packs them onto, and its largest free node what is left
+    on them; without per-node figures, its largest free node can hold no more than what is left."""
     free = subtract(cluster.free, requests)
-    largest = {r: min(v, free.get(r, 0)) for r, v in cluster.largest_free_node.items()}
     # dataclasses.replace without its __init__ (14 fields set one by one): a busy cycle takes thousands.
     taken = object.__new__(ClusterState)
-    taken.__dict__.update(cluster.__dict__, free=free, largest_free_node=largest)
-    if cluster.node_free:
-        taken.__dict__["node_free"] = _take_off_nodes(cluster.node_free, requests, pods, free)
+    taken.__dict__.update(cluster.__dict__, free=free)
+    if cluster.node_free:  # the largest free node is known again: the most of each resource left on one node
+        nodes = taken.__dict__["node_free"] = _take_off_nodes(cluster.node_free, requests, pods, free)
+        largest = {r: min(free.get(r, 0), max(node.get(r, 0) for node in nodes)) for r in cluster.largest_free_node}
+    else:
+        largest = {r: min(v, free.get(r, 0)) for r, v in cluster.largest_free_node.items()}
+    taken.__dict__["largest_free_node"] = largest
     return taken
 
 

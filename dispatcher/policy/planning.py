@@ -34,6 +34,7 @@ from dispatcher.policy import bursting
 from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
 from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, matching, take
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
+from sluice.packing import expand, first_fit_decreasing
 from sluice.quantity import add, fits
 
 PREEMPTION_HOLD_S = 120.0  # how long room freed by preemption stays held for the preemptor
@@ -79,6 +80,7 @@ class Active:
     requests: dict[str, int]
     preemptible: bool = False
     ends_at: float | None = None  # epoch seconds it is expected to end by (its maxRuntime), when known
+    pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its pod sets (count, per-pod requests); (): one pod
 
 
 @dataclass(frozen=True)
@@ -438,16 +440,22 @@ class _FairOrder:
 def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob, now: float
           ) -> dict[str, ClusterState]:
     """The clusters as one job sees them: free less what is held for other jobs (but reservations it
-    ends before, _may_use). A job that holds room itself yields only to older holds, so the oldest holder
-    can always start: holds never deadlock."""
+    ends before, _may_use). A job that holds room itself yields only to holds before its own (_first), so
+    the first holder can always start: holds never deadlock."""
     own = holds.get(job.id)
     view = dict(state)
     for hold in holds.values():
         if hold.job_id == job.id or hold.cluster not in view or _may_use(hold, job, now):
             continue
-        if own is None or (hold.since, hold.job_id) < (own.since, own.job_id):
+        if own is None or _first(hold) < _first(own):
             view[hold.cluster] = take(view[hold.cluster], _kept(hold))
     return view
+
+
+def _first(hold: Hold) -> tuple:
+    """Which of two holds yields: room freed by preemption goes to the job that evicted for it before any
+    reservation (else the eviction is wasted, and more follow); then the older hold goes first."""
+    return hold.kind != "preemption", hold.since, hold.job_id
 
 
 class _HeldView:
@@ -678,9 +686,13 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
         candidates = [a for a in running[cluster.name] if eligible(a)]
         if not candidates:  # evicting nobody is never chosen
             continue
-        chosen = _smallest_set(_enough(c.job.requests, cluster.free, excess, tree), candidates)
+        # Victims whose own room surely packs the job onto the nodes first (_packs); else, as where the
+        # cluster does not report its nodes, victims that free enough in total.
+        packed = _smallest_set(_enough(c.job, cluster, excess, tree, packed=True), candidates) \
+            if cluster.node_free else None
+        chosen = packed or _smallest_set(_enough(c.job, cluster, excess, tree), candidates)
         if chosen is not None and chosen:
-            cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
+            cost = (not packed, len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
             if best is None or cost < best[0]:
                 best = (cost, cluster.name, chosen)
     if best is None:
@@ -699,13 +711,20 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     return True
 
 
-def _enough(need: dict[str, int], free: dict[str, int], excess: dict[str, dict[str, int]], tree: QuotaTree):
-    """Whether evicting a set of jobs makes `need` fit `free` and gives back `excess` of each maximum."""
+def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree,
+            packed: bool = False):
+    """Whether evicting a set of jobs makes the job fit the cluster's free room (with `packed`, pack onto its
+    nodes as well: _packs) and gives back `excess` of each maximum."""
+    need, free = job.requests, cluster.free
+    pods = expand(job.pods) if job.pods else [need]
+
     def enough(victims: list[Active]) -> bool:
         room = dict(free)
         for a in victims:
             room = add(room, a.requests)
         if not fits(need, room):
+            return False
+        if packed and not _packs(pods, cluster.node_free, victims):
             return False
         for name, over in excess.items():
             freed: dict[str, int] = {}
@@ -716,6 +735,15 @@ def _enough(need: dict[str, int], free: dict[str, int], excess: dict[str, dict[s
                 return False
         return True
     return enough
+
+
+def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
+    """Whether the pods pack onto the nodes' free room with each victim's pods as room of their own: which
+    node a victim runs on is not known, and room it frees beside a node's free room is at least this, so a
+    packing found here exists on the real nodes."""
+    freed = [pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests])]
+    _, slots = first_fit_decreasing(pods, [*nodes, *freed])
+    return None not in slots
 
 
 def _smallest_set(enough, eligible: list[Active]) -> list[Active] | None:

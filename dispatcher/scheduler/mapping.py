@@ -90,7 +90,8 @@ def active_from_rows(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
     """cycle_reads.active_attempts' rows as the policy reads them, with when each is expected to end."""
     return [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
                    classes[r.service_class].preemptible if r.service_class in classes else False,
-                   r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None)
+                   r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None,
+                   _pods(r.pods))
             for r in rows]
 
 

@@ -32,6 +32,19 @@ def _window(text: str | None) -> tuple[int, int] | None:
     return window
 
 
+def _checkpoint_interval(text: str | None) -> float | None:
+    from sluice.quantity import QuantityError, parse_duration
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except QuantityError as exc:
+        raise Failed("simulate --checkpoint-interval", str(exc)) from None
+    if seconds <= 0:
+        raise Failed("simulate --checkpoint-interval", f"{text!r} must be longer than 0 (e.g. 30m)")
+    return seconds
+
+
 class _Progress:
     """A one-line progress bar on the terminal (stderr), redrawn at most every PROGRESS_EVERY_S."""
 
@@ -67,7 +80,11 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
              plot: pathlib.Path | None = typer.Option(None, "--plot", help="Write PNG figures into this directory "
                                                                           "(needs matplotlib: the plot extra)"),
              skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines",
-                                                 help="Skip (and count) trace lines that cannot be read")) -> None:
+                                                 help="Skip (and count) trace lines that cannot be read"),
+             checkpoint_interval: str | None = typer.Option(
+                 None, "--checkpoint-interval",
+                 help="The trace's jobs save their progress this often (e.g. 30m): an evicted job resumes from its "
+                      "last checkpoint; default: it starts again from scratch")) -> None:
     """Replay a trace in virtual time through Sluice's scheduling and baselines; print figures per policy."""
     from simulation.engine import POLICIES
     from simulation.plots import PlotError, write_plots
@@ -84,6 +101,7 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
         if name not in POLICIES:
             raise Failed("simulate --policy", f"{name!r} is not one of {', '.join(POLICIES)}")
     span = _window(window)
+    checkpoint_s = _checkpoint_interval(checkpoint_interval)
     objects = None
     if config is not None:
         try:
@@ -99,7 +117,7 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
     if not read.jobs:
         raise Failed(f"simulate --trace {trace}", "the trace has no job to replay")
     try:
-        result = run_simulation(read, objects, policy, progress=_Progress())
+        result = run_simulation(read, objects, policy, progress=_Progress(), checkpoint_s=checkpoint_s)
     except (ScenarioError, SpecError) as exc:
         raise Failed("simulate", str(exc)) from None
     mapping = [o.to_document() for o in result.scenario.objects]

@@ -73,6 +73,18 @@ def test_take_takes_the_gang_off_the_nodes_it_was_packed_onto():
     assert single.node_free == ({"cpu": 2 * CPU}, {"cpu": 8 * CPU}, {"cpu": 5 * CPU})
 
 
+def test_after_a_take_the_largest_free_node_is_what_the_nodes_have_left():
+    # Two whole free nodes of 8 and 8 free cpu scattered: a second 8-cpu pod no longer fits after the first.
+    cluster = nodes_cluster("g", 8, 2, 2, 2, 2)
+    one_pod = QueuedJob(1, {"cpu": 8 * CPU}, {"cpu": 8 * CPU})
+    after = take(cluster, one_pod.requests)
+    assert after.largest_free_node == {"cpu": 2 * CPU} and after.free == {"cpu": 8 * CPU}
+    second = QueuedJob(2, {"cpu": 8 * CPU}, {"cpu": 8 * CPU})
+    assert why_not(second, after) == "needs 8 cpu on one node, 2 free on its largest node"
+    unknown = take(replace(cluster, node_free=()), one_pod.requests)  # no per-node figures: capped by what is left
+    assert unknown.largest_free_node == {"cpu": 8 * CPU}
+
+
 def test_the_same_cycle_sees_what_an_earlier_gang_took():
     cluster = nodes_cluster("e", 8, 8, 8)
     state = Clusters([cluster])

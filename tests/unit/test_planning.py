@@ -390,6 +390,19 @@ def test_preemption_holds_expire_but_reservations_do_not():
     assert run(jobs, clusters=clusters, holds={5: reservation}).holds == {5: reservation}
 
 
+def test_room_freed_by_preemption_goes_to_its_preemptor_before_an_older_reservation():
+    # Job 20 evicted job 3 for 8 cpu; job 7, evicted or starving, reserved c long before: the freed room
+    # is job 20's, else the eviction bought nothing and job 20 would evict again.
+    holds = {20: Hold(20, "c", res(cpu=8 * CPU), "preemption", NOW - 5, (3,)),
+             7: Hold(7, "c", res(cpu=8 * CPU), "reservation", NOW - 1000)}
+    act = [running(1, "b", "c", cpu=8 * CPU)]
+    plan = run([head(7, "a", "big", waited=2000, cpu=8 * CPU), head(20, "u", "critical", cpu=8 * CPU)], act,
+               [cluster("c", act, cpu=16 * CPU)], holds=holds)
+    assert placed(plan) == {20: "c"}
+    assert list(plan.holds) == [7] and plan.holds[7].since == NOW - 1000
+    assert plan.waits == {7: "reserved capacity on c: waiting for room"}
+
+
 def test_a_job_waiting_on_its_queues_max_keeps_no_reservation():
     # Its reservation would hold c1 for a job that could not use it, keeping everyone else off.
     queues = [QueueQuota("a", max=res(cpu=8 * CPU)), QueueQuota("b")]
@@ -540,6 +553,25 @@ def test_a_job_holding_a_reservation_still_preempts_and_a_preemption_hold_replac
     assert victims(plan) == [1, 2, 3, 4]
     assert plan.holds == {10: Hold(10, "c", res(cpu=10 * CPU), "preemption", NOW, (4, 3, 2, 1))}
     assert plan.waits == {10: "preempting jobs 4, 3, 2, 1 on c"}
+
+
+def test_preemption_frees_room_its_pods_pack_onto_where_the_cluster_reports_its_nodes():
+    # 4 nodes of 8 GPUs, 1 free on each. Evicting the youngest, the 6-GPU job, frees 10 in total but at most
+    # 7 on one node; only the 8-GPU job's own room surely holds the 8-GPU pod.
+    act = [running(1, "b", "c", "batch", gpu=8 * GPU), running(2, "b", "c", "batch", gpu=4 * GPU),
+           running(3, "b", "c", "batch", gpu=3 * GPU), running(4, "b", "c", "batch", gpu=7 * GPU),
+           running(5, "b", "c", "batch", gpu=6 * GPU)]
+    nodes = ({G: 1 * GPU},) * 4
+    c = replace(cluster("c", act, gpu=32 * GPU, largest=res(gpu=GPU)), node_free=nodes)
+    plan = run([head(10, "a", "critical", gpu=8 * GPU)], act, [c])
+    assert victims(plan) == [1]
+    # Without per-node figures, the fewest victims that free enough in total, youngest first, as before.
+    plan = run([head(10, "a", "critical", gpu=8 * GPU)], act, [replace(c, node_free=())])
+    assert victims(plan) == [5]
+    # Where no set surely packs (victims of 2-GPU pods), one that frees enough in total is still chosen.
+    small = [running(i, "b", "c", "batch", gpu=2 * GPU) for i in range(1, 5)]
+    one_node = replace(cluster("c", small, gpu=8 * GPU, largest=res(gpu=0)), node_free=({G: 0},))
+    assert victims(run([head(10, "a", "critical", gpu=8 * GPU)], small, [one_node])) == [1, 2, 3, 4]
 
 
 def test_a_reservation_holder_that_finds_no_victims_keeps_its_reservation():

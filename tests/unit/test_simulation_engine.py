@@ -109,6 +109,36 @@ def test_preemption_in_a_replay_evicts_batch_work_for_a_critical_job():
     assert len(evicted) == 2 and all(o.end_s >= 60 + 1000 for o in evicted)  # they ran again from the start
 
 
+def test_an_evicted_job_that_checkpoints_resumes_from_its_last_checkpoint():
+    config = [ServiceClassObject("critical", priority=1000, can_preempt=True),
+              ServiceClassObject("batch", priority=100, preemptible=True),
+              QueueObject("batch", service_classes=("batch",)), QueueObject("urgent", service_classes=("critical",)),
+              ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 8000}))]
+    t = trace(*(job(i, 0, 1000, 2, queue="batch") for i in range(1, 5)), job(9, 10, 50, 4, queue="urgent"))
+    result = simulate(t, config, ["sluice"], checkpoint_s=4)
+    assert result.trace["checkpointInterval"] == 4
+    evicted = [o for o in result.outcomes["sluice"] if o.preemptions]
+    assert len(evicted) == 2
+    for o in evicted:  # 10 s ran, 8 s of it saved by checkpoints at 4 s and 8 s: 992 s left after the restart
+        assert o.runs == ((0.0, 10.0), (60.0, 1052.0)) and o.end_s == 1052.0 and o.run_s == 1000
+    kept = [o for o in result.outcomes["sluice"] if o.id in (1, 2, 3, 4) and not o.preemptions]
+    assert all(o.runs == ((0.0, 1000.0),) for o in kept)
+
+
+def test_a_built_gpu_pool_guarantees_each_queue_its_equal_part_in_whole_gpus():
+    gpu = "nvidia.com/gpu"
+    jobs = [TraceJob(i, 3600 * (i - 1), 3600, None, ((1, {gpu: 8000}),), "u", q, q, "", f"j{i}")
+            for i, q in enumerate(("a", "b", "c"), start=1)]
+    built = built_objects(trace(*jobs))
+    cluster = next(o for o in built if isinstance(o, ClusterObject))
+    pool = cluster.simulated.nodes * cluster.simulated.node[gpu]
+    assert pool == 16000  # 8 GPUs busy over 2 h of 3 h on average, x 1.25 headroom: two 8-GPU nodes
+    assert {o.name: o.guaranteed for o in built if isinstance(o, QueueObject)} == {
+        q: {gpu: 5000} for q in ("a", "b", "c")}  # 16 / 3 GPUs, in whole GPUs
+    swf = built_objects(trace(job(1, 0, 10, 4, queue="g1"), fmt="swf", machine=8))
+    assert all(o.guaranteed == {} for o in swf if isinstance(o, QueueObject))
+
+
 def test_burst_spends_on_the_paid_cluster_within_its_budget():
     config = [ServiceClassObject("standard", priority=500, burst_allowed=True),
               QueueObject("a"),

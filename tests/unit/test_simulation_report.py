@@ -105,7 +105,32 @@ def test_an_impossible_outcome_is_named():
         policy_figures([bad], capacity=CAPACITY, entitled={"a": 1.0})
 
 
+def test_runs_that_do_not_follow_one_another_are_named():
+    bad = JobOutcome(9, "a", 0.0, 10.0, 100.0, 60.0, {"cpu": 1000}, runs=((10.0, 50.0), (40.0, 100.0)))
+    with pytest.raises(ValueError, match=r"job 9: runs .* must follow one another"):
+        policy_figures([bad], capacity=CAPACITY, entitled={"a": 1.0})
+
+
 # -- fair share over windows -------------------------------------------------------------------------
+
+
+def test_an_evicted_job_counts_every_run_as_use_and_waits_again_between_runs():
+    # b's job runs 0-40, is evicted, waits 40-150 and runs again 150-210: its share counts both runs, and
+    # its queue has work waiting in the second window though the job started in the first.
+    runs = [JobOutcome(1, "a", 0.0, 40.0, 300.0, 260.0, {"cpu": 4000}, runs=((40.0, 150.0), (210.0, 300.0))),
+            JobOutcome(2, "b", 0.0, 0.0, 210.0, 100.0, {"cpu": 4000}, 0, 1, None, ((0.0, 40.0), (150.0, 210.0)))]
+    windows = window_shares(runs, window_s=100, capacity=CAPACITY, entitled=ENTITLED)
+    assert [w["queues"]["b"]["share"] for w in windows] == pytest.approx([0.4, 0.5, 0.1])
+    assert [w["queues"]["b"]["waitingAnyTime"] for w in windows] == [True, True, False]
+    assert windows[1]["queues"]["a"]["waitingAnyTime"]  # a waited from 150 to 210
+    figures = policy_figures(runs, capacity=CAPACITY, entitled=ENTITLED)
+    assert figures["queues"]["b"]["share"] == pytest.approx(100 / 300)
+    assert figures["utilization"] == pytest.approx(1.0)
+    assert busy_from_outcomes(runs)[:3] == [(0.0, {"cpu": 4000}), (40.0, {"cpu": 4000}), (150.0, {"cpu": 4000})]
+    # Without its runs, only b's finishing run is use, and b never waits again once started.
+    finishing_only = [JobOutcome(2, "b", 0.0, 0.0, 210.0, 60.0, {"cpu": 4000}, "c1", 1)]
+    assert [w["queues"]["b"]["waitingAnyTime"] for w in window_shares(
+        finishing_only, window_s=100, capacity=CAPACITY, entitled=ENTITLED)] == [False, False, False]
 
 def test_window_shares_worked_by_hand():
     windows = window_shares(outcomes(), window_s=100, capacity=CAPACITY, entitled=ENTITLED)
