@@ -6,10 +6,12 @@ Order: higher class first; within a class, the queue with the lowest weighted do
 the tree has a usage half-life, quotas.py); within a queue, priority then age. Queues take turns,
 so a queue whose head cannot start never stops the others, and one cycle may admit many jobs of one
 queue. A job that cannot start:
-- over a queue maximum: waits, naming the queue, resource and numbers; unless its queue is within its
+- over a queue maximum: waits, naming the queue, resource and numbers; unless its queue is below its
   guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
-- no room, and its class may preempt (or its queue is within its guarantee and others borrow): evicts
-  the smallest set of eligible jobs on one cluster and holds that room for itself (on the cluster, and
+- no room, and its class may preempt (or its queue is below its guarantee and others borrow): evicts
+  the smallest set of eligible jobs on one cluster (reclaim taking no more from a queue than it borrows;
+  where the cluster reports its nodes, victims whose own room surely packs the job come first) and
+  holds that room for itself (on the cluster, and
   in its queue's quota, until it starts or the hold expires); a job that holds a reservation tries this
   too (the preemption hold replaces the reservation), one that holds a preemption waits for its victims;
 - no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
@@ -19,8 +21,8 @@ queue. A job that cannot start:
 - otherwise waits with the reason placement gave (and why it does not burst, where it might).
 Preemption and reservations use only the unpaid clusters: free capacity is taken before money is spent,
 and evicting work is tried before paying for more.
-No preemption loops: a victim never evicts the job that evicted it, and reclaim only admits jobs that
-stay within their guarantee, so they are never reclaimed in turn.
+No preemption loops: a victim never evicts the job that evicted it, and reclaim never takes a queue
+below its guarantee while it raises the reclaiming queue's guaranteed use (quotas.py).
 """
 from __future__ import annotations
 
@@ -99,6 +101,7 @@ class Hold:
     # those ends free), as EASY backfill does.
     starts_by: float | None = None
     short: dict[str, int] | None = None
+    pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its job's pod sets: the room kept on the nodes
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,8 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
     below = max((c.class_priority for c in candidates
                  if c.service_class in classes and classes[c.service_class].can_preempt), default=None)
     preemptible = frozenset(name for name, cls in classes.items() if cls.preemptible)
-    unused = QuotaTree(queues, {})  # a head whose request alone passes its guarantee never reclaims
-    reclaim = any(unused.within_guarantee(c.queue, c.job.requests) for c in candidates)
+    unused = QuotaTree(queues, {})  # a head whose queue guarantees nothing it asks for never reclaims
+    reclaim = any(unused.below_guarantee(c.queue, c.job.requests) for c in candidates)
     borrowing: frozenset[str] = frozenset()
     if reclaim:
         most = QuotaTree(queues, {})
@@ -448,7 +451,7 @@ def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob
         if hold.job_id == job.id or hold.cluster not in view or _may_use(hold, job, now):
             continue
         if own is None or _first(hold) < _first(own):
-            view[hold.cluster] = take(view[hold.cluster], _kept(hold))
+            view[hold.cluster] = _less(view[hold.cluster], [hold])
     return view
 
 
@@ -476,10 +479,10 @@ class _HeldView:
             self._holds, self._views = key, {}
         found = self._views.get(skip)
         if found is None:
-            held: dict[str, dict[str, int]] = {}
+            held: dict[str, list[Hold]] = {}
             for hold in holds.values():
                 if hold.cluster in state and hold.job_id not in skip:
-                    held[hold.cluster] = add(held.get(hold.cluster, {}), _kept(hold))
+                    held.setdefault(hold.cluster, []).append(hold)
             view = Clusters([_less(c, held) for c in state.values()], include=lambda c: not c.paid)
             self._views[skip] = [view, held, state.changes(0)[1]]
             return view
@@ -490,9 +493,13 @@ class _HeldView:
         return view
 
 
-def _less(cluster: ClusterState, held: dict[str, dict[str, int]]) -> ClusterState:
-    room = held.get(cluster.name)
-    return take(cluster, room) if room else cluster
+def _less(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -> ClusterState:
+    """The cluster less what the holds on it keep, taken off its nodes pod by pod where their pods are
+    known (else the whole job may take every whole node in view, room held for a gang included)."""
+    for hold in held if isinstance(held, list) else held.get(cluster.name, ()):
+        kept = _kept(hold)
+        cluster = take(cluster, kept, hold.pods if kept is hold.requests else ())
+    return cluster
 
 
 def _may_use(hold: Hold, job: QueuedJob, now: float) -> bool:
@@ -588,7 +595,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
         if target is not None:
             starts_by, short = _expected_start(job, state[target], burst, now)
             out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now, starts_by=starts_by,
-                                     short=short)
+                                     short=short, pods=job.pods)
             out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s){note}"
             return
     unheld = state.best(job) if out.holds else decision
@@ -651,7 +658,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     preemption never searches)."""
     cls = classes.get(c.service_class)
     can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
-    reclaim = tree.within_guarantee(c.queue, c.job.requests)
+    reclaim = tree.below_guarantee(c.queue, c.job.requests)
     if not (can_preempt or reclaim):
         return False
     if running is None:
@@ -670,12 +677,27 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     evicting = {p.victim for p in out.preemptions}
     excess = tree.excess(c.queue, c.job.requests) if quota else {}
 
+    def by_class(a: Active) -> bool:
+        return can_preempt and a.preemptible and a.class_priority < c.class_priority
+
     def eligible(a: Active) -> bool:
         if a.job_id in evicting or a.job_id == c.preempted_by:
             return False
-        if can_preempt and a.preemptible and a.class_priority < c.class_priority:
-            return True
-        return reclaim and a.queue != c.queue and tree.borrowing(a.queue)
+        return by_class(a) or (reclaim and a.queue != c.queue and tree.borrowing(a.queue))
+
+    borrowed: dict[str, dict[str, int] | None] = {}
+
+    def allowed(victims: list[Active]) -> bool:
+        """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed)."""
+        taken: dict[str, dict[str, int]] = {}
+        for a in victims:
+            if not by_class(a):
+                taken[a.queue] = add(taken.get(a.queue, {}), a.requests)
+        for queue, amounts in taken.items():
+            cap = borrowed[queue] if queue in borrowed else borrowed.setdefault(queue, tree.borrowed(queue))
+            if cap is not None and not fits({r: amounts.get(r, 0) for r in cap}, cap):
+                return False
+        return True
 
     best: tuple | None = None
     view = _view(state, out.holds, c.job, now)
@@ -686,13 +708,9 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
         candidates = [a for a in running[cluster.name] if eligible(a)]
         if not candidates:  # evicting nobody is never chosen
             continue
-        # Victims whose own room surely packs the job onto the nodes first (_packs); else, as where the
-        # cluster does not report its nodes, victims that free enough in total.
-        packed = _smallest_set(_enough(c.job, cluster, excess, tree, packed=True), candidates) \
-            if cluster.node_free else None
-        chosen = packed or _smallest_set(_enough(c.job, cluster, excess, tree), candidates)
+        chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
         if chosen is not None and chosen:
-            cost = (not packed, len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
+            cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
             if best is None or cost < best[0]:
                 best = (cost, cluster.name, chosen)
     if best is None:
@@ -706,15 +724,14 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
         state[cluster] = replace(state[cluster], free=add(state[cluster].free, a.requests))
         out.preemptions.append(Preempt(a.job_id, c.job.id, cluster))
     ids = tuple(a.job_id for a in victims)
-    out.holds[c.job.id] = Hold(c.job.id, cluster, dict(c.job.requests), "preemption", now, ids)
+    out.holds[c.job.id] = Hold(c.job.id, cluster, dict(c.job.requests), "preemption", now, ids, pods=c.job.pods)
     out.waits[c.job.id] = f"preempting jobs {', '.join(map(str, ids))} on {cluster}"
     return True
 
 
-def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree,
-            packed: bool = False):
-    """Whether evicting a set of jobs makes the job fit the cluster's free room (with `packed`, pack onto its
-    nodes as well: _packs) and gives back `excess` of each maximum."""
+def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree):
+    """Whether evicting a set of jobs makes the job fit the cluster's free room (and, where the cluster reports
+    its nodes, pack onto them: _packs) and gives back `excess` of each maximum."""
     need, free = job.requests, cluster.free
     pods = expand(job.pods) if job.pods else [need]
 
@@ -724,7 +741,7 @@ def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, i
             room = add(room, a.requests)
         if not fits(need, room):
             return False
-        if packed and not _packs(pods, cluster.node_free, victims):
+        if cluster.node_free and not _packs(pods, cluster.node_free, victims):
             return False
         for name, over in excess.items():
             freed: dict[str, int] = {}
@@ -738,38 +755,50 @@ def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, i
 
 
 def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
-    """Whether the pods pack onto the nodes' free room with each victim's pods as room of their own: which
-    node a victim runs on is not known, and room it frees beside a node's free room is at least this, so a
-    packing found here exists on the real nodes."""
+    """Whether the pods surely pack onto the nodes once the victims are gone. On one node, all they free is
+    there. On several, which node a victim runs on is not known: each victim's pods count as room of
+    their own, which is at most what they free beside a node's free room, so a packing found here exists
+    on the real nodes; an eviction that merely frees enough in total could leave the job unable to
+    start, its hold expiring, and more evictions after it."""
+    if len(nodes) == 1:
+        room = dict(nodes[0])
+        for a in victims:
+            room = add(room, a.requests)
+        return not first_fit_decreasing(pods, [room])[1].count(None)
     freed = [pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests])]
     _, slots = first_fit_decreasing(pods, [*nodes, *freed])
     return None not in slots
 
 
-def _smallest_set(enough, eligible: list[Active]) -> list[Active] | None:
+def _smallest_set(enough, eligible: list[Active], allowed) -> list[Active] | None:
     """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
-    in that order and pruned of any victim the rest can do without, then replaced by the first smaller set
-    in that order that is enough, while that search stays small. None when even all of them are not enough."""
+    in that order (passing over any that the set may not take with the others: `allowed`) and pruned of
+    any victim the rest can do without, then replaced by the first smaller set in that order that is
+    allowed and enough, while that search stays small (it looks for any set when the greedy one found
+    none). None when no set found is enough."""
     if enough([]):
         return []
     order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
-    chosen: list[Active] = []
+    chosen: list[Active] | None = []
     for a in order:
+        if not allowed([*chosen, a]):
+            continue
         chosen.append(a)
         if enough(chosen):
             break
     else:
-        return None
-    for a in reversed(list(chosen)):
-        rest = [b for b in chosen if b is not a]
-        if enough(rest):
-            chosen = rest
+        chosen = None
+    if chosen is not None:
+        for a in reversed(list(chosen)):
+            rest = [b for b in chosen if b is not a]
+            if enough(rest):
+                chosen = rest
     budget = VICTIM_SEARCH
-    for size in range(1, len(chosen)):
+    for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
         for combo in itertools.combinations(order, size):
             budget -= 1
             if budget < 0:
                 return chosen
-            if enough(list(combo)):
+            if allowed(list(combo)) and enough(list(combo)):
                 return list(combo)
     return chosen

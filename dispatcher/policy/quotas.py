@@ -7,11 +7,14 @@ reclaimed. Fair share is the weighted dominant-resource share, compared level by
 
 A guarantee speaks only for the resources it names (`within`, used by every check): a queue borrows
 when it uses more than its guarantee of a resource the guarantee names, or, with no guarantee at all,
-when it uses anything. A job is within its queue's guarantee (and may reclaim from borrowers) when the
-queue has a guarantee, the job asks for some resource it names, and with the job every named resource
-stays within it; what it asks of unnamed resources is not limited by the guarantee. So a job admitted
-by reclaim leaves its queue not borrowing, and is never reclaimed in turn. To count every use of, say,
-GPUs as borrowed, name them at 0 (`nvidia.com/gpu: 0`).
+when it uses anything. A job may reclaim (`below_guarantee`) when its queue has a guarantee, borrows
+nothing now, and uses less than its guarantee of every named resource the job asks for (and it asks
+for one): the job may take the queue past its guarantee, as jobs come in whole pieces, or a queue
+guaranteed 31 GPUs that runs 8-GPU jobs could never reclaim its fourth. What reclaim takes from a queue
+is never more than it borrows (`borrowed`), so no queue falls below its guarantee by it: every reclaim
+raises the guaranteed use that is served and none lowers it, so reclaims never loop. What it asks of
+unnamed resources is not limited by the guarantee. To count every use of, say, GPUs as borrowed, name
+them at 0 (`nvidia.com/gpu: 0`).
 
 A root queue's usageHalfLife H gives its whole tree memory: each queue's share adds, to its current
 dominant share, the dominant share of its decayed history (decayed resource-seconds / (H/ln2) /
@@ -124,15 +127,25 @@ class QuotaTree:
         quota = self.queues.get(queue)
         return not within(quota.guaranteed if quota else {}, self.used(queue))
 
-    def within_guarantee(self, queue: str, requests: dict[str, int]) -> bool:
-        """Admitting `requests` keeps the queue within its guarantee, and they ask for some resource it names:
-        such a job may reclaim, and leaves its queue not borrowing."""
+    def below_guarantee(self, queue: str, requests: dict[str, int]) -> bool:
+        """The queue borrows nothing and uses less than its guarantee of every resource it names that
+        `requests` ask for (they ask for one): a job of these requests may reclaim."""
         quota = self.queues.get(queue)
         if quota is None or not self._guaranteed or not quota.guaranteed:
             return False
-        if not any(need > 0 and r in quota.guaranteed for r, need in requests.items()):
-            return False
-        return within(quota.guaranteed, add(self.used(queue), requests))
+        used = self.used(queue)
+        named = [r for r, need in requests.items() if need > 0 and r in quota.guaranteed]
+        return bool(named) and within(quota.guaranteed, used) and all(
+            used.get(r, 0) < quota.guaranteed[r] for r in named)
+
+    def borrowed(self, queue: str) -> dict[str, int] | None:
+        """What reclaim may take from the queue, per resource its guarantee names: what it uses beyond it;
+        None: no limit (a queue with no guarantee borrows all it uses)."""
+        quota = self.queues.get(queue)
+        if quota is None or not quota.guaranteed:
+            return None
+        used = self.used(queue)
+        return {r: max(0, used.get(r, 0) - limit) for r, limit in quota.guaranteed.items()}
 
     def half_life(self, name: str) -> float | None:
         """The usage half-life of the queue's tree (set on its root), or None: no memory."""

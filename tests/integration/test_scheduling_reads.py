@@ -87,6 +87,19 @@ def test_usage_and_filtered_active_attempts_are_their_plain_definitions(sessions
         assert sorted(r.id for r in on) == sorted(r.id for r in every if r.cluster == "c1")
 
 
+def test_an_active_gang_is_read_with_its_pods_so_preemption_knows_the_room_each_frees(sessions):
+    with sessions.begin() as session:
+        for pods in ([[2, {"cpu": 4000}], [1, {"cpu": 1000}]], None):
+            session.execute(text(
+                """INSERT INTO jobs (queue, service_class, class_priority, priority, state, cluster, attempt, spec,
+                                     requests, largest_pod, placement, dispatched_at, started_at, pods)
+                   VALUES ('q0', 'batch', 100, 0, 'RUNNING', 'c0', 1, '{}'::jsonb, '{"cpu": 9000}'::jsonb,
+                           '{"cpu": 4000}'::jsonb, '{}'::jsonb, now(), now(), CAST(:pods AS jsonb))"""),
+                {"pods": None if pods is None else json.dumps(pods)})
+        active = active_from_rows(cycle_reads.active_attempts(session), class_policies(session))
+        assert sorted((a.pods for a in active), key=len) == [(), ((2, {"cpu": 4000}), (1, {"cpu": 1000}))]
+
+
 def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
     with sessions.begin() as session:
         _load(session, 200, 3)

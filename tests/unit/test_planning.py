@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.policy.placing import ClusterState, Place, QueuedJob
@@ -20,6 +20,7 @@ from dispatcher.policy.planning import (
     plan_cycle,
 )
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
+from sluice.quantity import add
 
 CPU = 1000  # milli-units per core
 GPU = 1000
@@ -555,7 +556,7 @@ def test_a_job_holding_a_reservation_still_preempts_and_a_preemption_hold_replac
     assert plan.waits == {10: "preempting jobs 4, 3, 2, 1 on c"}
 
 
-def test_preemption_frees_room_its_pods_pack_onto_where_the_cluster_reports_its_nodes():
+def test_preemption_frees_room_its_pods_surely_pack_onto_where_the_cluster_reports_its_nodes():
     # 4 nodes of 8 GPUs, 1 free on each. Evicting the youngest, the 6-GPU job, frees 10 in total but at most
     # 7 on one node; only the 8-GPU job's own room surely holds the 8-GPU pod.
     act = [running(1, "b", "c", "batch", gpu=8 * GPU), running(2, "b", "c", "batch", gpu=4 * GPU),
@@ -568,10 +569,27 @@ def test_preemption_frees_room_its_pods_pack_onto_where_the_cluster_reports_its_
     # Without per-node figures, the fewest victims that free enough in total, youngest first, as before.
     plan = run([head(10, "a", "critical", gpu=8 * GPU)], act, [replace(c, node_free=())])
     assert victims(plan) == [5]
-    # Where no set surely packs (victims of 2-GPU pods), one that frees enough in total is still chosen.
-    small = [running(i, "b", "c", "batch", gpu=2 * GPU) for i in range(1, 5)]
-    one_node = replace(cluster("c", small, gpu=8 * GPU, largest=res(gpu=0)), node_free=({G: 0},))
-    assert victims(run([head(10, "a", "critical", gpu=8 * GPU)], small, [one_node])) == [1, 2, 3, 4]
+    # Where no set surely packs, nobody is evicted: an eviction the job could not start in would only
+    # lead to more when its hold expires.
+    small = [running(i, "b", "c", "batch", gpu=2 * GPU) for i in range(1, 9)]
+    two_nodes = replace(cluster("c", small, gpu=16 * GPU, largest=res(gpu=0)), node_free=({G: 0},) * 2)
+    plan = run([head(10, "a", "critical", gpu=8 * GPU)], small, [two_nodes])
+    assert plan.preemptions == [] and plan.waits[10].startswith("no cluster fits")
+    # On one node, all the victims free is there: four 2-GPU jobs make room for the 8-GPU pod.
+    one_node = replace(cluster("c", small[:4], gpu=8 * GPU, largest=res(gpu=0)), node_free=({G: 0},))
+    assert victims(run([head(10, "a", "critical", gpu=8 * GPU)], small[:4], [one_node])) == [1, 2, 3, 4]
+
+
+def test_room_held_for_a_gang_is_kept_on_the_nodes_its_pods_would_take():
+    # Job 10's victims freed four whole 8-GPU nodes for its four 8-GPU pods; 8 more GPUs are free, 4 on
+    # each of two nodes. Job 11 (one 8-GPU pod) must not take one of the held nodes.
+    nodes = ({G: 8 * GPU},) * 4 + ({G: 4 * GPU},) * 2
+    c = replace(cluster("c", gpu=64 * GPU, largest=res(gpu=8 * GPU)), free=res(gpu=40 * GPU), node_free=nodes)
+    hold = Hold(10, "c", res(gpu=32 * GPU), "preemption", NOW - 5, (3,), pods=((4, res(gpu=8 * GPU)),))
+    gang = head(10, "a", pods=4, gpu=8 * GPU)
+    plan = run([head(11, "b", priority=5, gpu=8 * GPU), gang], clusters=[c], holds={10: hold})
+    assert placed(plan) == {10: "c"}
+    assert plan.waits[11].startswith("reserved capacity for job 10")
 
 
 def test_a_reservation_holder_that_finds_no_victims_keeps_its_reservation():
@@ -622,10 +640,13 @@ def test_a_queue_within_its_guarantee_reclaims_from_a_borrower_even_of_a_higher_
     assert plan.waits == {10: f"preempting jobs {victim} on c"}
 
 
-def test_reclaim_never_takes_from_a_queue_within_its_guarantee():
+def test_reclaim_takes_from_a_queue_no_more_than_it_borrows():
     act = [running(1, "c", "x", cpu=8 * CPU), running(2, "b", "x", cpu=4 * CPU), running(3, "b", "x", cpu=4 * CPU)]
+    plan = run([head(10, "a", cpu=4 * CPU)], act, [cluster("x", act, cpu=16 * CPU)], reclaim_queues())
+    assert victims(plan) == [3]  # b borrows 4 (the younger job), c uses only its own 8
+    # 8 cpu would take b below its guarantee of 4: no reclaim, though evicting both would make room.
     plan = run([head(10, "a", cpu=8 * CPU)], act, [cluster("x", act, cpu=16 * CPU)], reclaim_queues())
-    assert victims(plan) == [2, 3]  # b borrows 4, c uses only its own 8
+    assert plan.preemptions == [] and plan.waits == {10: "no cluster fits: x: needs 8 cpu, 0 free"}
 
 
 def test_reclaim_never_takes_from_the_reclaiming_queue_itself():
@@ -846,6 +867,25 @@ def check_preemptions_are_sound(classes, active, candidates, plan):
         assert hold.kind == "preemption" and hold.cluster == p.cluster and p.victim in hold.victims
 
 
+def check_reclaim_takes_only_what_is_borrowed(queues, classes, active, candidates, plan):
+    by_id, running_on = {c.job.id: c for c in candidates}, {a.job_id: a for a in active}
+    tree = QuotaTree(queues, {})  # a queue's use is its own jobs' and its descendants'
+    for a in active:
+        tree.charge(a.queue, a.requests)
+    # What a queue placed this cycle, or holds by preemption (counted in its quota), may be borrowed too.
+    for job_id in [p.job_id for p in plan.places] + [i for i, h in plan.holds.items() if h.kind == "preemption"]:
+        tree.charge(by_id[job_id].queue, by_id[job_id].job.requests)
+    taken: dict[str, dict[str, int]] = {}
+    for p in plan.preemptions:
+        victim, by = running_on[p.victim], by_id[p.by]
+        if not (victim.preemptible and victim.class_priority < by.class_priority
+                and classes[by.service_class].can_preempt):
+            taken[victim.queue] = add(taken.get(victim.queue, {}), victim.requests)
+    for queue, amounts in taken.items():
+        borrowed = tree.borrowed(queue)
+        assert borrowed is None or all(amounts.get(r, 0) <= most for r, most in borrowed.items()), queue
+
+
 def check_holds_belong_to_waiting_jobs(clusters, plan):
     names = {c.name for c in clusters}
     for job_id, hold in plan.holds.items():
@@ -879,13 +919,14 @@ def test_plan_invariants_over_random_queues_clusters_and_jobs(scene):
     check_every_candidate_gets_exactly_one_outcome(candidates, plan)
     check_placed_jobs_go_to_one_cluster_they_allow(clusters, candidates, plan)
     check_preemptions_are_sound(classes, active, candidates, plan)
+    check_reclaim_takes_only_what_is_borrowed(queues, classes, active, candidates, plan)
     check_holds_belong_to_waiting_jobs(clusters, plan)
     check_quota_reasons_name_a_queue_on_the_path(queues, candidates, plan)
 
 
 @st.composite
 def borrowed_scenes(draw):
-    """Queue a is within its guarantee; the cluster it needs is full of queue b's jobs and b borrows
+    """Queue a is below its guarantee; the cluster it needs is full of queue b's jobs and b borrows
     (uses more than its guarantee). Both may sit under a parent whose maximum b's borrowing filled."""
     classes = draw(classes_st)
     job_cpu = draw(st.integers(1, 8)) * 1000
@@ -925,12 +966,22 @@ def borrowed_scenes(draw):
 
 @settings(max_examples=120, deadline=None)
 @given(borrowed_scenes())
-def test_a_queue_within_its_guarantee_always_gets_room_back_from_a_borrower(scene):
+def test_a_queue_below_its_guarantee_gets_room_back_wherever_borrowed_jobs_make_it(scene):
     queues, classes, clusters, active, me = scene
     tree = QuotaTree(queues, {})
     for a in active:
         tree.charge(a.queue, a.requests)
-    assert tree.within_guarantee("a", me.job.requests) and tree.borrowing("b")
+    assert tree.below_guarantee("a", me.job.requests) and tree.borrowing("b")
+    # Only scenes where some of b's jobs on x, taking no more than b borrows, free the room (and the
+    # parent's quota) a's job needs: reclaim never takes a queue below its guarantee.
+    org_max = queues[0].max.get("cpu")
+    over = tree.used("org").get("cpu", 0) + me.job.requests["cpu"] - org_max if org_max is not None else 0
+    needed = max(me.job.requests["cpu"] - clusters[0].free["cpu"], over)
+    sums = {0}
+    for a in active:
+        if a.queue == "b" and a.job_id != me.preempted_by:
+            sums |= {s + a.requests["cpu"] for s in sums if s + a.requests["cpu"] <= tree.borrowed("b")["cpu"]}
+    assume(any(s >= needed for s in sums))
     plan = plan_cycle({"a": [me]}, active, clusters, queues, classes, {}, NOW)
     mine = [p for p in plan.preemptions if p.by == me.job.id]
     assert me.job.id in placed(plan) or mine, plan.waits

@@ -196,18 +196,18 @@ def test_a_guarantee_speaks_only_for_the_resources_it_names():
                       QueueQuota("none")], {})
     tree.charge("a", res(cpu=4 * CPU, memory=64 * GI))
     assert not tree.borrowing("a")  # memory is not named: using it borrows nothing
-    assert tree.within_guarantee("a", res(cpu=2 * CPU, memory=GI))
-    assert not tree.within_guarantee("a", res(cpu=3 * CPU, memory=GI))
-    assert not tree.within_guarantee("a", res(memory=GI))  # asks for nothing the guarantee names
-    # Naming a resource at 0 makes every use of it borrowed, and no request of it within the guarantee.
+    assert tree.below_guarantee("a", res(cpu=2 * CPU, memory=GI))
+    assert not tree.below_guarantee("a", res(memory=GI))  # asks for nothing the guarantee names
+    assert tree.borrowed("a") == {"cpu": 0}  # reclaim may take none of it
+    # Naming a resource at 0 makes every use of it borrowed, and no request of it below the guarantee.
     tree.charge("gpus", res(gpu=GPU))
-    assert tree.borrowing("gpus")
-    assert not tree.within_guarantee("gpus", res(cpu=CPU))  # it would still borrow gpus after
-    # A queue with no guarantee borrows whatever it uses, and nothing is within its guarantee.
+    assert tree.borrowing("gpus") and tree.borrowed("gpus") == {"cpu": 0, G: GPU}
+    assert not tree.below_guarantee("gpus", res(cpu=CPU))  # it borrows gpus now
+    # A queue with no guarantee borrows whatever it uses, all of it reclaimable, and is below nothing.
     assert not tree.borrowing("none")
     tree.charge("none", res(memory=1))
-    assert tree.borrowing("none")
-    assert not tree.within_guarantee("none", res(cpu=CPU))
+    assert tree.borrowing("none") and tree.borrowed("none") is None
+    assert not tree.below_guarantee("none", res(cpu=CPU))
 
 
 def test_an_undeclared_queue_borrows_whatever_it_uses():
@@ -225,28 +225,36 @@ def test_a_released_queue_no_longer_borrows():
     assert not tree.borrowing("nlp")
 
 
-def test_within_guarantee_counts_what_the_queue_already_uses():
+def test_below_guarantee_counts_what_the_queue_already_uses_and_lets_a_whole_job_take_it_past():
     tree = org_tree()
-    assert tree.within_guarantee("vision", res(gpu=8 * GPU, cpu=32 * CPU))
+    assert tree.below_guarantee("vision", res(gpu=8 * GPU, cpu=32 * CPU))
     tree.charge("vision", res(gpu=6 * GPU))
-    assert tree.within_guarantee("vision", res(gpu=2 * GPU))
-    assert not tree.within_guarantee("vision", res(gpu=3 * GPU))
+    assert tree.below_guarantee("vision", res(gpu=2 * GPU))
+    # 6 of 8 GPUs used: a job of 3 may still reclaim, and takes the queue past its guarantee by one,
+    # which is then all that reclaim may take back from it.
+    assert tree.below_guarantee("vision", res(gpu=3 * GPU))
+    tree.charge("vision", res(gpu=3 * GPU))
+    assert tree.borrowing("vision") and tree.borrowed("vision")[G] == GPU
+    assert not tree.below_guarantee("vision", res(gpu=GPU))
+    tree.charge("vision", res(gpu=GPU), -1)  # exactly at its guarantee of GPUs: nothing more to reclaim
+    assert not tree.borrowing("vision") and not tree.below_guarantee("vision", res(gpu=GPU))
+    assert tree.below_guarantee("vision", res(cpu=CPU))  # still below its guarantee of cpu
 
 
-def test_within_guarantee_limits_only_the_resources_the_guarantee_names():
+def test_below_guarantee_limits_only_the_resources_the_guarantee_names():
     tree = org_tree()
-    assert tree.within_guarantee("vision", res(gpu=GPU, memory=GI))  # memory is not named: not limited
-    assert tree.within_guarantee("vision", res(gpu=GPU, memory=0))
-    assert not tree.within_guarantee("vision", res(memory=GI))  # nothing it asks for is named
-    assert not tree.within_guarantee("stray", res(cpu=1))  # an undeclared queue is guaranteed nothing
-    assert not tree.within_guarantee("org", res(cpu=1))
+    assert tree.below_guarantee("vision", res(gpu=GPU, memory=GI))  # memory is not named: not limited
+    assert tree.below_guarantee("vision", res(gpu=GPU, memory=0))
+    assert not tree.below_guarantee("vision", res(memory=GI))  # nothing it asks for is named
+    assert not tree.below_guarantee("stray", res(cpu=1))  # an undeclared queue is guaranteed nothing
+    assert not tree.below_guarantee("org", res(cpu=1))
 
 
 def test_the_guarantee_is_the_queues_own_not_its_parents():
     tree = org_tree()
     tree.charge("nlp", res(gpu=8 * GPU))
-    assert not tree.within_guarantee("nlp", res(gpu=GPU))  # research still has 8 of its 16 free
-    assert tree.within_guarantee("research", res(gpu=8 * GPU))
+    assert not tree.below_guarantee("nlp", res(gpu=GPU))  # research still has 8 of its 16 free
+    assert tree.below_guarantee("research", res(gpu=8 * GPU))
 
 
 # -- share and fair key ------------------------------------------------------------------------------
@@ -390,10 +398,13 @@ def test_quota_invariants_over_random_trees(generated, request):
             assert reason.startswith(f"queue {first}: " if first == queue else f"queue {first} (parent of {queue}): ")
         else:
             assert reason is None
-        # Within the guarantee means not borrowing after the charge (so reclaim never loops).
-        if tree.within_guarantee(queue, request):
-            tree.charge(queue, request)
+        # Below the guarantee means borrowing nothing now, and what reclaim may take is what is borrowed.
+        if tree.below_guarantee(queue, request):
             assert not tree.borrowing(queue)
-            tree.charge(queue, request, -1)
+        borrowed = tree.borrowed(queue)
+        if borrowed is not None:
+            guaranteed = by_name[queue].guaranteed if queue in by_name else {}
+            assert borrowed == {r: max(0, tree.used(queue).get(r, 0) - g) for r, g in guaranteed.items()}
+            assert tree.borrowing(queue) == any(borrowed.values())
         key = tree.fair_key(queue)
         assert len(key) == len(path) and all(k >= 0 for k in key)

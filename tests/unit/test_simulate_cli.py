@@ -135,11 +135,19 @@ spec: {tier: onprem, site: s, simulated: {nodes: 2, node: {cpu: "4"}}}
     (["--policy", "backfill"], "is not one of sluice, fifo, easy-backfill"),
     (["-o", "yaml"], "is not one of table, json"),
     (["--format", "parquet"], "parquet"),
+    (["--checkpoint-interval", "often"], "simulate --checkpoint-interval: 'often' is not a duration"),
+    (["--checkpoint-interval", "0s"], "'0s' must be longer than 0"),
 ])
 def test_bad_options_get_one_clear_line(args, says):
     base = ["--trace", str(shared_trace(SDSC))] if args[0] != "--trace" else []
     done = sluice(*base, *args, check=False)
     assert done.returncode == 1 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_checkpoint_interval_is_in_the_trace_figures():
+    out = figures(sluice("--trace", str(shared_trace(SDSC)), "--window", "0:50", "--policy", "sluice",
+                         "--checkpoint-interval", "30m", "-o", "json"))
+    assert out["trace"]["checkpointInterval"] == 1800
 
 
 def test_a_config_missing_the_trace_queues_is_refused(tmp_path):
