@@ -10,7 +10,7 @@ from dispatcher.scheduler.settings import SchedulerSettings
 from simulation.engine import replay
 from simulation.run import simulate
 from simulation.scenario import ScenarioError, built_objects, scenario, sim_jobs
-from simulation.traces import Trace, TraceJob
+from simulation.traces import Trace, TraceJob, read_trace
 from sluice.objects import (
     BurstPolicyObject,
     ClusterObject,
@@ -19,6 +19,7 @@ from sluice.objects import (
     SimulatedSpec,
     load_objects,
 )
+from tests.shared_traces import shared_trace
 
 CPU = "cpu"
 
@@ -137,6 +138,22 @@ def test_a_built_gpu_pool_guarantees_each_queue_its_equal_part_in_whole_gpus():
         q: {gpu: 5000} for q in ("a", "b", "c")}  # 16 / 3 GPUs, in whole GPUs
     swf = built_objects(trace(job(1, 0, 10, 4, queue="g1"), fmt="swf", machine=8))
     assert all(o.guaranteed == {} for o in swf if isinstance(o, QueueObject))
+
+
+def test_on_philly_the_built_guarantees_hold_every_queue_near_its_share_hour_by_hour():
+    # Philly's first 4,000 jobs, its jobs checkpointing every 30 minutes: the built mapping's guarantees
+    # (equal parts of the pool) against the same queues with none. Measured: 1 of 911 (queue, hour)
+    # windows short against 1,449 of 2,179, and a mean wait of 1h 44m against 4d 08h.
+    trace = read_trace(shared_trace("philly-2017.csv"), window=(0, 4000))
+    built = built_objects(trace)
+    assert all(q.guaranteed for q in built if isinstance(q, QueueObject))
+    guaranteed = simulate(trace, None, ["sluice"], checkpoint_s=1800).figures["sluice"]
+    plain = [QueueObject(o.name) if isinstance(o, QueueObject) else o for o in built]
+    unguaranteed = simulate(trace, plain, ["sluice"], checkpoint_s=1800).figures["sluice"]
+    assert guaranteed["fairShareViolations"] <= 0.01 * guaranteed["fairShareJudged"]
+    assert unguaranteed["fairShareViolations"] >= 0.3 * unguaranteed["fairShareJudged"]
+    assert guaranteed["preemptions"] > 0 and unguaranteed["preemptions"] == 0
+    assert guaranteed["meanWaitSeconds"] < unguaranteed["meanWaitSeconds"] / 10
 
 
 def test_burst_spends_on_the_paid_cluster_within_its_budget():
