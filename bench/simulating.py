@@ -18,6 +18,7 @@ from tests.shared_traces import SHARED_TRACES
 class SimulateConfig:
     philly_jobs: int | None = None  # None: the whole trace (82,247 jobs)
     swf_jobs: int = 200_000  # of HPC2N's 202,871
+    philly_checkpoint_s: float = 1800.0  # Philly's training jobs checkpoint, as docs/simulate.md replays them
 
     @classmethod
     def quick(cls) -> SimulateConfig:
@@ -33,15 +34,15 @@ QUALITY = ("meanWaitSeconds", "meanCompletionSeconds", "boundedSlowdown", "utili
 def run(config: SimulateConfig, out: Run) -> None:
     out.configs["simulate"] = {**asdict(config), "policy": "sluice", "mapping": "built from the trace",
                                "traces": "the public traces beside the repository (tests/shared_traces.py)"}
-    for key, name, jobs in (("philly", "philly-2017.csv", config.philly_jobs),
-                            ("swf", "HPC2N-2002-2.2-cln.swf.gz", config.swf_jobs)):
+    for key, name, jobs, checkpoint_s in (("philly", "philly-2017.csv", config.philly_jobs, config.philly_checkpoint_s),
+                                          ("swf", "HPC2N-2002-2.2-cln.swf.gz", config.swf_jobs, None)):
         path = SHARED_TRACES / name
         if not path.exists():
             out.notes.append(f"simulate: {path} is not there; not measured")
             continue
         began = time.perf_counter()
         trace = read_trace(path, window=None if jobs is None else (0, jobs))
-        result = simulate(trace, None, ["sluice"])
+        result = simulate(trace, None, ["sluice"], checkpoint_s=checkpoint_s)
         seconds = time.perf_counter() - began
         figures = result.figures["sluice"]
         print(f"  {name}: " + ", ".join(f"{k} {figures[k]:,.3f}" for k in QUALITY), flush=True)

@@ -10,8 +10,8 @@ queue. A job that cannot start:
   guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
 - no room, and its class may preempt (or its queue is below its guarantee and others borrow): evicts
   the smallest set of eligible jobs on one cluster (reclaim taking no more from a queue than it borrows;
-  where the cluster reports its nodes, victims whose own room surely packs the job come first) and
-  holds that room for itself (on the cluster, and
+  where the cluster reports its nodes, only victims whose own room surely packs the job) and holds that
+  room for itself (on the cluster and its nodes, and
   in its queue's quota, until it starts or the hold expires); a job that holds a reservation tries this
   too (the preemption hold replaces the reservation), one that holds a preemption waits for its victims;
 - no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
@@ -676,6 +676,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
             return False
     evicting = {p.victim for p in out.preemptions}
     excess = tree.excess(c.queue, c.job.requests) if quota else {}
+    shapes = [pod for _, pod in c.job.pods] or [c.job.requests]
 
     def by_class(a: Active) -> bool:
         return can_preempt and a.preemptible and a.class_priority < c.class_priority
@@ -706,6 +707,8 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
                 or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
             continue
         candidates = [a for a in running[cluster.name] if eligible(a)]
+        if cluster.node_free and len(cluster.node_free) > 1 and not excess:
+            candidates = [a for a in candidates if _holds_a_pod(a, shapes)]  # no other victim helps _packs
         if not candidates:  # evicting nobody is never chosen
             continue
         chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
@@ -754,6 +757,12 @@ def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, i
     return enough
 
 
+def _holds_a_pod(victim: Active, shapes: list[dict[str, int]]) -> bool:
+    """Whether one of the victim's pods would hold one of these pods: on several nodes, no other victim
+    counts towards a packing (_packs), so none other is worth evicting."""
+    return any(fits(shape, pod) for _, pod in (victim.pods or ((1, victim.requests),)) for shape in shapes)
+
+
 def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
     """Whether the pods surely pack onto the nodes once the victims are gone. On one node, all they free is
     there. On several, which node a victim runs on is not known: each victim's pods count as room of
@@ -793,6 +802,8 @@ def _smallest_set(enough, eligible: list[Active], allowed) -> list[Active] | Non
             rest = [b for b in chosen if b is not a]
             if enough(rest):
                 chosen = rest
+    elif not enough(order):  # more victims never make less room: no set of them is enough
+        return None
     budget = VICTIM_SEARCH
     for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
         for combo in itertools.combinations(order, size):
