@@ -343,17 +343,17 @@ def test_queue_within_its_guarantee_reclaims_capacity_from_a_borrower(sluice):
     wait_for(lambda: len(c.list(queue="h", state="RUNNING")) == 8, 10, "queue h fills the cluster")
 
     with Sampler(lambda: (by_id(c, "g"), by_id(c, "h")), 0.02) as sampler:
-        [mine] = c.submit([job("g", "2", "50s", name="mine")])
+        [mine] = c.submit([job("g", "4", "50s", name="mine")])
         with Sampler(lambda: c.get(mine), 0) as fast:  # its preemption reason shows for tens of ms
             wait_for(lambda: c.get(mine)["state"] != "QUEUED", 10, "g's job is dispatched")
         wait_for(lambda: c.get(mine)["state"] in ("RUNNING", *FINAL), 10, "g's job runs")
         victims = [b for b in borrowers if preempted_by(c, b)]
-        assert len(victims) == 2, victims  # two 1-cpu borrowers free the 2 cpu within g's guarantee
+        assert len(victims) == 4, victims  # four 1-cpu borrowers free the 4 cpu of g's guarantee
         assert all(preempted_by(c, v) == [mine] for v in victims)
-        # Beyond its guarantee (2 + 3 > 4), g may not reclaim: this one just waits. (Cancelled before g's
-        # first job ends: alone, 3 cpu would be within the guarantee again and rightly reclaim.)
-        [beyond] = c.submit([job("g", "3", "10s", name="beyond")])
-        wait_for(lambda: c.get(beyond)["reason"] == "no cluster fits: c1: needs 3 cpu, 0 free", 5,
+        # At its guarantee (4 of 4), g may not reclaim more: this one just waits. (Cancelled before g's
+        # first job ends: alone, g would be below its guarantee again and rightly reclaim.)
+        [beyond] = c.submit([job("g", "1", "10s", name="beyond")])
+        wait_for(lambda: c.get(beyond)["reason"] == "no cluster fits: c1: needs 1 cpu, 0 free", 5,
                  "the job beyond g's guarantee waits for room")
         assert c.get(mine)["state"] == "RUNNING", "g's first job ended too soon for this check"
         c.cancel([beyond])
