@@ -97,13 +97,18 @@ def test_a_job_no_cluster_could_ever_hold_is_unrunnable_with_why():
         assert "c1" in reason
 
 
-def test_preemption_in_a_replay_evicts_batch_work_for_a_critical_job():
+def critical_over_batch(checkpoint_s: float | None = None):
+    """Four 2-cpu batch jobs fill an 8-cpu cluster from 0 for 1,000 s; a critical 4-cpu job arrives at 10."""
     config = [ServiceClassObject("critical", priority=1000, can_preempt=True),
               ServiceClassObject("batch", priority=100, preemptible=True),
               QueueObject("batch", service_classes=("batch",)), QueueObject("urgent", service_classes=("critical",)),
               ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 8000}))]
     t = trace(*(job(i, 0, 1000, 2, queue="batch") for i in range(1, 5)), job(9, 10, 50, 4, queue="urgent"))
-    result = simulate(t, config, ["sluice"])
+    return simulate(t, config, ["sluice"], checkpoint_s=checkpoint_s)
+
+
+def test_preemption_in_a_replay_evicts_batch_work_for_a_critical_job():
+    result = critical_over_batch()
     assert starts(result, "sluice")[9] == 10
     assert result.figures["sluice"]["preemptions"] == 2
     evicted = [o for o in result.outcomes["sluice"] if o.preemptions]
@@ -111,12 +116,7 @@ def test_preemption_in_a_replay_evicts_batch_work_for_a_critical_job():
 
 
 def test_an_evicted_job_that_checkpoints_resumes_from_its_last_checkpoint():
-    config = [ServiceClassObject("critical", priority=1000, can_preempt=True),
-              ServiceClassObject("batch", priority=100, preemptible=True),
-              QueueObject("batch", service_classes=("batch",)), QueueObject("urgent", service_classes=("critical",)),
-              ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 8000}))]
-    t = trace(*(job(i, 0, 1000, 2, queue="batch") for i in range(1, 5)), job(9, 10, 50, 4, queue="urgent"))
-    result = simulate(t, config, ["sluice"], checkpoint_s=4)
+    result = critical_over_batch(checkpoint_s=4)
     assert result.trace["checkpointInterval"] == 4
     evicted = [o for o in result.outcomes["sluice"] if o.preemptions]
     assert len(evicted) == 2
