@@ -11,9 +11,9 @@ queue. A job that cannot start:
 - no room, and its class may preempt (or its queue is below its guarantee and others borrow): evicts
   the smallest set of eligible jobs on one cluster (reclaim taking no more from a queue than it borrows;
   where the cluster reports its nodes, only victims whose own room surely packs the job) and holds that
-  room for itself (on the cluster and its nodes, and
-  in its queue's quota, until it starts or the hold expires); a job that holds a reservation tries this
-  too (the preemption hold replaces the reservation), one that holds a preemption waits for its victims;
+  room for itself (on the cluster and its nodes, and in its queue's quota, until it starts or the hold
+  expires); a job that holds a reservation tries this too (the preemption hold replaces the
+  reservation), one that holds a preemption waits for its victims;
 - no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
   cheapest paid cluster that fits, within the policy's budgets; the decision is kept;
 - no room, and it has waited past its class's reservation time: holds room on its best cluster, so
