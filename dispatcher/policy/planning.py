@@ -773,10 +773,10 @@ def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victim
         room = dict(nodes[0])
         for a in victims:
             room = add(room, a.requests)
-        return not first_fit_decreasing(pods, [room])[1].count(None)
-    freed = [pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests])]
-    _, slots = first_fit_decreasing(pods, [*nodes, *freed])
-    return None not in slots
+        bins = [room]
+    else:
+        bins = [*nodes, *(pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests]))]
+    return None not in first_fit_decreasing(pods, bins)[1]
 
 
 def _smallest_set(enough, eligible: list[Active], allowed) -> list[Active] | None:
