@@ -44,9 +44,6 @@ class NoSink:
     def end(self) -> list[Dispatched]:
         return []
 
-    def undo(self) -> None:
-        self.parts = []
-
     def close(self) -> None:
         pass
 

@@ -190,8 +190,30 @@ def needed(a: Active, needs: ActiveNeeds, *, victims: bool = True) -> bool:
                         or a.queue in needs.queues)
 
 
-class VictimsNeeded(Exception):
-    """plan_cycle(victims=False) came to a search for preemption victims: plan again with them."""
+class _Running(dict):
+    """Per cluster, the active attempts the cycle sees one by one. Given only those that ETAs and
+    reservations need, it reads the preemption victims (`more`) where the first search for them starts:
+    reading every attempt a search may evict is costly, and most cycles start none."""
+
+    def __init__(self, active: list[Active], more: Callable[[], list[Active]] | None):
+        super().__init__()
+        self._more = more
+        self.queue_of: dict[int, str] = {}
+        self._add(active)
+
+    def _add(self, active: list[Active]) -> None:
+        for a in active:
+            self.setdefault(a.cluster, []).append(a)
+            self.queue_of[a.job_id] = a.queue
+
+    def victims(self, out: CyclePlan) -> _Running:
+        """Every attempt a search may evict, read now if it was not (skipping those seen already, and the
+        jobs this plan placed, which a store may show as active once their dispatch is sent ahead)."""
+        if self._more is not None:
+            more, self._more = self._more, None
+            seen = set(self.queue_of) | {p.job_id for p in out.places}
+            self._add([a for a in more() if a.job_id not in seen])
+        return self
 
 
 @dataclass
@@ -212,16 +234,17 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
                now: float, rules: list[BurstRule] = (),
                spend: dict[tuple[str, str | None], Spend] | None = None, *,
                usage: dict[str, dict[str, int]] | None = None, history: dict[str, dict[str, float]] | None = None,
-               victims: bool = True,
+               victims: Callable[[], list[Active]] | None = None,
                remember_failed_searches: bool = True,
                placed: Callable[[list[Place], dict[int, BurstDecision]], None] | None = None) -> CyclePlan:
     """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
 
     usage: per queue, the requests of every active attempt summed; when given, `active` need hold only
     the attempts `needed` under active_needs(...) (the same plan results). history: per queue, decayed
-    resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims=False:
-    `active` holds no preemption victims (only what burst ETAs and reservations need); raises
-    VictimsNeeded where a victim search starts.
+    resource-seconds (policy/decay.py), in the fair share of trees with a half-life. victims: when given,
+    `active` holds only what burst ETAs and reservations need, and victims() is called where the first
+    search for preemption victims starts, for the attempts `needed` under active_needs(...) (the same
+    plan results).
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
     search is known to fail (the same search found nothing since the last change), and every head is
     decided afresh, even one like a head that just had to wait (_Verdicts): the plain definition.
@@ -232,15 +255,13 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     for c in clusters:
         capacity = add(capacity, c.allocatable)
     tree = QuotaTree(queues, capacity, history)
-    running: dict[str, list[Active]] = {}
-    active_queue = {a.job_id: a.queue for a in active}
+    running = _Running(active, victims)
     if usage is not None:
         for queue, used in usage.items():
             tree.charge(queue, used)
-    for a in active:
-        if usage is None:
+    else:
+        for a in active:
             tree.charge(a.queue, a.requests)
-        running.setdefault(a.cluster, []).append(a)
     state = Clusters(clusters, include=lambda c: not c.paid)
     queued = {c.job.id: c for jobs in heads.values() for c in jobs}
     out = CyclePlan(holds=_Holds({i: h for i, h in holds.items() if i in queued and h.cluster in state
@@ -258,8 +279,6 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         if hold.kind == "reservation":
             starts_by, short = _expected_start(queued[job_id].job, state[hold.cluster], burst, now)
             out.holds[job_id] = replace(hold, starts_by=starts_by, short=short)
-    if not victims:
-        running = None  # unknown: a search for victims must not start
     order = _FairOrder(tree, heads, classes)
     views = _HeldView(state)
     verdicts = _Verdicts(remember_failed_searches and not burst.paid)
@@ -273,7 +292,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
                 placed(out.places, out.bursts)
         order.changed(queue)
         for p in out.preemptions[evicted:]:  # their queues' shares went down
-            order.changed(active_queue[p.victim])
+            order.changed(running.queue_of[p.victim])
     started = {queued[p.job_id].queue for p in out.places}
     unheld = views.view(out.holds) if out.holds else state  # room a hold keeps is no room for jobs behind
     room = [kinds for c in unheld.values() if not c.paid and not c.unavailable
@@ -528,7 +547,7 @@ def _expected_start(job: QueuedJob, cluster: ClusterState, burst: _Burst, now: f
 
 
 def _consider(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
-              running: dict[str, list[Active]] | None, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
+              running: _Running, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
               burst: _Burst) -> None:
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
@@ -540,7 +559,7 @@ def _consider(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
 
 
 def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
-            running: dict[str, list[Active]] | None, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
+            running: _Running, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
             burst: _Burst) -> None:
     job = c.job
     over = tree.over_max(c.queue, job.requests)
@@ -618,7 +637,7 @@ def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, Cluster
     out.holds.pop(c.job.id, None)
 
 
-def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: dict[str, list[Active]] | None,
+def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: _Running,
            classes: dict[str, ClassPolicy], now: float, burst: _Burst) -> BurstDecision | str | None:
     cls = classes.get(c.service_class)
     if not burst.paid or not any(s.paid for s in view.values()):
@@ -643,7 +662,7 @@ def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str 
     return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name
 
 
-def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: dict[str, list[Active]] | None,
+def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: _Running,
              classes: dict[str, ClassPolicy], out: CyclePlan, now: float, failed: dict[tuple, tuple] | None = None,
              quota: bool = False) -> bool:
     """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
@@ -661,8 +680,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     reclaim = tree.below_guarantee(c.queue, c.job.requests)
     if not (can_preempt or reclaim):
         return False
-    if running is None:
-        raise VictimsNeeded(c.job.id)
+    running = running.victims(out)
     if not any(running.values()):  # nothing runs on any cluster: no victim anywhere
         return False
     search = state_then = None

@@ -23,7 +23,6 @@ from dispatcher.policy.planning import (
     Candidate,
     CyclePlan,
     Hold,
-    VictimsNeeded,
     active_needs,
     plan_cycle,
 )
@@ -121,7 +120,6 @@ class DispatchSink(Protocol):
 
     def placed(self, places: list, bursts: dict) -> None: ...
     def end(self) -> list[Dispatched]: ...
-    def undo(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -144,7 +142,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
     started = time.perf_counter()
     dirty = parking.take() if parking is not None else None
     try:
-        everything = parking is None or bool(holds) or parking.plans_all(dirty, now.timestamp())
+        everything = parking is None or parking.plans_all(dirty, now.timestamp())
         inputs = store.inputs(now, all_heads=everything)
         key = inputs.parking_key()
         only = None if everything else parking.only(dirty, key, now.timestamp())
@@ -155,17 +153,10 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
         # A deep backlog's places go to the store while the rest is planned.
         ahead = store.dispatch_ahead([c.name for c in clusters])
         try:
-            try:
-                plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
-                                  now.timestamp(), policy.rules, inputs.spend, usage=usage, history=inputs.history,
-                                  victims=not needs.victims, placed=ahead.placed)
-            except VictimsNeeded:
-                ahead.undo()
-                seen = {a.job_id for a in active}
-                active += [a for a in store.active(needs, victims=True) if a.job_id not in seen]
-                plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
-                                  now.timestamp(), policy.rules, inputs.spend, usage=usage, history=inputs.history,
-                                  placed=ahead.placed)
+            plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
+                              now.timestamp(), policy.rules, inputs.spend, usage=usage, history=inputs.history,
+                              victims=(lambda: store.active(needs, victims=True)) if needs.victims else None,
+                              placed=ahead.placed)
             dispatched = ahead.end()
         finally:
             ahead.close()

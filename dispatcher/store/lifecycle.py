@@ -359,8 +359,7 @@ class DispatchAhead:
     the cycle writes; `end` collects what moved and leaves the rest of the plan to `dispatch`.
 
     The first part takes the outbox locks of every cluster the cycle may place on (in name order, as
-    `lock_clusters` always does: locks taken part by part would not be). `undo` takes back every part
-    sent (a savepoint before the first), for a plan that is thrown away and made again.
+    `lock_clusters` always does: locks taken part by part would not be).
 
     A part's rows come back while the next is planned (psycopg's pipeline mode reads them at each
     send); AHEAD keeps a part's rows within what the socket holds, so Postgres never waits on them.
@@ -383,7 +382,6 @@ class DispatchAhead:
         if self._pipeline is None:  # the first part (of this plan's making)
             self._pipeline = conn.pipeline()
             self._pipeline.__enter__()
-            conn.execute("SAVEPOINT dispatch_ahead")
             lock_clusters(self._session, self._clusters)
         part = [(p.job_id, p.cluster) for p in places[self.sent:]]
         self._cursors.append(_send_dispatch(conn, part, {i: bursts[i].record() for i, _ in part if i in bursts}))
@@ -395,13 +393,6 @@ class DispatchAhead:
             pipeline, self._pipeline = self._pipeline, None
             pipeline.__exit__(None, None, None)
         return [Dispatched(*r) for cursor in self._cursors for r in cursor.fetchall()]
-
-    def undo(self) -> None:
-        """Take back every part sent."""
-        self.end()
-        if self._cursors:
-            driver(self._session).execute("ROLLBACK TO SAVEPOINT dispatch_ahead")
-        self._cursors, self.sent = [], 0
 
     def close(self) -> None:
         """Leave pipeline mode, on the way out of a failed cycle (its transaction is rolled back)."""

@@ -3,7 +3,7 @@
 `run_cycle` no longer reads every dispatched and running job: queue usage comes summed per queue
 (`usage`), and one by one only the attempts `planning.needed` selects under `active_needs` (jobs with
 an expected end when a burst may be weighed; preemption victims only once a search for them starts,
-`VictimsNeeded`). These properties compare that path with the plain definition, `plan_cycle` over every
+plan_cycle's `victims`). These properties compare that path with the plain definition, `plan_cycle` over every
 active attempt, on random queue trees, classes, clusters (some paid), running jobs, heads and holds.
 """
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dispatcher.policy.planning import (
     Candidate,
     ClassPolicy,
     Hold,
-    VictimsNeeded,
     active_needs,
     needed,
     plan_cycle,
@@ -42,12 +41,8 @@ def as_the_cycle_plans(heads, active, clusters, queues, classes, holds, rules=()
     usage = usage_of(active)
     needs = active_needs(heads, clusters, queues, classes, usage, holds)
     first = [a for a in active if needed(a, needs, victims=False)]
-    try:
-        return plan_cycle(heads, first, clusters, queues, classes, holds, NOW, list(rules), {},
-                          usage=usage, victims=not needs.victims)
-    except VictimsNeeded:
-        return plan_cycle(heads, [a for a in active if needed(a, needs)], clusters, queues, classes, holds, NOW,
-                          list(rules), {}, usage=usage)
+    return plan_cycle(heads, first, clusters, queues, classes, holds, NOW, list(rules), {}, usage=usage,
+                      victims=(lambda: [a for a in active if needed(a, needs)]) if needs.victims else None)
 
 
 @st.composite
@@ -123,17 +118,22 @@ def test_a_critical_head_needs_the_preemptible_jobs_of_lower_classes_on_unpaid_c
     assert not needed(Active(7, "b", "batch", 10, 0, "x", {"cpu": CPU}, True), needs, victims=False)
 
 
-def test_a_search_for_victims_asks_for_them_and_the_second_plan_evicts():
-    heads = {"a": [Candidate(QueuedJob(1, {"cpu": CPU}, {"cpu": CPU}), "a", "critical", 100, 0)]}
+def test_the_victims_are_read_once_where_the_first_search_starts_and_never_when_none_does():
+    small = Candidate(QueuedJob(1, {"cpu": CPU}, {"cpu": CPU}), "a", "critical", 100, 0)
+    big = Candidate(QueuedJob(2, {"cpu": 2 * CPU}, {"cpu": 2 * CPU}), "a", "critical", 100, 0)
     batch = Active(7, "b", "batch", 10, 0, "x", {"cpu": CPU}, True)
     queues = [QueueQuota("a"), QueueQuota("b")]
-    try:
-        plan_cycle(heads, [], [_full("x")], queues, CLASSES, {}, NOW, usage=usage_of([batch]), victims=False)
-    except VictimsNeeded:
-        pass
-    else:
-        raise AssertionError("a search for victims started without them")
-    plan = plan_cycle(heads, [batch], [_full("x")], queues, CLASSES, {}, NOW, usage=usage_of([batch]))
+    roomy = replace(_full("x"), free={"cpu": CPU}, largest_free_node={"cpu": CPU})
+    reads = []
+
+    def victims():
+        reads.append(1)
+        return [batch]
+    plan = plan_cycle({"a": [small]}, [], [roomy], queues, CLASSES, {}, NOW, usage=usage_of([batch]), victims=victims)
+    assert [p.job_id for p in plan.places] == [1] and not reads  # it fit: no search, nothing read
+    plan = plan_cycle({"a": [small, big]}, [], [_full("x")], queues, CLASSES, {}, NOW, usage=usage_of([batch]),
+                      victims=victims)
+    assert len(reads) == 1  # two searches, one read
     assert [p.victim for p in plan.preemptions] == [7]
     assert plan.holds[1] == Hold(1, "x", {"cpu": CPU}, "preemption", NOW, (7,))
 

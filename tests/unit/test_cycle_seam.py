@@ -34,9 +34,6 @@ class _Sink:
     def end(self) -> list[Dispatched]:
         return []
 
-    def undo(self) -> None:
-        pass
-
     def close(self) -> None:
         pass
 
