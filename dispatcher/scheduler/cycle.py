@@ -142,7 +142,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
     started = time.perf_counter()
     dirty = parking.take() if parking is not None else None
     try:
-        everything = parking is None or parking.plans_all(dirty, now.timestamp())
+        everything = parking is None or bool(holds) or parking.plans_all(dirty, now.timestamp())
         inputs = store.inputs(now, all_heads=everything)
         key = inputs.parking_key()
         only = None if everything else parking.only(dirty, key, now.timestamp())

@@ -17,9 +17,8 @@ class Parking:
     usable capacity or state, a queue's usage (what runs there, and how many jobs), the burst spend; or
     until time alone could change a verdict (a head reaching its class's reservation time, a preemption
     hold expiring). Until then its queues are parked: a cycle plans only the queues a wake-up named
-    since (a submit or a cancel names its queue) and the queues of the jobs that hold room (a hold is
-    kept by the cycle that plans its job's queue; while it stays as it was, the room every parked head
-    saw stays as it was). A wake-up naming no queue, or the
+    since (a submit or a cancel names its queue), or every queue while room is held (a hold is kept by
+    the cycle that plans its job's queue, so none is left out). A wake-up naming no queue, or the
     listener reconnecting, has every queue planned again. A parked queue costs a cycle nothing and keeps
     the reasons last written for its jobs.
 
@@ -43,7 +42,6 @@ class Parking:
         self._last: dict[str, tuple[int, int, int]] = {}
         self._behind: dict[str, tuple[int, int, int]] = {}  # per queue, the best submit let pass since the last settle
         self._rewake = False
-        self._holding: set[str] = set()  # the parked cycle's queues whose jobs hold room: planned every cycle
 
     def touch(self, payload: str = "") -> bool:
         """Plan a queue in the next cycle: a queue's name, optionally with the order of a submit's best
@@ -92,7 +90,7 @@ class Parking:
         (every queue)."""
         if self.plans_all(dirty, now) or inputs != self.inputs:
             return None
-        return sorted(dirty | self._holding)
+        return sorted(dirty)
 
     def settle(self, inputs: tuple, only: list[str] | None, heads: dict[str, list[Candidate]], waits: dict[int, str],
                quiet: bool, reasons_written: bool, classes: dict[str, ClassPolicy], now: float,
@@ -118,8 +116,6 @@ class Parking:
             for hold in (holds or {}).values():
                 if hold.kind == "preemption":
                     self.until = min(self.until, hold.since + PREEMPTION_HOLD_S)
-            if only is None:  # a quiet cycle kept its holds as they were, and so their queues
-                self._holding = {q for q, candidates in heads.items() if any(c.job.id in (holds or {}) for c in candidates)}
             for queue, candidates in heads.items():
                 self.waiting[queue] = len(candidates)  # a quiet cycle placed none of them
                 if queue in full:
