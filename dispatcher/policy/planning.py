@@ -199,12 +199,24 @@ class _Running(dict):
         super().__init__()
         self._more = more
         self.queue_of: dict[int, str] = {}
+        self._holding: dict[tuple, bool] = {}
         self._add(active)
 
     def _add(self, active: list[Active]) -> None:
         for a in active:
             self.setdefault(a.cluster, []).append(a)
             self.queue_of[a.job_id] = a.queue
+
+    def holds_a_pod(self, victim: Active, shapes: list[dict[str, int]]) -> bool:
+        """Whether one of the victim's pods would hold one of these pods: on several nodes, no other victim
+        counts towards a packing (_packs), so none other is worth evicting. Kept for the cycle: its
+        searches ask it of the same attempts for the same few job shapes."""
+        key = (victim.job_id, *(tuple(shape.items()) for shape in shapes))
+        found = self._holding.get(key)
+        if found is None:
+            found = self._holding[key] = any(fits(shape, pod) for _, pod in (victim.pods or ((1, victim.requests),))
+                                             for shape in shapes)
+        return found
 
     def victims(self, out: CyclePlan) -> _Running:
         """Every attempt a search may evict, read now if it was not (skipping those seen already, and the
@@ -569,7 +581,8 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
             del out.holds[job.id]  # it could not use the room it reserved: leave that room to others
             held = None
         # A queue within its guarantee may still take back what borrowers hold of an ancestor's maximum.
-        if held is not None or not _preempt(c, tree, state, running, classes, out, now, burst.failed, quota=True):
+        if held is not None or not _preempt(c, tree, state, views, running, classes, out, now, burst.failed,
+                                                 quota=True):
             out.waits[job.id] = over
         return
     if job.id in out.holds:  # it sees the room it holds itself, and only the older holds of others
@@ -591,7 +604,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
         # It searches as a job holding nothing, so the younger preemption hold that replaces the
         # reservation never counts on room another hold keeps.
         del out.holds[job.id]
-    if _preempt(c, tree, state, running, classes, out, now, burst.failed):
+    if _preempt(c, tree, state, views, running, classes, out, now, burst.failed):
         return
     if held is not None:
         out.holds[job.id] = held
@@ -662,7 +675,7 @@ def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str 
     return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name
 
 
-def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], running: _Running,
+def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, running: _Running,
              classes: dict[str, ClassPolicy], out: CyclePlan, now: float, failed: dict[tuple, tuple] | None = None,
              quota: bool = False) -> bool:
     """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
@@ -699,10 +712,19 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
     def by_class(a: Active) -> bool:
         return can_preempt and a.preemptible and a.class_priority < c.class_priority
 
+    borrowing: dict[str, bool] = {}  # per queue, for this search
+
     def eligible(a: Active) -> bool:
         if a.job_id in evicting or a.job_id == c.preempted_by:
             return False
-        return by_class(a) or (reclaim and a.queue != c.queue and tree.borrowing(a.queue))
+        if by_class(a):
+            return True
+        if not reclaim or a.queue == c.queue:
+            return False
+        found = borrowing.get(a.queue)
+        if found is None:
+            found = borrowing[a.queue] = tree.borrowing(a.queue)
+        return found
 
     borrowed: dict[str, dict[str, int] | None] = {}
 
@@ -719,14 +741,18 @@ def _preempt(c: Candidate, tree: QuotaTree, state: dict[str, ClusterState], runn
         return True
 
     best: tuple | None = None
-    view = _view(state, out.holds, c.job, now)
+    if c.job.id in out.holds:
+        view = _view(state, out.holds, c.job, now)
+    else:  # as every job that holds nothing sees them (_view), kept in step by the cycle
+        view = views.view(out.holds, tuple(i for i, h in out.holds.items() if _may_use(h, c.job, now))) \
+            if out.holds else state
     for cluster in matching(c.job, _unpaid(view).values()):
         if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
                 or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
             continue
         candidates = [a for a in running[cluster.name] if eligible(a)]
         if cluster.node_free and len(cluster.node_free) > 1 and not excess:
-            candidates = [a for a in candidates if _holds_a_pod(a, shapes)]  # no other victim helps _packs
+            candidates = [a for a in candidates if running.holds_a_pod(a, shapes)]  # no other victim helps _packs
         if not candidates:  # evicting nobody is never chosen
             continue
         chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
@@ -773,12 +799,6 @@ def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, i
                 return False
         return True
     return enough
-
-
-def _holds_a_pod(victim: Active, shapes: list[dict[str, int]]) -> bool:
-    """Whether one of the victim's pods would hold one of these pods: on several nodes, no other victim
-    counts towards a packing (_packs), so none other is worth evicting."""
-    return any(fits(shape, pod) for _, pod in (victim.pods or ((1, victim.requests),)) for shape in shapes)
 
 
 def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
