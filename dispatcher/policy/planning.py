@@ -167,8 +167,11 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
         most = QuotaTree(queues, {})
         for queue, used in usage.items():
             most.charge(queue, used)
+        queued: dict[str, dict[str, int]] = {}
         for c in candidates:
-            most.charge(c.queue, c.job.requests)
+            queued[c.queue] = add(queued.get(c.queue, {}), c.job.requests)
+        for queue, requests in queued.items():
+            most.charge(queue, requests)
         borrowing = frozenset(q for q in usage if most.borrowing(q))
     timed = any(c.paid for c in clusters) and any(
         c.service_class in classes and classes[c.service_class].burst_allowed for c in candidates)
@@ -236,8 +239,8 @@ class _Burst:
     spend: dict[tuple[str, str | None], Spend]
     ends: dict[str, list[Running]]  # per cluster, what runs there and when it is expected to end
     paid: bool = True  # whether any cluster is paid (no cluster changes tier within a cycle)
-    # Victim searches that found nothing, by what decides them (_search_key), with the cycle's state then
-    # (_state_key); None: every search runs (the plain definition).
+    # Victim searches that found nothing, by what decides them, with the cycle's state then (_preempt);
+    # None: every search runs (the plain definition).
     failed: dict[tuple, tuple] | None = None
 
 
@@ -682,12 +685,11 @@ def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, r
     maxima on its queue's path leave room for it); hold that room for `c`.
 
     failed: searches that found nothing, kept so that the same search is not run again while nothing it
-    depends on has changed. It depends on the job's requests and placement (with the clusters it avoids),
-    its class priority, whether
-    it may preempt or reclaim, the job that evicted it, its queue (reclaim and maxima only), and on the
-    clusters, holds, running jobs and queue usage, which change only with a placement, a preemption or a
-    hold made or given up (a job that holds a reservation gives it up for the search; a job holding a
-    preemption never searches)."""
+    depends on has changed. It depends on the job's requests, pods and placement (with the clusters it
+    avoids), its class priority, whether it may preempt or reclaim, the job that evicted it, its queue
+    (reclaim and maxima only), and on the clusters, holds, running jobs and queue usage, which change only
+    with a placement, a preemption or a hold made or given up (a job that holds a reservation gives it up
+    for the search; a job holding a preemption never searches)."""
     cls = classes.get(c.service_class)
     can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
     reclaim = tree.below_guarantee(c.queue, c.job.requests)
@@ -699,10 +701,10 @@ def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, r
     search = state_then = None
     if failed is not None and c.job.id not in out.holds:
         job = c.job
-        search = (tuple(sorted(job.requests.items())), tuple(sorted(job.cluster_selector.items())), job.tiers,
-                  job.sites, job.avoid, c.class_priority, can_preempt, reclaim, quota, c.preempted_by,
-                  c.queue if reclaim or quota else None)
-        state_then = (len(out.places), len(out.preemptions), tuple(out.holds))
+        search = (tuple(sorted(job.requests.items())), tuple((n, tuple(sorted(pod.items()))) for n, pod in job.pods),
+                  tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid, c.class_priority,
+                  can_preempt, reclaim, quota, c.preempted_by, c.queue if reclaim or quota else None)
+        state_then = (len(out.places), len(out.preemptions), out.holds.version)
         if failed.get(search) == state_then:
             return False
     evicting = {p.victim for p in out.preemptions}
