@@ -151,7 +151,7 @@ def test_a_job_neither_preempts_nor_reserves_on_a_cluster_it_avoids():
 def test_a_failed_search_is_not_taken_for_a_job_of_the_same_total_in_other_pods():
     # Two nodes, none free, eight 2-GPU batch jobs on them. A (one 8-GPU pod) can evict nothing that surely
     # packs it; B asks for the same 8 GPUs as four 2-GPU pods, which four victims' own room holds.
-    from tests.unit.test_planning import GPU, cluster, head, res, run, running, victims
+    from tests.unit.test_planning import GPU, cluster, head, res, run, running
     small = [running(i, "b", "c", "batch", gpu=2 * GPU) for i in range(1, 9)]
     two_nodes = replace(cluster("c", small, gpu=16 * GPU, largest=res(gpu=0)), node_free=({"nvidia.com/gpu": 0},) * 2)
     a = head(10, "a", "critical", priority=1, gpu=8 * GPU)
