@@ -286,16 +286,18 @@ def _wait_reason(job: QueuedJob, clusters: list[ClusterState]) -> str:
 
 
 def take(cluster: ClusterState, requests: dict[str, int],
-         pods: tuple[tuple[int, dict[str, int]], ...] = ()) -> ClusterState:
+         pods: tuple[tuple[int, dict[str, int]], ...] = (), *, drain: bool = False) -> ClusterState:
     """The cluster with `requests` less free, and, when it reports its nodes, `pods` (or `requests` as one
     pod) taken off the nodes first-fit decreasing packs them onto, and its largest free node what is left
-    on them; without per-node figures, its largest free node can hold no more than what is left."""
+    on them; without per-node figures, its largest free node can hold no more than what is left.
+    drain (room held for a job): a pod that fits no node now takes all that is free, up to its size, on
+    the node nearest to holding it, so that room freed there is kept for it until the pod fits."""
     free = subtract(cluster.free, requests)
     # dataclasses.replace without its __init__ (14 fields set one by one): a busy cycle takes thousands.
     taken = object.__new__(ClusterState)
     taken.__dict__.update(cluster.__dict__, free=free)
     if cluster.node_free:  # the largest free node is known again: the most of each resource left on one node
-        nodes = taken.__dict__["node_free"] = _take_off_nodes(cluster.node_free, requests, pods, free)
+        nodes = taken.__dict__["node_free"] = _take_off_nodes(cluster.node_free, requests, pods, free, drain)
         largest = {r: min(free.get(r, 0), max(node.get(r, 0) for node in nodes)) for r in cluster.largest_free_node}
     else:
         largest = {r: min(v, free.get(r, 0)) for r, v in cluster.largest_free_node.items()}
@@ -304,14 +306,25 @@ def take(cluster: ClusterState, requests: dict[str, int],
 
 
 def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
-                    pods: tuple[tuple[int, dict[str, int]], ...], free: dict[str, int]) -> tuple[dict[str, int], ...]:
+                    pods: tuple[tuple[int, dict[str, int]], ...], free: dict[str, int],
+                    drain: bool = False) -> tuple[dict[str, int], ...]:
     if not pods or sum(n for n, _ in pods) <= 1:
         slot = first_fit(requests, nodes)  # one pod (or pods unknown): the cheap case of the hot path
         if slot is not None:
             return nodes[:slot] + (subtract(nodes[slot], requests),) + nodes[slot + 1:]
-        after, slots = list(nodes), [None]
+        each, after, slots = [requests], list(nodes), [None]
     else:
-        after, slots = first_fit_decreasing(expand(pods), nodes)
+        each = expand(pods)
+        after, slots = first_fit_decreasing(each, nodes)
+    if None in slots and drain:
+        taken = {s for s in slots if s is not None}
+        for pod, slot in zip(each, slots):
+            left = [n for n in range(len(after)) if n not in taken]
+            if slot is not None or not left:
+                continue
+            nearest = max(left, key=lambda n: (sum(min(after[n].get(r, 0), v) / v for r, v in pod.items() if v > 0), -n))
+            after[nearest] = subtract(after[nearest], {r: min(after[nearest].get(r, 0), v) for r, v in pod.items()})
+            taken.add(nearest)
     if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)
         after = [{r: min(v, free.get(r, 0)) for r, v in node.items()} for node in after]
     return tuple(after)

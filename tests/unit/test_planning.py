@@ -592,6 +592,22 @@ def test_room_held_for_a_gang_is_kept_on_the_nodes_its_pods_would_take():
     assert plan.waits[11].startswith("reserved capacity for job 10")
 
 
+def test_a_reservation_whose_pods_fit_no_node_yet_keeps_the_nodes_nearest_to_holding_them():
+    # Four 8-GPU nodes with 6, 5, 7 and 4 GPUs free; job 10 has reserved room for two 8-GPU pods. Neither
+    # fits a node now; the hold keeps what is free on the two nodes nearest to holding one (7 and 6), so
+    # that what ends there is kept for it. A 6-GPU job would only fit one of them; a 4-GPU job fits the rest.
+    nodes = ({G: 6 * GPU}, {G: 5 * GPU}, {G: 7 * GPU}, {G: 4 * GPU})
+    c = replace(cluster("c", gpu=32 * GPU, largest=res(gpu=7 * GPU)), free=res(gpu=22 * GPU), node_free=nodes)
+    hold = Hold(10, "c", res(gpu=16 * GPU), "reservation", NOW - 5, pods=((2, res(gpu=8 * GPU)),))
+    gang = head(10, "a", priority=0, gpu=8 * GPU)
+    gang = replace(gang, job=replace(gang.job, requests=res(gpu=16 * GPU), pods=((2, res(gpu=8 * GPU)),)))
+    plan = run([gang, head(11, "b", priority=5, gpu=6 * GPU), head(12, "b", priority=4, gpu=4 * GPU)],
+               clusters=[c], holds={10: hold})
+    assert placed(plan) == {12: "c"}
+    assert plan.waits[11].startswith("reserved capacity for job 10")
+    assert plan.waits[10].startswith("reserved capacity on c")
+
+
 def test_a_reservation_holder_that_finds_no_victims_keeps_its_reservation():
     act = [running(1, "b", "c", "standard", cpu=12 * CPU)]
     reservation = Hold(10, "c", res(cpu=16 * CPU), "reservation", NOW - 300)
