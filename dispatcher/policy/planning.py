@@ -17,7 +17,8 @@ queue. A job that cannot start:
 - no room on the unpaid clusters, and a burst policy lets it (policy/bursting.py): starts on the
   cheapest paid cluster that fits, within the policy's budgets; the decision is kept;
 - no room, and it has waited past its class's reservation time: holds room on its best cluster, so
-  smaller jobs may only use what the hold leaves (backfill);
+  smaller jobs may only use what the hold leaves (backfill); where its pods fit no node yet, the hold
+  keeps all that is free on the nodes nearest to holding them, so that they fill up for it;
 - otherwise waits with the reason placement gave (and why it does not burst, where it might).
 Preemption and reservations use only the unpaid clusters: free capacity is taken before money is spent,
 and evicting work is tried before paying for more.
