@@ -533,7 +533,8 @@ def _less(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -> Cl
     known (else the whole job may take every whole node in view, room held for a gang included)."""
     for hold in held if isinstance(held, list) else held.get(cluster.name, ()):
         kept = _kept(hold)
-        cluster = take(cluster, kept, hold.pods if kept is hold.requests else (), drain=True)
+        # A reservation keeps filling the nodes nearest to its pods; a preemption's room is its victims'.
+        cluster = take(cluster, kept, hold.pods if kept is hold.requests else (), drain=hold.kind == "reservation")
     return cluster
 
 
