@@ -322,7 +322,8 @@ def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
             left = [n for n in range(len(after)) if n not in taken]
             if slot is not None or not left:
                 continue
-            nearest = max(left, key=lambda n: (sum(min(after[n].get(r, 0), v) / v for r, v in pod.items() if v > 0), -n))
+            # The node with the most of the pod free (the first of those): it fills up for the pod soonest.
+            nearest = max(left, key=lambda n: (sum(min(after[n].get(r, 0), v) / v for r, v in pod.items() if v), -n))
             after[nearest] = subtract(after[nearest], {r: min(after[nearest].get(r, 0), v) for r, v in pod.items()})
             taken.add(nearest)
     if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)

@@ -533,8 +533,9 @@ def _less(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -> Cl
     known (else the whole job may take every whole node in view, room held for a gang included)."""
     for hold in held if isinstance(held, list) else held.get(cluster.name, ()):
         kept = _kept(hold)
-        # A reservation keeps filling the nodes nearest to its pods; a preemption's room is its victims'.
-        cluster = take(cluster, kept, hold.pods if kept is hold.requests else (), drain=hold.kind == "reservation")
+        # Pods that fit no node yet (a reservation's; a preemption's until its victims stop) keep the nodes
+        # nearest to them: a small job admitted there would take what frees up first.
+        cluster = take(cluster, kept, hold.pods if kept is hold.requests else (), drain=True)
     return cluster
 
 
