@@ -506,6 +506,11 @@ class _HeldView:
         self._holds: tuple = ()
         self._views: dict[tuple[int, ...], list] = {}  # per set of holds left out: [view, held room, mark]
 
+    def seen_by(self, holds: dict[int, Hold], job: QueuedJob, now: float) -> Clusters:
+        """The clusters as `job`, holding no room itself, sees them (_view): less every hold but those it
+        may use (_may_use)."""
+        return self.view(holds, tuple(i for i, h in holds.items() if _may_use(h, job, now))) if holds else self._state
+
     def view(self, holds: dict[int, Hold], skip: tuple[int, ...] = ()) -> Clusters:
         """The clusters less every hold but those of the jobs in `skip` (holds a job may use, _may_use)."""
         state = self._state
@@ -595,8 +600,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
         view = _view(state, out.holds, job, now)
         decision = decide(job, _unpaid(view))
     else:  # every other job sees the same clusters: the fast, shape-ranked choice
-        view = views.view(out.holds, tuple(i for i, h in out.holds.items() if _may_use(h, job, now))) \
-            if out.holds else state
+        view = views.seen_by(out.holds, job, now)
         decision = view.best(job)
     if isinstance(decision, Place):
         _place(c, decision.cluster, tree, state, out)
@@ -614,7 +618,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
         return
     if held is not None:
         out.holds[job.id] = held
-    spilled = _burst(c, tree, view, running, classes, now, burst)
+    spilled = _burst(c, tree, view, classes, now, burst)
     if isinstance(spilled, BurstDecision):
         _place(c, spilled.cluster, tree, state, out)
         out.bursts[job.id] = spilled
@@ -656,8 +660,8 @@ def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, Cluster
     out.holds.pop(c.job.id, None)
 
 
-def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], running: _Running,
-           classes: dict[str, ClassPolicy], now: float, burst: _Burst) -> BurstDecision | str | None:
+def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], classes: dict[str, ClassPolicy],
+           now: float, burst: _Burst) -> BurstDecision | str | None:
     cls = classes.get(c.service_class)
     if not burst.paid or not any(s.paid for s in view.values()):
         return None
@@ -746,11 +750,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, r
         return True
 
     best: tuple | None = None
-    if c.job.id in out.holds:
-        view = _view(state, out.holds, c.job, now)
-    else:  # as every job that holds nothing sees them (_view), kept in step by the cycle
-        view = views.view(out.holds, tuple(i for i, h in out.holds.items() if _may_use(h, c.job, now))) \
-            if out.holds else state
+    view = views.seen_by(out.holds, c.job, now)  # a job searches holding nothing (above)
     for cluster in matching(c.job, _unpaid(view).values()):
         if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
                 or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
