@@ -21,6 +21,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport
 from agent.metrics import AgentMetrics
+from sluice import transport
+from sluice.transport import Tls
 from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,13 @@ class AgentSettings:
     # host:port, or several replicas' host:port,host:port,...: tried in turn, moving to the next on a
     # failed dial or a lost link (any replica serves any agent).
     dispatcher: str
-    token: str
+    token: str  # "": the agent authenticates with its client certificate (tls.cert, tls.key) alone
     heartbeat_s: float = 1.0  # capacity report interval
     backoff_initial_s: float = 0.2  # first reconnect delay, doubled up to backoff_max_s
     backoff_max_s: float = 10.0
+    # How the dispatcher is reached: TLS verified against tls.ca (or the system's roots), optionally with a
+    # client certificate naming this cluster (mTLS, on the dispatcher's agent port); insecure: loopback only.
+    tls: Tls = Tls()
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -127,6 +132,9 @@ class Agent:
             turn += 1  # whatever ends this connection, the next dial goes to the next replica
             try:
                 self._connect_once()
+            except transport.TransportError as exc:  # unreadable TLS files: they may be fixed while we wait
+                log.warning("cannot dial the dispatcher", extra={"cluster": self.settings.cluster, "error": str(exc)})
+                backoff = self.settings.backoff_max_s
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
@@ -152,23 +160,24 @@ class Agent:
 
     # -- one connection --------------------------------------------------------------------------
     def _connect_once(self) -> None:
-        out: queue.Queue = queue.Queue()
-        with self._lock:
-            hello = agents_pb2.Hello(cluster=self.settings.cluster, agent_version=VERSION,
-                                     inventory=[_status_message(s) for s in self._inventory()],
-                                     capacity=self._capacity(), reads_batches=True)
-            out.put(agents_pb2.AgentMessage(hello=hello))
-            self._heartbeat_queued = False
-            for seq in sorted(self._unacked):
-                out.put(self._report(seq, self._unacked[seq]))
-            self._out = out
-        channel = grpc.insecure_channel(self.address, options=[
+        # A new channel per connection reads the TLS files again: a rotated certificate is used from here on.
+        channel = transport.channel(self.address, self.settings.tls, options=[
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.max_receive_message_length", 64 << 20)])
+        out: queue.Queue = queue.Queue()
         batches = threading.Event()  # the dispatcher's welcome said it reads batches
+        metadata = [("authorization", f"Bearer {self.settings.token}")] if self.settings.token else []
         try:
-            call = agents_pb2_grpc.AgentsStub(channel).Connect(
-                self._outgoing(out, batches), metadata=[("authorization", f"Bearer {self.settings.token}")])
+            with self._lock:
+                hello = agents_pb2.Hello(cluster=self.settings.cluster, agent_version=VERSION,
+                                         inventory=[_status_message(s) for s in self._inventory()],
+                                         capacity=self._capacity(), reads_batches=True)
+                out.put(agents_pb2.AgentMessage(hello=hello))
+                self._heartbeat_queued = False
+                for seq in sorted(self._unacked):
+                    out.put(self._report(seq, self._unacked[seq]))
+                self._out = out
+            call = agents_pb2_grpc.AgentsStub(channel).Connect(self._outgoing(out, batches), metadata=metadata)
             with self._lock:
                 self._call = call
             for received in call:

@@ -20,8 +20,11 @@ from dispatcher.services import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
+from dispatcher.tls import ServerTls
+from sluice import certs
 from sluice import config as client_config
 from sluice.objects import default_objects, load_objects, object_from_document
+from sluice.transport import Tls
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,22 @@ class UpSettings:
     sim_time_scale: float = 1.0  # multiplies every simulated pod duration
     database_url: str | None = None  # None: the embedded PostgreSQL under data_dir
     prometheus: bool = False  # run a real Prometheus scraping the sims; clusters read capacity from it
+    insecure: bool = False  # plaintext instead of TLS with the data dir's own CA (loopback only)
+
+
+def local_tls(certs_dir: pathlib.Path, listen: str) -> ServerTls:
+    """The data dir's own CA and the dispatcher's certificate, made on first start (as `cockroach cert` or
+    kind do). The certificate names localhost and the loopback addresses, plus the --listen host; it is
+    issued again when the host it must name changes, or when it is within 30 days of expiring."""
+    ca_cert, ca_key = certs_dir / "ca.crt", certs_dir / "ca.key"
+    cert, key = certs_dir / "dispatcher.crt", certs_dir / "dispatcher.key"
+    if not (ca_cert.exists() and ca_key.exists()):
+        certs.make_ca("Sluice local CA").write(ca_cert, ca_key)
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    hosts = certs.local_hosts() + ([host] if host and host not in certs.local_hosts() + ["0.0.0.0", "::"] else [])
+    if not (cert.exists() and key.exists()) or not certs.names_and_lasts(cert.read_bytes(), hosts, days=30):
+        certs.make_server(certs.load(ca_cert, ca_key), hosts).write(cert, key)
+    return ServerTls(cert, key)
 
 
 def _secret(path: pathlib.Path, create) -> str:
@@ -76,8 +95,11 @@ class Embedded:
         except BlockingIOError:
             self._lock.close()
             raise OSError(f"another `sluice up` is running on {data}") from None
+        tls = None if self.settings.insecure else local_tls(data / "certs", self.settings.listen)
+        # What the in-process agents and the client config trust: the local CA (or plaintext, loopback only).
+        self.tls = Tls(insecure=True) if tls is None else Tls(ca=str(data / "certs" / "ca.crt"))
         self.dispatcher = d = Dispatcher(ServerSettings(
-            listen=self.settings.listen, database=DatabaseSettings(
+            listen=self.settings.listen, tls=tls, database=DatabaseSettings(
                 url=self.settings.database_url, data_dir=data,
                 embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
         try:
@@ -98,7 +120,7 @@ class Embedded:
             return create
 
         self.admin_token = _secret(data / "tokens" / "admin", new_token("admin", "admin"))
-        client_config.write(self.client_config_path, d.address, self.admin_token)
+        client_config.write(self.client_config_path, self.client_settings())
         if self.settings.make_default:
             client_config.make_default(self.client_config_path)
         for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
@@ -106,7 +128,7 @@ class Embedded:
                 token = _secret(data / "tokens" / f"agent-{obj.name}",
                                 new_token("agent", f"agent-{obj.name}", obj.name))
                 sim = self.sims[obj.name] = sim_cluster(obj, data, self.settings.sim_time_scale)
-                self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token), sim).start()
+                self.agents[obj.name] = Agent(AgentSettings(obj.name, d.address, token, tls=self.tls), sim).start()
         if self.settings.prometheus:
             try:
                 self._start_prometheus(data, clusters)
@@ -141,6 +163,11 @@ class Embedded:
                     time.sleep(0.2)
         with self.dispatcher.sessions.begin() as session:
             administering.apply(session, "sluice up", pointed)
+
+    def client_settings(self, token: str | None = None, timeout_s: float = 30.0) -> client_config.ClientConfig:
+        """How a client reaches this dispatcher (as the admin unless given another token)."""
+        return client_config.ClientConfig(self.dispatcher.address, token or self.admin_token, timeout_s,
+                                          ca=self.tls.ca, insecure=self.tls.insecure)
 
     def wait_connected(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -181,7 +208,10 @@ def summary_line(embedded: Embedded) -> str:
     shown = {"address": embedded.dispatcher.address, "clusters": sorted(embedded.agents),
              "clientConfig": str(embedded.client_config_path)}
     if embedded.dispatcher.metrics_server is not None:
-        shown["metrics"] = f"{embedded.dispatcher.metrics_server.address}/metrics"
+        server = embedded.dispatcher.metrics_server
+        shown["metrics"] = f"{server.scheme}://{server.address}/metrics"
+    if embedded.tls.ca:
+        shown["ca"] = embedded.tls.ca
     if embedded.prometheus is not None:
         shown["prometheus"] = embedded.prometheus.url
     return yaml.safe_dump(shown, sort_keys=False)

@@ -32,6 +32,7 @@ from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.listening import Notifier
+from dispatcher.tls import ServerTls, grpc_credentials, is_loopback
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited se
 @dataclass(frozen=True)
 class ServerSettings:
     listen: str = "127.0.0.1:7070"  # host:port; port 0 picks a free one
+    # TLS on every port (gRPC and /metrics). None: plaintext, which only a loopback address may serve
+    # (`sluice dispatcher serve --insecure`); tokens would otherwise cross the network in clear.
+    tls: ServerTls | None = None
+    # host:port where agents authenticate with client certificates signed by tls.client_ca (mTLS) instead
+    # of tokens; gRPC asks for client certificates on a whole port or not at all. None: no such port.
+    agent_listen: str | None = None
     workers: int = 64  # threads for RPCs; every connected agent and watch holds one
     # Submit streams (Jobs.SubmitStream) open at once; each holds one of `workers` while open, and a client
     # keeps one only while it submits again and again (sluice.client). One more is refused, and its client
@@ -110,23 +117,37 @@ class Dispatcher:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         try:
-            self.port = self.server.add_insecure_port(settings.listen)
-        except RuntimeError:
-            self.port = 0
-        if not self.port:
+            self.port = self._listen(settings.listen)
+            self.address = f"{settings.listen.rsplit(':', 1)[0]}:{self.port}"
+            self.agent_port = self._listen(settings.agent_listen, agents=True) if settings.agent_listen else 0
+            self.metrics_server: MetricsServer | None = None
+            if settings.metrics_listen:
+                if settings.tls is None and not is_loopback(settings.metrics_listen):
+                    raise OSError(f"refusing plaintext /metrics on {settings.metrics_listen}: not a loopback "
+                                  "address (give a TLS certificate and key)")
+                self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls)
+        except OSError:
+            self.server.stop(None)
             self.db.close()
-            raise OSError(f"cannot listen on {settings.listen}: address in use or not valid")
-        host = settings.listen.rsplit(":", 1)[0]
-        self.address = f"{host}:{self.port}"
-        self.metrics_server: MetricsServer | None = None
-        if settings.metrics_listen:
-            try:
-                self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry)
-            except OSError:
-                self.server.stop(None)
-                self.db.close()
-                raise
+            raise
         self.metrics_port = self.metrics_server.port if self.metrics_server else 0  # 0: no /metrics
+
+    def _listen(self, listen: str, *, agents: bool = False) -> int:
+        """Add a gRPC port: TLS when the settings have it (agents: the mTLS agent port), else plaintext,
+        on loopback only."""
+        tls = self.settings.tls
+        if tls is None and (agents or not is_loopback(listen)):
+            raise OSError(f"refusing plaintext on {listen}: " + (
+                "the agent port needs TLS with a client CA" if agents else
+                "not a loopback address; give a TLS certificate and key (--tls-cert, --tls-key)"))
+        try:
+            port = self.server.add_secure_port(listen, grpc_credentials(tls, agents=agents)) if tls \
+                else self.server.add_insecure_port(listen)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise OSError(f"cannot listen on {listen}: address in use or not valid")
+        return port
 
     def start(self) -> Dispatcher:
         if self.settings.gil_switch_interval_s:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 import grpc
 import orjson
 
+from sluice import transport
 from sluice.config import ClientConfig
 from sluice.spec import JobSpec
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
@@ -48,6 +49,25 @@ class ClientError(Exception):
     def user_error(self) -> bool:
         return self.code in ("INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "FAILED_PRECONDITION",
                              "UNAUTHENTICATED", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED")
+
+
+# What gRPC says of a TLS handshake that failed, and what it means for the person reading it.
+_HANDSHAKE = (("CERTIFICATE_VERIFY_FAILED", "the dispatcher's certificate is not signed by the CA this client trusts "
+                                            "(check `ca:` in the client config, or --ca)"),
+              ("WRONG_VERSION_NUMBER", "the dispatcher did not answer in TLS (is it plaintext? then give `insecure: "
+                                       "true`, loopback only)"),
+              ("Ssl handshake failed", "the TLS handshake with the dispatcher failed"),
+              ("Socket closed", "the dispatcher closed the connection (a plaintext client talking to a TLS port?)"))
+
+
+def rpc_error(exc: grpc.RpcError) -> ClientError:
+    """A gRPC error as a ClientError whose message is written for people."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        for marker, meaning in _HANDSHAKE:
+            if marker in details:
+                return ClientError(code.name, meaning)
+    return ClientError(code.name, details or code.name)
 
 
 def _time(ts) -> str | None:
@@ -116,7 +136,7 @@ class _SubmitStream:
             self.broken = True
             if self._overdue:
                 raise ClientError("DEADLINE_EXCEEDED", "Deadline Exceeded") from None
-            raise ClientError(exc.code().name, exc.details() or exc.code().name) from None
+            raise rpc_error(exc) from None
         finally:
             self._wait(None)
 
@@ -184,8 +204,11 @@ _WATCHDOG = _Watchdog()
 class Client:
     def __init__(self, config: ClientConfig):
         self.config = config
-        self._channel = grpc.insecure_channel(config.address, options=[
-            ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
+        try:
+            self._channel = transport.channel(config.address, config.tls, options=[
+                ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
+        except transport.TransportError as exc:
+            raise ClientError("INVALID_ARGUMENT", str(exc)) from None
         self._jobs = jobs_pb2_grpc.JobsStub(self._channel)
         self._metadata = [("authorization", f"Bearer {config.token}")]
         self._submitted = False  # the first Submit goes as a call: a client that submits once opens no stream
@@ -210,7 +233,7 @@ class Client:
         try:
             return method(request, metadata=self._metadata, timeout=self.config.timeout_s)
         except grpc.RpcError as exc:
-            raise ClientError(exc.code().name, exc.details() or exc.code().name) from None
+            raise rpc_error(exc) from None
 
     def submit(self, jobs: Iterable[JobSpec | dict]) -> list[int]:
         """Submit jobs in batches; each batch is committed before its ids come back."""
@@ -311,7 +334,7 @@ class Client:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise ClientError(exc.code().name, exc.details() or exc.code().name) from None
+            raise rpc_error(exc) from None
 
     def clusters(self) -> list[dict]:
         reply = self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest())

@@ -1,7 +1,11 @@
-"""Where the client finds its dispatcher: address and token.
+"""Where the client finds its dispatcher: address, token and how to trust it.
 
 Order: --config FILE, then $SLUICE_CONFIG, then ~/.config/sluice/client.yaml (which `sluice up` points
-at its own data dir). $SLUICE_ADDRESS and $SLUICE_TOKEN override single fields.
+at its own data dir). $SLUICE_ADDRESS, $SLUICE_TOKEN and $SLUICE_CA (or --ca) override single fields.
+
+The dispatcher is reached over TLS and verified against `ca` (a PEM file; a relative path is taken from
+the config file's directory, as kubeconfig does) or, without one, the system's trusted roots. `insecure:
+true` is plaintext, to loopback addresses only (sluice.transport).
 """
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import pathlib
 from dataclasses import dataclass
 
 import yaml
+
+from sluice.transport import Tls
 
 
 class ConfigError(Exception):
@@ -21,6 +27,12 @@ class ClientConfig:
     address: str  # host:port of a dispatcher
     token: str
     timeout_s: float = 30.0  # per unary call
+    ca: str | None = None  # PEM file of the CA the dispatcher's certificate is checked against; None: system roots
+    insecure: bool = False  # plaintext (loopback only)
+
+    @property
+    def tls(self) -> Tls:
+        return Tls(ca=self.ca, insecure=self.insecure)
 
 
 def default_path() -> pathlib.Path:
@@ -28,9 +40,11 @@ def default_path() -> pathlib.Path:
     return pathlib.Path(base) / "sluice" / "client.yaml"
 
 
-def write(path: pathlib.Path, address: str, token: str) -> None:
+def write(path: pathlib.Path, config: ClientConfig) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({"address": address, "token": token}))
+    data = {"address": config.address, "token": config.token} | ({"ca": config.ca} if config.ca else {}) \
+        | ({"insecure": True} if config.insecure else {})
+    path.write_text(yaml.safe_dump(data))
     path.chmod(0o600)
 
 
@@ -45,7 +59,8 @@ def make_default(path: pathlib.Path) -> None:
     tmp.replace(link)
 
 
-def load(path: str | os.PathLike | None = None) -> ClientConfig:
+def load(path: str | os.PathLike | None = None, *, ca: str | os.PathLike | None = None) -> ClientConfig:
+    """The config at `path` (or as the module's docstring says); `ca` (--ca) overrides the file's."""
     chosen = pathlib.Path(path or os.environ.get("SLUICE_CONFIG") or default_path())
     data: dict = {}
     if chosen.exists():
@@ -62,4 +77,16 @@ def load(path: str | os.PathLike | None = None) -> ClientConfig:
     if not address or not token:
         raise ConfigError(f"no dispatcher configured ({chosen} missing or incomplete): "
                           "start one with `sluice up`, or give --config / SLUICE_ADDRESS and SLUICE_TOKEN")
-    return ClientConfig(str(address), str(token), float(data.get("timeout", 30.0)))
+    ca = ca or os.environ.get("SLUICE_CA") or _relative_to(chosen, data.get("ca"))
+    insecure = data.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise ConfigError(f"{chosen}: insecure must be true or false")
+    return ClientConfig(str(address), str(token), float(data.get("timeout", 30.0)), ca=str(ca) if ca else None,
+                        insecure=insecure)
+
+
+def _relative_to(config: pathlib.Path, ca) -> str | None:
+    if not ca:
+        return None
+    path = pathlib.Path(str(ca)).expanduser()
+    return str(path if path.is_absolute() else config.parent / path)

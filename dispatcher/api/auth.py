@@ -1,4 +1,4 @@
-"""Bearer-token authentication for every RPC but the health check.
+"""Bearer-token authentication for every RPC but the health check; on the agent port, client certificates.
 
 Tokens are looked up by their hash; a verified token is cached for a few seconds so hot RPCs do not
 pay a database round trip each (a revoked token stops working within that time).
@@ -10,6 +10,7 @@ import time
 
 import grpc
 
+from dispatcher import tls
 from dispatcher.errors import PermissionDenied, Unauthenticated
 from dispatcher.store import tokens
 from dispatcher.store.database import Sessions
@@ -30,6 +31,9 @@ class Authenticator:
             if key == "authorization" and value.lower().startswith("bearer "):
                 secret = value[7:].strip()
         if not secret:
+            cluster = tls.cluster_of(context)  # an agent's client certificate, verified on the agent port
+            if cluster is not None:
+                return Principal(f"agent-{cluster}", "agent", cluster)
             raise Unauthenticated("missing bearer token (metadata 'authorization: Bearer <token>')")
         now = time.monotonic()
         with self._lock:

@@ -27,8 +27,12 @@ app.add_typer(admin.app, name="admin")
 def main_options(ctx: typer.Context,
                  config: pathlib.Path | None = typer.Option(
                      None, "--config", envvar="SLUICE_CONFIG",
-                     help="Client config (address, token); default ~/.config/sluice/client.yaml")) -> None:
-    ctx.obj = {"config": config}
+                     help="Client config (address, token); default ~/.config/sluice/client.yaml"),
+                 ca: pathlib.Path | None = typer.Option(
+                     None, "--ca",
+                     help="PEM file of the CA that signed the dispatcher's certificate (overrides the config's)"),
+                 ) -> None:
+    ctx.obj = {"config": config, "ca": ca}
 
 
 def main() -> NoReturn:

@@ -29,12 +29,15 @@ class Failed(Exception):
 
 def make_client(ctx: typer.Context, what: str, client_class=None):
     """A client (sluice.client.Client unless client_class) from the config `--config` names."""
-    from sluice.client import Client
+    from sluice.client import Client, ClientError
     from sluice.config import ConfigError, load
+    options = ctx.obj or {}
     try:
-        return (client_class or Client)(load(ctx.obj.get("config") if ctx.obj else None))
+        return (client_class or Client)(load(options.get("config"), ca=options.get("ca")))
     except ConfigError as exc:
         raise Failed(what, str(exc)) from None
+    except ClientError as exc:
+        raise Failed(what, exc.message) from None
 
 
 def call(what: str, fn):

@@ -57,8 +57,13 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
        prometheus: bool = typer.Option(False, "--prometheus",
                                        help="Run a real Prometheus (the `prometheus` binary) scraping the sim "
                                             "clusters"),
+       insecure: bool = typer.Option(False, "--insecure",
+                                     help="Plaintext instead of TLS with the data dir's own CA (loopback only)"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C."""
+    """Run everything locally: embedded Postgres, a dispatcher and sim agents, until Ctrl-C.
+
+    On first start it makes a CA and the dispatcher's certificate under DATA_DIR/certs and writes the CA
+    into the client config, so even this is encrypted."""
     _logging(verbose)
     from devstack.embedded import Embedded, UpSettings, load_config, summary_line
     from sluice.spec import SpecError
@@ -66,8 +71,8 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
         objects = load_config(config)
     except (OSError, SpecError) as exc:
         raise Failed(f"up --config {config}", str(exc)) from None
-    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus),
-                                             objects).start())
+    embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus,
+                                                        insecure=insecure), objects).start())
     print(summary_line(embedded), end="", flush=True)
     _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
 
@@ -104,16 +109,44 @@ def dispatcher_serve(
         schedule: bool = typer.Option(True, "--schedule/--no-schedule",
                                       help="--no-schedule: serve the API and agents only, never lead; the "
                                            "scheduling replicas then need no client or agent traffic"),
+        tls_cert: pathlib.Path | None = typer.Option(None, "--tls-cert", envvar="SLUICE_TLS_CERT",
+                                                     help="PEM certificate (chain) served on every port"),
+        tls_key: pathlib.Path | None = typer.Option(None, "--tls-key", envvar="SLUICE_TLS_KEY",
+                                                    help="PEM private key of --tls-cert"),
+        client_ca: pathlib.Path | None = typer.Option(None, "--client-ca", envvar="SLUICE_CLIENT_CA",
+                                                      help="PEM CA whose client certificates authenticate agents "
+                                                           "on --agent-listen (mTLS)"),
+        agent_listen: str = typer.Option("", "--agent-listen", envvar="SLUICE_AGENT_LISTEN",
+                                         help="HOST:PORT where agents authenticate with client certificates "
+                                              "(needs --client-ca); '' serves none"),
+        insecure: bool = typer.Option(False, "--insecure", envvar="SLUICE_INSECURE",
+                                      help="Plaintext, without TLS: only on a loopback --listen"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Serve the API and run the scheduler (when this replica is the leader)."""
+    """Serve the API and run the scheduler (when this replica is the leader).
+
+    TLS on every port: give --tls-cert and --tls-key (`sluice dispatcher certs` makes them), or --insecure
+    for plaintext on loopback. Changed certificate files are picked up without a restart."""
     _logging(verbose)
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store.database import DatabaseSettings
+    from dispatcher.tls import ServerTls
+    if insecure and (tls_cert or tls_key or client_ca):
+        raise typer.BadParameter("--insecure is plaintext: give it without --tls-cert, --tls-key and --client-ca")
+    if not insecure and not (tls_cert and tls_key):
+        raise Failed("dispatcher serve", "no TLS certificate: give --tls-cert and --tls-key (`sluice dispatcher "
+                                         "certs` makes them), or --insecure for plaintext on a loopback address")
+    if agent_listen and not client_ca:
+        raise typer.BadParameter("--agent-listen needs --client-ca (the CA that signs the agents' certificates)")
+    tls = None if insecure else ServerTls(tls_cert, tls_key, client_ca)
     settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
+                              tls=tls, agent_listen=agent_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
-    metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""
-    _serve_until_interrupted(server.stop, ready=f"serving on {server.address}{metrics}")
+    metrics = f", metrics on {server.metrics_server.scheme}://{server.metrics_server.address}/metrics" \
+        if server.metrics_server else ""
+    agents = f", agents with certificates on port {server.agent_port}" if server.agent_port else ""
+    how = "plaintext" if insecure else "TLS"
+    _serve_until_interrupted(server.stop, ready=f"serving ({how}) on {server.address}{agents}{metrics}")
 
 
 @dispatcher_app.command("migrate")
@@ -134,6 +167,45 @@ def dispatcher_migrate(
             db.close()
     before, after = _start("dispatcher migrate", run)
     print(f"schema {before or 'empty'} -> {after}")
+
+
+@dispatcher_app.command("certs")
+def dispatcher_certs(
+        directory: pathlib.Path = typer.Option(..., "--dir", help="Where the CA and certificates are kept"),
+        host: list[str] = typer.Option([], "--host", help="A DNS name or IP address clients dial the dispatcher "
+                                                           "by (repeat); writes dispatcher.crt/.key"),
+        cluster: list[str] = typer.Option([], "--cluster", help="An agent certificate for this cluster "
+                                                                 "(repeat); writes agent-<cluster>.crt/.key")) -> None:
+    """Make a CA (once: ca.crt, ca.key) and certificates it signs: the dispatcher's, and agents' (mTLS).
+
+    Run again with the same --dir to rotate: the CA is kept, the certificates named are issued anew, and a
+    running dispatcher picks its new ones up at the next connection."""
+    from sluice import certs
+    if not host and not cluster:
+        raise typer.BadParameter("give --host (a dispatcher certificate) and/or --cluster (an agent certificate)")
+    ca_cert, ca_key = directory / "ca.crt", directory / "ca.key"
+
+    def run() -> list[pathlib.Path]:
+        written = []
+        if not (ca_cert.exists() and ca_key.exists()):
+            certs.make_ca().write(ca_cert, ca_key)
+            written.append(ca_cert)
+        ca = certs.load(ca_cert, ca_key)
+        if host:
+            certs.make_server(ca, host).write(directory / "dispatcher.crt", directory / "dispatcher.key")
+            written.append(directory / "dispatcher.crt")
+        for name in cluster:
+            certs.make_agent(ca, name).write(directory / f"agent-{name}.crt", directory / f"agent-{name}.key")
+            written.append(directory / f"agent-{name}.crt")
+        return written
+    try:
+        written = run()
+    except ValueError as exc:
+        raise Failed("dispatcher certs", f"{ca_cert} or {ca_key} is not a usable CA: {exc}") from None
+    except OSError as exc:
+        raise Failed("dispatcher certs", f"{exc.filename or directory}: {exc.strerror or exc}") from None
+    for path in written:
+        print(f"wrote {path} (key beside it)" if path.name != "ca.crt" else f"wrote {path} and {ca_key}")
 
 
 @dispatcher_app.command("token")
@@ -165,7 +237,16 @@ def dispatcher_token(
 def agent_run(cluster: str = typer.Option(..., "--cluster"),
               dispatcher: str = typer.Option(..., "--dispatcher",
                                              help="HOST:PORT[,HOST:PORT...] (replicas, tried in turn)"),
-              token_file: pathlib.Path = typer.Option(..., "--token-file"),
+              token_file: pathlib.Path | None = typer.Option(None, "--token-file",
+                                                             help="The agent token; not needed with --tls-cert"),
+              ca: pathlib.Path | None = typer.Option(None, "--ca", envvar="SLUICE_CA",
+                                                     help="PEM CA to verify the dispatcher by (default: the "
+                                                          "system's trusted roots)"),
+              tls_cert: pathlib.Path | None = typer.Option(None, "--tls-cert", envvar="SLUICE_TLS_CERT",
+                                                           help="PEM client certificate naming this cluster "
+                                                                "(mTLS, to the dispatcher's --agent-listen port)"),
+              tls_key: pathlib.Path | None = typer.Option(None, "--tls-key", envvar="SLUICE_TLS_KEY"),
+              insecure: bool = typer.Option(False, "--insecure", help="Plaintext, to a loopback dispatcher only"),
               backend: str = typer.Option("sim", "--backend", help="sim (in-process simulated cluster) or kubernetes"),
               kubeconfig: pathlib.Path | None = typer.Option(
                   None, "--kubeconfig",
@@ -184,12 +265,28 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
         raise typer.BadParameter(f"backend {backend!r} is not available; use sim or kubernetes")
     if backend == "sim" and (context is not None or kubeconfig is not None):
         raise typer.BadParameter("--kubeconfig and --context are for --backend kubernetes")
-    from agent.connection import Agent, AgentSettings
+    if bool(tls_cert) != bool(tls_key):
+        raise typer.BadParameter("--tls-cert and --tls-key go together")
+    if token_file is None and tls_cert is None:
+        raise typer.BadParameter("give --token-file, or --tls-cert and --tls-key (a certificate naming the cluster)")
+    if insecure and (ca or tls_cert):
+        raise typer.BadParameter("--insecure is plaintext: give it without --ca, --tls-cert and --tls-key")
+    from agent.connection import Agent, AgentSettings, dispatcher_addresses
+    from sluice import transport
     from sluice.quantity import QuantityError, parse_resources
-    try:
-        token = token_file.read_text().strip()
-    except OSError as exc:
-        raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
+    token = ""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
+    tls = transport.Tls(ca=str(ca) if ca else None, cert=str(tls_cert) if tls_cert else None,
+                        key=str(tls_key) if tls_key else None, insecure=insecure)
+    for address in dispatcher_addresses(dispatcher):
+        try:  # the files and the address are checked now: a mistake is reported, not retried for ever
+            transport.channel(address, tls).close()
+        except transport.TransportError as exc:
+            raise Failed("agent run", str(exc)) from None
     if backend == "kubernetes":
         from agent.backends.kubernetes.api import ConfigError
         from agent.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
@@ -205,7 +302,7 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
         except (ValueError, QuantityError) as exc:
             raise Failed("agent run --sim-node", str(exc)) from None
         cluster_backend = SimCluster(SimConfig(nodes=sim_nodes, node=node))
-    agent = Agent(AgentSettings(cluster, dispatcher, token), cluster_backend)
+    agent = Agent(AgentSettings(cluster, dispatcher, token, tls=tls), cluster_backend)
     server = None
     if metrics_listen:
         from agent.metrics import serve
