@@ -25,6 +25,7 @@ from bench.postgres import Postgres
 from sluice import process as tuning
 from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
+from sluice.transport import PLAINTEXT
 
 SPAWN = multiprocessing.get_context("spawn")
 SPLIT = "the dispatcher alone in its own process; the sim agents (one per cluster) in another"
@@ -89,7 +90,8 @@ def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], obj
     from devstack.embedded import sim_cluster
 
     logging.basicConfig(level=logging.WARNING)
-    running = [Agent(AgentSettings(o.name, address, agents[o.name]), sim_cluster(o, pathlib.Path(data_dir))).start()
+    running = [Agent(AgentSettings(o.name, address, agents[o.name], tls=PLAINTEXT),
+                     sim_cluster(o, pathlib.Path(data_dir))).start()
                for o in objs if isinstance(o, ClusterObject)]
     try:
         for agent in running:
@@ -226,7 +228,7 @@ def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start
     from sluice.config import ClientConfig
 
     docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10) for i in range(batch)]
-    client = Client(ClientConfig(address, token, timeout_s=120))
+    client = Client(ClientConfig(address, token, timeout_s=120, insecure=True))
     if batch:
         def call() -> int:
             return len(client.submit(docs))
@@ -332,7 +334,7 @@ def _watch_events(pipe, address: str, token: str) -> None:
 
     seen: dict[tuple[int, str], float] = {}
     lags: dict[str, list[float]] = {}  # per state moved to: from its transaction's start to here, wall clock
-    client = Client(ClientConfig(address, token, timeout_s=3600))
+    client = Client(ClientConfig(address, token, timeout_s=3600, insecure=True))
 
     def watch() -> None:
         try:

@@ -19,7 +19,6 @@ import time
 from agent.backends.sim.ledger import ledger_duplicates
 from devstack.embedded import Embedded, UpSettings
 from sluice.client import Client
-from sluice.config import ClientConfig
 from sluice.objects import ServiceClassObject, default_objects
 
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -97,7 +96,7 @@ def run_demo(*, jobs: int = 200, data_dir: pathlib.Path | None = None, json_out:
         embedded.wait_connected()
         rng = random.Random(seed)
         workload = [_job(n, rng) for n in range(jobs)]
-        client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token))
+        client = Client(embedded.client_settings())
         started = time.monotonic()
         ids = client.submit([doc for doc, _ in workload])
         intended = {job_id: want for job_id, (_, want) in zip(ids, workload)}

@@ -1,7 +1,8 @@
 """Where the client finds its dispatcher: address, token and how to trust it.
 
 Order: --config FILE, then $SLUICE_CONFIG, then ~/.config/sluice/client.yaml (which `sluice up` points
-at its own data dir). $SLUICE_ADDRESS, $SLUICE_TOKEN and $SLUICE_CA (or --ca) override single fields.
+at its own data dir). $SLUICE_ADDRESS, $SLUICE_TOKEN, $SLUICE_CA (or --ca) and $SLUICE_INSECURE=1 override
+single fields.
 
 The dispatcher is reached over TLS and verified against `ca` (a PEM file; a relative path is taken from
 the config file's directory, as kubeconfig does) or, without one, the system's trusted roots. `insecure:
@@ -78,7 +79,7 @@ def load(path: str | os.PathLike | None = None, *, ca: str | os.PathLike | None 
         raise ConfigError(f"no dispatcher configured ({chosen} missing or incomplete): "
                           "start one with `sluice up`, or give --config / SLUICE_ADDRESS and SLUICE_TOKEN")
     ca = ca or os.environ.get("SLUICE_CA") or _relative_to(chosen, data.get("ca"))
-    insecure = data.get("insecure", False)
+    insecure = os.environ.get("SLUICE_INSECURE", "").lower() in ("1", "true") or data.get("insecure", False)
     if not isinstance(insecure, bool):
         raise ConfigError(f"{chosen}: insecure must be true or false")
     return ClientConfig(str(address), str(token), float(data.get("timeout", 30.0)), ca=str(ca) if ca else None,

@@ -74,3 +74,6 @@ def channel(address: str, tls: Tls, options: list[tuple] | None = None) -> grpc.
     if tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
     return grpc.secure_channel(address, credentials, options=options)
+
+
+PLAINTEXT = Tls(insecure=True)  # loopback only

@@ -60,13 +60,12 @@ def system(db_url, tmp_path):
     """Dispatcher plus in-process sim agents for the default clusters, over real gRPC on loopback."""
     from devstack.embedded import Embedded, UpSettings
     from sluice.client import Client
-    from sluice.config import ClientConfig
     from sluice.objects import default_objects
 
     embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
                                    database_url=db_url, sim_time_scale=0.2), default_objects()).start()
     embedded.wait_connected()
-    embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    embedded.client = Client(embedded.client_settings(timeout_s=10))
     yield embedded
     embedded.client.close()
     embedded.stop()

@@ -142,11 +142,10 @@ def dispatcher_serve(
                               tls=tls, agent_listen=agent_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
-    metrics = f", metrics on {server.metrics_server.scheme}://{server.metrics_server.address}/metrics" \
-        if server.metrics_server else ""
+    metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""
     agents = f", agents with certificates on port {server.agent_port}" if server.agent_port else ""
     how = "plaintext" if insecure else "TLS"
-    _serve_until_interrupted(server.stop, ready=f"serving ({how}) on {server.address}{agents}{metrics}")
+    _serve_until_interrupted(server.stop, ready=f"serving on {server.address}{metrics}{agents} ({how})")
 
 
 @dispatcher_app.command("migrate")

@@ -36,6 +36,7 @@ from agent.connection import Agent, AgentSettings
 from sluice.client import Client
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
+from sluice.transport import PLAINTEXT
 
 N_JOBS = 5000
 BEFORE_KILL = 4000  # submitted before the kill, through all three replicas; the rest through the survivors
@@ -94,7 +95,7 @@ class Replica:
 def start_replica(db_url: str, log: pathlib.Path) -> Replica:
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", db_url, "--listen", "127.0.0.1:0",
-         "--metrics-listen", "127.0.0.1:0", "-v"],
+         "--metrics-listen", "127.0.0.1:0", "--insecure", "-v"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
     return Replica(proc, log)
 
@@ -208,13 +209,13 @@ def test_three_replicas_survive_the_leader_being_killed(db_url, tmp_path):
         for i, cluster in enumerate(CLUSTERS):
             sims[cluster] = SimCluster(SimConfig(nodes=8, node=NODE, ledger_path=tmp_path / f"{cluster}.ledger"))
             listed = ",".join(addresses[i:] + addresses[:i])
-            agents.append(Agent(AgentSettings(cluster, listed, agent_tokens[cluster], backoff_max_s=1.0),
+            agents.append(Agent(AgentSettings(cluster, listed, agent_tokens[cluster], backoff_max_s=1.0, tls=PLAINTEXT),
                                 sims[cluster]).start())
         for a in agents:
             assert a.connected.wait(15), f"agent {a.settings.cluster} did not connect"
         assert [a.address for a in agents] == addresses
         on_leader = agents[replicas.index(leader)]
-        clients = [Client(ClientConfig(r.address, admin, timeout_s=60)) for r in replicas]
+        clients = [Client(ClientConfig(r.address, admin, timeout_s=60, insecure=True)) for r in replicas]
 
         with psycopg.connect(libpq(db_url), autocommit=True) as conn:
             started = time.monotonic()
@@ -316,7 +317,7 @@ def test_an_agent_skips_a_dead_address_in_its_list(db_url):
         with d.sessions.begin() as session:
             cluster_store.apply_objects(session, load_objects(OBJECTS))
             token = tokens.create(session, "agent", "agent-east", "east")
-        agent = Agent(AgentSettings("east", f"{dead},{d.address}", token, backoff_max_s=0.5),
+        agent = Agent(AgentSettings("east", f"{dead},{d.address}", token, backoff_max_s=0.5, tls=PLAINTEXT),
                       SimCluster(SimConfig(nodes=1, node=NODE))).start()
         assert agent.connected.wait(10)
         assert agent.address == d.address and reconnects(agent) == 1

@@ -124,13 +124,12 @@ def run_for_real(docs: list[dict], objects, db_url, data_dir) -> tuple[dict[str,
     """name -> (start, cluster), seconds after the trace's time 0 on the wall clock; and the run's length."""
     from devstack.embedded import Embedded, UpSettings
     from sluice.client import Client
-    from sluice.config import ClientConfig
 
     embedded = Embedded(UpSettings(data_dir=data_dir, listen="127.0.0.1:0", make_default=False,
                                    database_url=db_url), objects).start()
     try:
         embedded.wait_connected()
-        with Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=30)) as client:
+        with Client(embedded.client_settings(timeout_s=30)) as client:
             deadline = time.monotonic() + 15
             while not all(c["state"] == "active" and c["allocatable"] for c in client.clusters()):
                 assert time.monotonic() < deadline, f"clusters not active: {client.clusters()}"

@@ -11,7 +11,6 @@ def sluice(db_url, tmp_path):
     """start(objects_yaml) -> a running Embedded with a `client`, on this test's database."""
     from devstack.embedded import Embedded, UpSettings
     from sluice.client import Client
-    from sluice.config import ClientConfig
     from sluice.objects import load_objects
 
     started = []
@@ -22,7 +21,7 @@ def sluice(db_url, tmp_path):
                                        database_url=db_url, sim_time_scale=TIME_SCALE), objects).start()
         started.append(embedded)
         embedded.wait_connected()
-        embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=30))
+        embedded.client = Client(embedded.client_settings(timeout_s=30))
         wait_for(lambda: all(c["state"] == "active" and c["allocatable"] for c in embedded.client.clusters()),
                  10, "every cluster active with capacity")
         return embedded

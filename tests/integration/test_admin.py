@@ -58,7 +58,7 @@ def dispatcher(db_url):
         cluster_store.apply_objects(session, load_objects(OBJECTS))
         d.admin_token = tokens.create(session, "admin", "root")
         d.agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in ("alpha", "beta")}
-    d.admin = AdminClient(ClientConfig(d.address, d.admin_token, timeout_s=10))
+    d.admin = AdminClient(ClientConfig(d.address, d.admin_token, timeout_s=10, insecure=True))
     yield d
     d.admin.close()
     d.stop()
@@ -200,7 +200,7 @@ def test_delete_is_refused_while_in_use_and_allowed_after(dispatcher):
     admin.apply(load_objects(TREE) + load_objects(
         "apiVersion: sluice.io/v1\nkind: BurstPolicy\nmetadata: {name: spill}\n"
         "spec: {queues: [cv], serviceClasses: [gold], clusterSelector: {tier: cloud}}\n"))
-    with Client(ClientConfig(dispatcher.address, dispatcher.admin_token)) as client:
+    with Client(ClientConfig(dispatcher.address, dispatcher.admin_token, insecure=True)) as client:
         ids = client.submit([job_doc(queue="research", serviceClass="standard")] * 3)
         assert refused(lambda: admin.delete("queue", "research"), "FAILED_PRECONDITION") == \
             "queue research is in use: 3 jobs not finished, child queue cv"
@@ -225,7 +225,7 @@ def test_delete_is_refused_while_in_use_and_allowed_after(dispatcher):
 def test_a_cluster_is_deletable_only_without_active_jobs_or_history(dispatcher):
     admin = dispatcher.admin
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
-    with Client(ClientConfig(dispatcher.address, dispatcher.admin_token)) as client:
+    with Client(ClientConfig(dispatcher.address, dispatcher.admin_token, insecure=True)) as client:
         [job_id] = client.submit([job_doc(cpu="1")])
         command = agent.next("command")
         assert refused(lambda: admin.delete("cluster", "alpha"), "FAILED_PRECONDITION") == \
@@ -280,12 +280,12 @@ def test_add_member_lets_a_user_submit_to_a_members_only_queue(dispatcher):
     admin.apply([queue_doc("vision", members=["alice"])])
     alice, bob = (admin.create_token("user", u)["secret"] for u in ("alice", "bob"))
     doc = job_doc(cpu="1", queue="vision")
-    with Client(ClientConfig(dispatcher.address, bob)) as client:
+    with Client(ClientConfig(dispatcher.address, bob, insecure=True)) as client:
         assert "bob may not submit to queue 'vision'" in refused(lambda: client.submit([doc]), "PERMISSION_DENIED")
         result = admin.add_member("vision", "bob")
         assert result["action"] == "update" and result["object"]["spec"]["members"] == ["alice", "bob"]
         assert client.submit([doc])
-    with Client(ClientConfig(dispatcher.address, alice)) as client:
+    with Client(ClientConfig(dispatcher.address, alice, insecure=True)) as client:
         assert client.submit([doc])
     assert admin.add_member("vision", "bob")["action"] == "unchanged"
     assert refused(lambda: admin.add_member("nope", "bob"), "NOT_FOUND") == "queue 'nope' not found"
@@ -306,7 +306,7 @@ def test_tokens_are_created_listed_and_revoked(dispatcher):
     assert set(carol) == {"id", "role", "subject", "cluster", "createdAt", "expiresAt", "revokedAt"}
     assert all("sl_" not in str(t) for t in admin.tokens())  # never a secret
 
-    with Client(ClientConfig(dispatcher.address, made["secret"])) as client:
+    with Client(ClientConfig(dispatcher.address, made["secret"], insecure=True)) as client:
         assert client.list() == []
         revoked = admin.revoke_token(made["id"])
         assert revoked["revokedAt"] and not revoked["alreadyRevoked"]
@@ -316,7 +316,7 @@ def test_tokens_are_created_listed_and_revoked(dispatcher):
     # A dispatcher that never cached it (another replica) refuses it too.
     other = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=dispatcher.settings.database)).start()
     try:
-        with Client(ClientConfig(other.address, made["secret"])) as client:
+        with Client(ClientConfig(other.address, made["secret"], insecure=True)) as client:
             refused(client.list, "UNAUTHENTICATED")
     finally:
         other.stop()
@@ -340,7 +340,7 @@ def test_tokens_are_created_listed_and_revoked(dispatcher):
 def test_only_admins_may_administer(dispatcher):
     user = dispatcher.admin.create_token("user", "dave")["secret"]
     for secret, who in ((user, "dave (user)"), (dispatcher.agent_tokens["alpha"], "agent-alpha (agent)")):
-        with AdminClient(ClientConfig(dispatcher.address, secret)) as client:
+        with AdminClient(ClientConfig(dispatcher.address, secret, insecure=True)) as client:
             calls = [lambda: client.apply([queue_doc("x")]), lambda: client.get_objects("queues"),
                      lambda: client.delete("queue", "default"), lambda: client.set_quota("default", {"cpu": "1"}),
                      lambda: client.add_member("default", "dave"), lambda: client.create_token("admin", "dave"),
@@ -348,7 +348,7 @@ def test_only_admins_may_administer(dispatcher):
                      lambda: client.set_cluster_state("alpha", "cordoned"), client.audit]
             for call in calls:
                 assert refused(call, "PERMISSION_DENIED") == f"{who} may not call this; needs admin"
-    with AdminClient(ClientConfig(dispatcher.address, "sl_wrong")) as client:
+    with AdminClient(ClientConfig(dispatcher.address, "sl_wrong", insecure=True)) as client:
         refused(client.tokens, "UNAUTHENTICATED")
     assert [d["metadata"]["name"] for d in dispatcher.admin.get_objects("queues")] == ["default"]
     assert [r["name"] for r in dispatcher.admin.audit()] == [str(dispatcher.admin.tokens()[-1]["id"])]
@@ -358,7 +358,7 @@ def test_cordon_drain_and_uncordon(dispatcher):
     admin = dispatcher.admin
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     agent.next("welcome")
-    with Client(ClientConfig(dispatcher.address, dispatcher.admin_token)) as client:
+    with Client(ClientConfig(dispatcher.address, dispatcher.admin_token, insecure=True)) as client:
         def states():
             return {c["name"]: c["state"] for c in client.clusters()}
         assert states()["alpha"] == "active"
@@ -391,7 +391,7 @@ def test_audit_says_who_did_what_and_when(dispatcher):
     admin = dispatcher.admin
     admin.apply(load_objects(TREE))
     second_admin = admin.create_token("admin", "erin")
-    with AdminClient(ClientConfig(dispatcher.address, second_admin["secret"])) as erin:
+    with AdminClient(ClientConfig(dispatcher.address, second_admin["secret"], insecure=True)) as erin:
         erin.set_quota("cv", {"cpu": "16"})
         erin.set_cluster_state("beta", "cordoned")
         erin.delete("queue", "cv")

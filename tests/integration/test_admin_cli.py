@@ -13,7 +13,8 @@ from tests.integration.test_cli import base_env, ok, one_error_line, run_sluice
 
 @pytest.fixture
 def env(dispatcher, tmp_path):  # noqa: F811
-    return {**base_env(tmp_path), "SLUICE_ADDRESS": dispatcher.address, "SLUICE_TOKEN": dispatcher.admin_token}
+    return {**base_env(tmp_path), "SLUICE_ADDRESS": dispatcher.address, "SLUICE_TOKEN": dispatcher.admin_token,
+            "SLUICE_INSECURE": "1"}
 
 
 def admin(env, *args, input=None):

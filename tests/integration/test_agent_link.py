@@ -23,6 +23,7 @@ from dispatcher.store.database import DatabaseSettings
 from sluice.client import Client, ClientError, event_dict
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
+from sluice.transport import PLAINTEXT
 from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_spine import job_doc
 
@@ -58,7 +59,7 @@ def dispatcher(db_url):
         cluster_store.apply_objects(session, load_objects(OBJECTS))
         d.admin = tokens.create(session, "admin", "admin")
         d.agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in ("alpha", "beta")}
-    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10))
+    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
     yield d
     d.client.close()
     d.stop()
@@ -292,7 +293,7 @@ def test_watch_batches_splits_a_poll_of_long_events_over_messages(dispatcher):
     assert sizes == [3, 2]  # one poll of 5 events: the submit's and two long ones under 4 MiB, then two
     call.cancel()
     channel.close()
-    with Client(ClientConfig(dispatcher.address, dispatcher.admin, timeout_s=10)) as client:
+    with Client(ClientConfig(dispatcher.address, dispatcher.admin, timeout_s=10, insecure=True)) as client:
         events = client.watch(job_id)
         assert [e["reason"][:1] for e in (next(events) for _ in range(5))][1:] == ["0", "1", "2", "3"]
 
@@ -304,7 +305,8 @@ def test_watch_refuses_a_bad_token(dispatcher, rpc):
         next(call)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     channel.close()
-    with Client(ClientConfig(dispatcher.address, "sl_wrong", timeout_s=10)) as bad:  # not taken for an old server
+    # not taken for an old server
+    with Client(ClientConfig(dispatcher.address, "sl_wrong", timeout_s=10, insecure=True)) as bad:
         with pytest.raises(ClientError) as refused:
             next(bad.watch())
     assert refused.value.code == "UNAUTHENTICATED"
@@ -324,7 +326,7 @@ def test_client_watch_reads_an_older_dispatchers_watch():
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with Client(ClientConfig(f"127.0.0.1:{port}", "sl_any", timeout_s=10)) as client:
+        with Client(ClientConfig(f"127.0.0.1:{port}", "sl_any", timeout_s=10, insecure=True)) as client:
             events = client.watch(after_event_id=4)
             assert [(e["id"], e["reason"]) for e in (next(events), next(events))] == [(5, "event 5"), (6, "event 6")]
     finally:
@@ -415,7 +417,7 @@ def test_agent_tokens_are_bound_to_their_cluster_and_role(dispatcher):
     with pytest.raises(grpc.RpcError) as err:
         unknown.next("welcome")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    with Client(ClientConfig(dispatcher.address, dispatcher.agent_tokens["alpha"])) as as_agent:
+    with Client(ClientConfig(dispatcher.address, dispatcher.agent_tokens["alpha"], insecure=True)) as as_agent:
         with pytest.raises(ClientError) as err:
             as_agent.list()
     assert err.value.code == "PERMISSION_DENIED"
@@ -430,20 +432,20 @@ def test_users_submit_only_to_their_queues(dispatcher):
         bob = tokens.create(session, "user", "bob")
     doc = job_doc(cpu="1")
     doc["spec"]["queue"] = "vision"
-    with Client(ClientConfig(dispatcher.address, alice)) as client:
+    with Client(ClientConfig(dispatcher.address, alice, insecure=True)) as client:
         assert client.submit([doc])
-    with Client(ClientConfig(dispatcher.address, bob)) as client:
+    with Client(ClientConfig(dispatcher.address, bob, insecure=True)) as client:
         with pytest.raises(ClientError) as err:
             client.submit([doc])
     assert err.value.code == "PERMISSION_DENIED" and "bob may not submit to queue 'vision'" in err.value.message
-    [mine] = Client(ClientConfig(dispatcher.address, alice)).submit([doc])
-    with Client(ClientConfig(dispatcher.address, bob)) as client:
+    [mine] = Client(ClientConfig(dispatcher.address, alice, insecure=True)).submit([doc])
+    with Client(ClientConfig(dispatcher.address, bob, insecure=True)) as client:
         with pytest.raises(ClientError) as err:
             client.cancel([mine])
     assert err.value.code == "PERMISSION_DENIED"
     assert f"bob may not cancel job {mine} (submitted by alice to queue vision)" in err.value.message
     assert dispatcher.client.get(mine)["state"] != "CANCELLED"
-    with Client(ClientConfig(dispatcher.address, alice)) as client:
+    with Client(ClientConfig(dispatcher.address, alice, insecure=True)) as client:
         assert client.cancel([mine])[0]["state"] == "CANCELLED"
 
 
@@ -464,10 +466,10 @@ def test_real_agent_reconnects_after_a_dispatcher_restart(db_url, tmp_path):
         admin = tokens.create(session, "admin", "admin")
         token = tokens.create(session, "agent", "agent-alpha", "alpha")
     port = first.port
-    agent = Agent(AgentSettings("alpha", first.address, token, backoff_max_s=0.5),
+    agent = Agent(AgentSettings("alpha", first.address, token, backoff_max_s=0.5, tls=PLAINTEXT),
                   SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1))).start()
     assert agent.connected.wait(10)
-    with Client(ClientConfig(first.address, admin)) as client:
+    with Client(ClientConfig(first.address, admin, insecure=True)) as client:
         [job_id] = client.submit([job_doc(cpu="1", duration="20s")])  # 2 s at this time scale
         wait_for(lambda: client.get(job_id)["state"] == "RUNNING")
     first.stop()
@@ -475,7 +477,7 @@ def test_real_agent_reconnects_after_a_dispatcher_restart(db_url, tmp_path):
     second = Dispatcher(ServerSettings(listen=f"127.0.0.1:{port}", database=DatabaseSettings(url=db_url))).start()
     try:
         assert agent.connected.wait(15), "the agent did not reconnect by itself"
-        with Client(ClientConfig(second.address, admin)) as client:
+        with Client(ClientConfig(second.address, admin, insecure=True)) as client:
             wait_for(lambda: client.get(job_id)["state"] == "SUCCEEDED", timeout=20)
             assert client.get(job_id)["attempt"] == 1  # the same attempt ran through the outage
     finally:
@@ -531,9 +533,9 @@ def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
         token = tokens.create(session, "agent", "agent-alpha", "alpha")
     port = first.port
     sim = SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1, final_retention=0.0))
-    agent = Agent(AgentSettings("alpha", first.address, token, backoff_max_s=0.5), sim).start()
+    agent = Agent(AgentSettings("alpha", first.address, token, backoff_max_s=0.5, tls=PLAINTEXT), sim).start()
     assert agent.connected.wait(10)
-    with Client(ClientConfig(first.address, admin)) as client:
+    with Client(ClientConfig(first.address, admin, insecure=True)) as client:
         [job_id] = client.submit([job_doc(cpu="1", duration="40s")])  # 4 s at this time scale
         wait_for(lambda: client.get(job_id)["state"] == "RUNNING")
     first.stop(grace=0)  # the job finishes while the dispatcher is away
@@ -542,7 +544,7 @@ def test_results_the_cluster_forgot_during_an_outage_still_arrive(db_url):
     second = Dispatcher(ServerSettings(listen=f"127.0.0.1:{port}", database=DatabaseSettings(url=db_url))).start()
     try:
         assert agent.connected.wait(15)
-        with Client(ClientConfig(second.address, admin)) as client:
+        with Client(ClientConfig(second.address, admin, insecure=True)) as client:
             job = wait_for(lambda: (j := client.get(job_id))["state"] in ("SUCCEEDED", "QUEUED", "DISPATCHED") and j)
             assert job["state"] == "SUCCEEDED" and job["attempt"] == 1, job
     finally:
@@ -600,7 +602,7 @@ def test_a_replica_that_does_not_schedule_never_leads_and_its_agents_get_the_lea
             cluster_store.apply_objects(session, load_objects(OBJECTS))
             admin = tokens.create(session, "admin", "admin")
             agent_token = tokens.create(session, "agent", "agent-alpha", "alpha")
-        client = Client(ClientConfig(api.address, admin, timeout_s=10))
+        client = Client(ClientConfig(api.address, admin, timeout_s=10, insecure=True))
         agent = ScriptedAgent(api.address, agent_token, "alpha")
         agent.next("welcome")
         [job_id] = client.submit([job_doc(cpu="1")])
@@ -654,7 +656,8 @@ def test_an_agent_sends_an_older_dispatcher_one_message_at_a_time():
     agents_pb2_grpc.add_AgentsServicer_to_server(older, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    agent = Agent(AgentSettings("alpha", f"127.0.0.1:{port}", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
+    agent = Agent(AgentSettings("alpha", f"127.0.0.1:{port}", "sl_any", tls=PLAINTEXT),
+                  SimCluster(SimConfig(nodes=1, node=CPU8)))
     try:
         agent.start()
         kinds, acked = [], set()
@@ -673,7 +676,8 @@ def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batche
     """Agent._outgoing, the generator the agent's stream sends from, with messages already queued."""
     from agent.backends.sim.cluster import SimCluster, SimConfig
     from agent.connection import _HEARTBEAT, MAX_BATCH, Agent, AgentSettings
-    agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any"), SimCluster(SimConfig(nodes=1, node=CPU8)))
+    agent = Agent(AgentSettings("alpha", "127.0.0.1:1", "sl_any", tls=PLAINTEXT),
+                  SimCluster(SimConfig(nodes=1, node=CPU8)))
     def ack(n):
         return agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[n]))
     out, batches = queue.Queue(), threading.Event()

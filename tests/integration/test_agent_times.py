@@ -32,7 +32,7 @@ def dispatcher(db_url):
         cluster_store.apply_objects(session, load_objects(OBJECTS))
         admin = tokens.create(session, "admin", "admin")
         agent_token = tokens.create(session, "agent", "agent-alpha", "alpha")
-    d.client = Client(ClientConfig(d.address, admin, timeout_s=10))
+    d.client = Client(ClientConfig(d.address, admin, timeout_s=10, insecure=True))
     d.agent = ScriptedAgent(d.address, agent_token, "alpha")
     d.agent.next("welcome")
     d.seq = 0

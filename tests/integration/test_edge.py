@@ -10,7 +10,6 @@ import pytest
 from devstack.embedded import Embedded, UpSettings
 from dispatcher.store import clusters as cluster_store
 from sluice.client import Client
-from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from tests.integration.test_spine import job_doc
 
@@ -42,7 +41,7 @@ def system(db_url, tmp_path):
     embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
                                    database_url=db_url, sim_time_scale=0.5), load_objects(OBJECTS)).start()
     embedded.wait_connected()
-    embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    embedded.client = Client(embedded.client_settings(timeout_s=10))
     yield embedded
     embedded.client.close()
     embedded.stop()

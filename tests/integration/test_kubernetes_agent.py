@@ -87,7 +87,7 @@ def dispatcher(db_url, tmp_path):
         d.admin = tokens.create(session, "admin", "admin")
         for cluster in NAMESPACES:
             (tmp_path / f"{cluster}.token").write_text(tokens.create(session, "agent", f"agent-{cluster}", cluster))
-    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10))
+    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
     yield d
     d.client.close()
     d.stop()
@@ -106,7 +106,7 @@ class Agents:
             [sys.executable, "-m", "sluice", "agent", "run", "--cluster", cluster, "--dispatcher",
              self.dispatcher.address, "--token-file", str(self.tmp_path / f"{cluster}.token"),
              "--backend", "kubernetes", "--kubeconfig", str(self.tmp_path / f"{cluster}.kubeconfig"),
-             "--context", cluster, "--metrics-listen", ""],
+             "--context", cluster, "--metrics-listen", "", "--insecure"],
             env=self.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         wait_until(lambda: _reachable(self.dispatcher.client, cluster), timeout=30,

@@ -95,7 +95,7 @@ def test_cli_serve_refuses_then_migrate_fixes_it(empty_db_url):
     url = plain_url(empty_db_url)
     sluice = [sys.executable, "-m", "sluice"]
     refused = subprocess.run(sluice + ["dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0",
-                                       "--metrics-listen", "127.0.0.1:0"],
+                                       "--metrics-listen", "127.0.0.1:0", "--insecure"],
                              capture_output=True, text=True, timeout=60, env=cli_env())
     assert refused.returncode == 1, refused
     lines = refused.stderr.splitlines()
@@ -114,7 +114,7 @@ def test_cli_serve_refuses_then_migrate_fixes_it(empty_db_url):
 
     # Now it serves, and stops cleanly on Ctrl-C.
     serve = subprocess.Popen(sluice + ["dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0",
-                                       "--metrics-listen", "127.0.0.1:0"],
+                                       "--metrics-listen", "127.0.0.1:0", "--insecure"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     watchdog = threading.Timer(30, serve.kill)  # never hang the suite on a server that says nothing
     watchdog.start()

@@ -11,7 +11,6 @@ import pytest
 from devstack.embedded import Embedded, UpSettings
 from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
 from sluice.client import Client
-from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.quantity import format_resources
 from tests.integration.test_spine import job_doc, wait_final
@@ -46,7 +45,7 @@ def system(db_url, tmp_path):
                                    database_url=db_url, sim_time_scale=0.05, prometheus=True),
                         load_objects(OBJECTS)).start()
     embedded.wait_connected()
-    embedded.client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    embedded.client = Client(embedded.client_settings(timeout_s=10))
     yield embedded
     embedded.client.close()
     embedded.stop()

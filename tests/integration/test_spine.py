@@ -135,8 +135,7 @@ def test_clusters_and_queues_views(system):
 
 def test_calls_without_a_valid_token_are_refused(system):
     from sluice.client import Client
-    from sluice.config import ClientConfig
-    with Client(ClientConfig(system.dispatcher.address, "sl_wrong")) as bad:
+    with Client(system.client_settings("sl_wrong")) as bad:
         with pytest.raises(ClientError) as err:
             bad.list()
     assert err.value.code == "UNAUTHENTICATED"

@@ -1,11 +1,14 @@
-"""Sluice without `sluice up`: a dispatcher on a given database, a token made with
-`sluice dispatcher token`, and a separate `sluice agent run` process for one cluster."""
+"""Sluice without `sluice up`: a dispatcher on a given database over TLS with certificates made by
+`sluice dispatcher certs`, an admin token made with `sluice dispatcher token`, and a separate `sluice agent
+run` process for one cluster that authenticates with its client certificate (mTLS) instead of a token."""
 from __future__ import annotations
 
 import signal
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 
 from dispatcher.store import clusters as cluster_store
 from sluice.objects import load_objects
@@ -40,20 +43,31 @@ def test_dispatcher_serve_with_a_separate_sim_agent(db_url, tmp_path):
     made = [run_sluice(env, "dispatcher", "token", "--database-url", url, "--role", role, "--subject", subject, *extra)
             for role, subject, extra in (("admin", "ops", ()), ("agent", "agent-solo", ("--cluster", "solo")))]
     assert [m.returncode for m in made] == [0, 0], [m.stderr for m in made]
-    admin, agent_token = (m.stdout.strip() for m in made)
+    admin = made[0].stdout.strip()
     refused = run_sluice(env, "dispatcher", "token", "--database-url", url, "--role", "agent", "--subject", "x")
     assert refused.returncode == 2 and "--cluster is required" in refused.stderr
-    (tmp_path / "agent.token").write_text(agent_token + "\n")
-    port = free_port()
+    certs = tmp_path / "certs"
+    made = run_sluice(env, "dispatcher", "certs", "--dir", str(certs), "--host", "127.0.0.1", "--cluster", "solo")
+    assert made.returncode == 0 and (certs / "agent-solo.key").stat().st_mode & 0o077 == 0, made.stderr
+    no_tls = run_sluice(env, "dispatcher", "serve", "--database-url", url, "--listen", "127.0.0.1:0")
+    assert no_tls.returncode == 1 and no_tls.stderr.count("\n") == 1 and "--tls-cert" in no_tls.stderr
+    port, agent_port = free_port(), free_port()
     serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", url,
-                              "--listen", f"127.0.0.1:{port}", "--metrics-listen", "127.0.0.1:0"], env=env, cwd=REPO,
-                             stderr=subprocess.PIPE, text=True)
-    agent = subprocess.Popen([sys.executable, "-m", "sluice", "agent", "run", "--cluster", "solo", "--dispatcher",
-                              f"127.0.0.1:{port}", "--token-file", str(tmp_path / "agent.token"), "--backend", "sim",
-                              "--sim-nodes", "2", "--sim-node", "cpu=4,memory=8Gi", "--metrics-listen", "127.0.0.1:0"],
+                              "--listen", f"127.0.0.1:{port}", "--metrics-listen", "127.0.0.1:0",
+                              "--tls-cert", str(certs / "dispatcher.crt"), "--tls-key", str(certs / "dispatcher.key"),
+                              "--client-ca", str(certs / "ca.crt"), "--agent-listen", f"127.0.0.1:{agent_port}"],
                              env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    client_env = {**env, "SLUICE_ADDRESS": f"127.0.0.1:{port}", "SLUICE_TOKEN": admin}
+    agent = subprocess.Popen([sys.executable, "-m", "sluice", "agent", "run", "--cluster", "solo", "--dispatcher",
+                              f"127.0.0.1:{agent_port}", "--ca", str(certs / "ca.crt"),
+                              "--tls-cert", str(certs / "agent-solo.crt"), "--tls-key", str(certs / "agent-solo.key"),
+                              "--backend", "sim", "--sim-nodes", "2", "--sim-node", "cpu=4,memory=8Gi",
+                              "--metrics-listen", "127.0.0.1:0"],
+                             env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    client_env = {**env, "SLUICE_ADDRESS": f"127.0.0.1:{port}", "SLUICE_TOKEN": admin,
+                  "SLUICE_CA": str(certs / "ca.crt")}
     try:
+        ready = serve.stderr.readline()
+        assert ready.startswith(f"serving on 127.0.0.1:{port}, metrics on 127.0.0.1:") and "(TLS)" in ready, ready
         deadline = time.monotonic() + 30
         while True:
             shown = run_sluice(client_env, "clusters", "-o", "json")
@@ -67,6 +81,14 @@ def test_dispatcher_serve_with_a_separate_sim_agent(db_url, tmp_path):
         assert len(ids) == 2
         for job_id in ids:
             assert '"cluster": "solo"' in run_sluice(client_env, "get", job_id, "-o", "json").stdout
+        # Without the CA the client does not trust the dispatcher, and says so in one line.
+        untrusted = run_sluice({**client_env, "SLUICE_CA": ""}, "list")
+        assert untrusted.returncode == 1 and "not signed by the CA" in untrusted.stderr, untrusted.stderr
+        # /metrics is served over TLS too, with the same certificate.
+        metrics_port = int(ready.split("metrics on 127.0.0.1:")[1].split()[0].rstrip(","))
+        trusting = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        with urllib.request.urlopen(f"https://127.0.0.1:{metrics_port}/metrics", context=trusting, timeout=10) as r:
+            assert b"sluice_database_up 1.0" in r.read()
     finally:
         for proc in (agent, serve):
             proc.send_signal(signal.SIGINT)

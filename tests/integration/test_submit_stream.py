@@ -53,7 +53,7 @@ def clients():
     made = []
 
     def make(d: Dispatcher, timeout_s: float = 30, token: str | None = None) -> Client:
-        made.append(Client(ClientConfig(d.address, token or d.token, timeout_s=timeout_s)))
+        made.append(Client(ClientConfig(d.address, token or d.token, timeout_s=timeout_s, insecure=True)))
         return made[-1]
     yield make
     for c in made:
@@ -146,7 +146,7 @@ def test_a_dispatcher_without_submit_streams_is_sent_calls_from_then_on():
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with Client(ClientConfig(f"127.0.0.1:{port}", "t", timeout_s=10)) as c:
+        with Client(ClientConfig(f"127.0.0.1:{port}", "t", timeout_s=10, insecure=True)) as c:
             assert [c.submit([job_doc()])[0] for _ in range(4)] == [1, 2, 3, 4]
             assert c._stream is None and c._streams_from == float("inf")
         assert calls == [1, 1, 1, 1]
@@ -175,7 +175,7 @@ def test_an_overdue_request_on_the_stream_fails_with_deadline_exceeded(serve, cl
 
 def test_a_token_revoked_while_its_stream_is_open_is_refused_on_it(serve, clients, db_url):
     d = serve()
-    admin = AdminClient(ClientConfig(d.address, d.token, timeout_s=10))
+    admin = AdminClient(ClientConfig(d.address, d.token, timeout_s=10, insecure=True))
     token = admin.create_token("user", "alice")
     c = clients(d, token=token["secret"])
     c.submit([job_doc(name="a")])

@@ -153,8 +153,9 @@ def recorded(db_url):
         d.tokens["admin"] = tokens.create(session, "admin", "admin")
         d.tokens["agent"] = tokens.create(session, "agent", "agent-alpha", "alpha")
         beta_token = tokens.create(session, "agent", "agent-beta", "beta")
-    clients = {who: Client(ClientConfig(d.address, token, timeout_s=10)) for who, token in d.tokens.items()}
-    admin = AdminClient(ClientConfig(d.address, d.tokens["admin"], timeout_s=10))
+    clients = {who: Client(ClientConfig(d.address, token, timeout_s=10, insecure=True))
+               for who, token in d.tokens.items()}
+    admin = AdminClient(ClientConfig(d.address, d.tokens["admin"], timeout_s=10, insecure=True))
     alpha = RoomyAgent(d.address, d.tokens["agent"], "alpha")
     beta = RoomyAgent(d.address, beta_token, "beta")
     ids: dict[str, int] = {}
@@ -261,7 +262,7 @@ def test_a_window_clips_attempts_and_leaves_older_ones_out(recorded, by):
 
 
 def test_usage_is_refused_to_agents_and_bad_requests(recorded):
-    agent = Client(ClientConfig(recorded.address, recorded.tokens["agent"], timeout_s=10))
+    agent = Client(ClientConfig(recorded.address, recorded.tokens["agent"], timeout_s=10, insecure=True))
     try:
         with pytest.raises(ClientError) as denied:
             agent.usage()
@@ -278,7 +279,7 @@ def test_usage_is_refused_to_agents_and_bad_requests(recorded):
 
 def sluice(*args: str, token: str | None = None, address: str = "127.0.0.1:1") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    env.update(SLUICE_ADDRESS=address, SLUICE_TOKEN=token or "x")
+    env.update(SLUICE_ADDRESS=address, SLUICE_TOKEN=token or "x", SLUICE_INSECURE="1")
     return subprocess.run([sys.executable, "-m", "sluice", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
 

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
 from agent.metrics import AgentMetrics, serve
+from sluice.transport import PLAINTEXT
 from sluice.v1 import agents_pb2, agents_pb2_grpc
 
 NODE = {"cpu": 4000, "memory": 16 * 2**30 * 1000}
@@ -85,7 +86,7 @@ def eventually(check, timeout: float = WAIT) -> None:
 
 def settings(port: int, cluster: str = "c1") -> AgentSettings:
     return AgentSettings(cluster, f"127.0.0.1:{port}", "token", heartbeat_s=0.1,
-                         backoff_initial_s=0.05, backoff_max_s=0.2)
+                         backoff_initial_s=0.05, backoff_max_s=0.2, tls=PLAINTEXT)
 
 
 def test_metrics_follow_the_link_commands_and_acks():

@@ -325,7 +325,7 @@ def shapes():
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        with AdminClient(ClientConfig(f"127.0.0.1:{port}", "t", timeout_s=10)) as client:
+        with AdminClient(ClientConfig(f"127.0.0.1:{port}", "t", timeout_s=10, insecure=True)) as client:
             yield {"get": client.get(1), "list": client.list(limit=1), "cancel": client.cancel([1]),
                    "describe": client.describe(1), "explain": client.explain(1), "watch": next(iter(client.watch())),
                    "clusters": client.clusters(), "queues": client.queues(), "usage": client.usage(),
