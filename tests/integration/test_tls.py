@@ -1,0 +1,212 @@
+"""TLS on every port: real certificates (sluice.certs, the `cryptography` package), a real dispatcher on
+loopback, real gRPC and HTTPS clients. Trust, refusal of plaintext where it would leak tokens, rotation
+without a restart, and agents bound to their cluster by their client certificate (mTLS)."""
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import urllib.request
+
+import grpc
+import pytest
+
+from agent.backends.sim.cluster import SimCluster, SimConfig
+from agent.connection import Agent, AgentSettings
+from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.store import clusters as cluster_store
+from dispatcher.store import tokens
+from dispatcher.store.database import DatabaseSettings
+from dispatcher.tls import ServerTls
+from sluice import certs
+from sluice.client import Client, ClientError
+from sluice.config import ClientConfig
+from sluice.objects import load_objects
+from sluice.transport import Tls
+from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+
+CLUSTERS = """
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: alpha}
+spec: {tier: onprem}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: beta}
+spec: {tier: onprem}
+"""
+CPU8 = {"cpu": 8000, "memory": 32 * 2**30 * 1000}
+
+
+def issue(tmp_path, ca: certs.Issued, name: str = "dispatcher") -> ServerTls:
+    cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    certs.make_server(ca, certs.local_hosts()).write(cert, key)
+    (tmp_path / "ca.crt").write_bytes(ca.cert)
+    return ServerTls(cert, key, client_ca=tmp_path / "ca.crt")
+
+
+def write_ca(path, ca: certs.Issued) -> str:
+    path.write_bytes(ca.cert)
+    return str(path)
+
+
+@pytest.fixture
+def served(db_url, tmp_path):
+    """A dispatcher serving TLS (with an mTLS agent port) with an admin token; the CA it was issued by."""
+    ca = certs.make_ca()
+    tls = issue(tmp_path, ca)
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", tls=tls,
+                                  agent_listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
+    with d.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(CLUSTERS))
+        d.admin = tokens.create(session, "admin", "ops")
+    d.ca, d.tls = ca, tls
+    yield d
+    d.stop()
+
+
+def client(d, ca_file: str | None, **kw) -> Client:
+    return Client(ClientConfig(d.address, d.admin, timeout_s=10, ca=ca_file, **kw))
+
+
+def test_a_client_trusting_the_ca_is_served_and_any_other_is_refused_in_words(served, tmp_path):
+    with client(served, str(served.tls.client_ca)) as trusted:
+        assert trusted.list() == []
+    other_ca = write_ca(tmp_path / "other-ca.crt", certs.make_ca("someone else"))
+    with client(served, other_ca) as fooled, pytest.raises(ClientError) as refused:
+        fooled.list()
+    assert refused.value.code == "UNAVAILABLE" and "not signed by the CA" in refused.value.message
+    with client(served, None, insecure=True) as plaintext, pytest.raises(ClientError) as refused:
+        plaintext.list()  # a plaintext client on a TLS port: no token leaves it in clear
+    assert refused.value.code == "UNAVAILABLE" and "TLS" in refused.value.message, refused.value.message
+
+
+def test_plaintext_is_refused_off_loopback_on_both_ends(db_url):
+    with pytest.raises(OSError, match="refusing plaintext on 0.0.0.0:0: not a loopback address"):
+        Dispatcher(ServerSettings(listen="0.0.0.0:0", metrics_listen=None, database=DatabaseSettings(url=db_url)))
+    with pytest.raises(OSError, match="refusing plaintext /metrics on 0.0.0.0:0"):
+        Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen="0.0.0.0:0",
+                                  database=DatabaseSettings(url=db_url)))
+    with pytest.raises(ClientError, match="would send the token in clear"):
+        Client(ClientConfig("10.1.2.3:7070", "sl_x", insecure=True))
+    with pytest.raises(OSError, match="the agent port needs TLS"):
+        Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, agent_listen="127.0.0.1:0",
+                                  database=DatabaseSettings(url=db_url)))
+
+
+def test_unusable_tls_files_are_refused_at_start_naming_the_file(db_url, tmp_path):
+    ca = certs.make_ca()
+    good = issue(tmp_path, ca)
+    other = issue(tmp_path, ca, "other")
+    (tmp_path / "junk.crt").write_text("not a certificate")
+    for tls, words in ((ServerTls(tmp_path / "missing.crt", good.key), "missing.crt: No such file"),
+                       (ServerTls(tmp_path / "junk.crt", good.key), "junk.crt: not a PEM file"),
+                       (ServerTls(good.cert, other.key), "do not load as a pair")):
+        with pytest.raises(OSError, match=words):
+            Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, tls=tls,
+                                      database=DatabaseSettings(url=db_url)))
+
+
+def _metrics(d, ca_file: str) -> bytes:
+    trusting = ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(f"https://127.0.0.1:{d.metrics_port}/metrics", context=trusting, timeout=10) as r:
+        return r.read()
+
+
+def test_metrics_are_served_over_tls_and_a_plaintext_scrape_gets_nothing(served):
+    assert b"sluice_database_up 1.0" in _metrics(served, str(served.tls.client_ca))
+    with pytest.raises((OSError, urllib.error.URLError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{served.metrics_port}/metrics", timeout=5).read()
+
+
+def test_rotated_certificates_are_served_without_a_restart(served, tmp_path):
+    """New files (here from a new CA, so the change is plain to see) are picked up at the next handshake, by
+    the gRPC port and by /metrics alike; a half-written pair is not taken."""
+    old_ca = str(served.tls.client_ca)
+    with client(served, old_ca) as before:
+        assert before.list() == []
+    new_ca = certs.make_ca("rotated")
+    served.tls.key.write_text("-----BEGIN PRIVATE KEY-----\ntruncated")  # a rotation caught half way
+    with client(served, old_ca) as during:
+        assert during.list() == []  # the old pair is kept
+    rotated = certs.make_server(new_ca, certs.local_hosts())
+    rotated.write(served.tls.cert, served.tls.key)
+    new_file = write_ca(tmp_path / "new-ca.crt", new_ca)
+    with client(served, new_file) as after:
+        assert after.list() == []
+    with client(served, old_ca) as stale, pytest.raises(ClientError, match="not signed by the CA"):
+        stale.list()
+    assert b"sluice_database_up" in _metrics(served, new_file)
+
+
+def _agent(d, tmp_path, cluster: str, cert_for: str | None, port: int | None = None) -> Agent:
+    tls = Tls(ca=str(d.tls.client_ca))
+    if cert_for is not None:
+        cert, key = tmp_path / f"agent-{cert_for}.crt", tmp_path / f"agent-{cert_for}.key"
+        certs.make_agent(d.ca, cert_for).write(cert, key)
+        tls = Tls(ca=str(d.tls.client_ca), cert=str(cert), key=str(key))
+    settings = AgentSettings(cluster, f"127.0.0.1:{port or d.agent_port}", "", heartbeat_s=0.2,
+                             backoff_initial_s=0.1, backoff_max_s=0.3, tls=tls)
+    return Agent(settings, SimCluster(SimConfig(nodes=1, node=CPU8))).start()
+
+
+def _state(d, cluster: str) -> str:
+    with client(d, str(d.tls.client_ca)) as c:
+        return {x["name"]: x["state"] for x in c.clusters()}[cluster]
+
+
+def test_an_agent_certificate_authenticates_it_as_its_own_cluster_only(served, tmp_path):
+    own = _agent(served, tmp_path, "alpha", cert_for="alpha")
+    try:
+        assert own.connected.wait(15)
+        assert _state(served, "alpha") == "active"
+    finally:
+        own.stop()
+    impostor = _agent(served, tmp_path, "beta", cert_for="alpha")  # alpha's certificate, saying it is beta
+    try:
+        assert not impostor.connected.wait(2)
+        assert _state(served, "beta") != "active"
+    finally:
+        impostor.stop()
+    anonymous = _agent(served, tmp_path, "beta", cert_for=None)  # no certificate: the handshake fails
+    try:
+        assert not anonymous.connected.wait(2)
+    finally:
+        anonymous.stop()
+
+
+def test_a_certificate_from_another_ca_is_refused_on_the_agent_port(served, tmp_path):
+    stranger = certs.make_ca("stranger")
+    cert, key = tmp_path / "s.crt", tmp_path / "s.key"
+    certs.make_agent(stranger, "alpha").write(cert, key)
+    credentials = grpc.ssl_channel_credentials(served.ca.cert, key.read_bytes(), cert.read_bytes())
+    with grpc.secure_channel(f"127.0.0.1:{served.agent_port}", credentials) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            jobs_pb2_grpc.JobsStub(channel).ListClusters(jobs_pb2.ListClustersRequest(), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_user_token_cannot_pass_for_an_agent_on_the_main_port(served):
+    """The main port never asks for client certificates, so only a token can say who is calling there."""
+    channel = grpc.secure_channel(served.address, grpc.ssl_channel_credentials(served.ca.cert))
+    with channel, pytest.raises(grpc.RpcError) as refused:
+        jobs_pb2_grpc.JobsStub(channel).ListClusters(jobs_pb2.ListClustersRequest(), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_sluice_up_makes_its_ca_once_and_writes_it_into_the_client_config(system):
+    data = system.settings.data_dir.resolve()
+    written = (data / "client.yaml").read_text()
+    assert f"ca: {data / 'certs' / 'ca.crt'}" in written
+    assert os.stat(data / "certs" / "ca.key").st_mode & 0o077 == 0
+    assert system.client.clusters()  # the fixture's client went over TLS with that CA
+    with socket.create_connection(("127.0.0.1", system.dispatcher.port), timeout=5) as raw:
+        context = ssl.create_default_context(cafile=str(data / "certs" / "ca.crt"))
+        context.set_alpn_protocols(["h2"])
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls_socket:
+            assert tls_socket.version() in ("TLSv1.2", "TLSv1.3")
+    first = (data / "certs" / "ca.crt").read_bytes()
+    from devstack.embedded import local_tls
+    local_tls(data / "certs", "127.0.0.1:0")
+    assert (data / "certs" / "ca.crt").read_bytes() == first  # a restart keeps the CA clients trust
