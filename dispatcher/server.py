@@ -48,6 +48,9 @@ class ServerSettings:
     # host:port where agents authenticate with client certificates signed by tls.client_ca (mTLS) instead
     # of tokens; gRPC asks for client certificates on a whole port or not at all. None: no such port.
     agent_listen: str | None = None
+    # host:port serving the gRPC health service alone, in plaintext on any address: the kubelet's gRPC probes
+    # cannot speak TLS, and nothing secret crosses this port (no token, no job). None: no such port.
+    health_listen: str | None = None
     workers: int = 64  # threads for RPCs; every connected agent and watch holds one
     # Submit streams (Jobs.SubmitStream) open at once; each holds one of `workers` while open, and a client
     # keeps one only while it submits again and again (sluice.client). One more is refused, and its client
@@ -120,6 +123,8 @@ class Dispatcher:
             self.port = self._listen(settings.listen)
             self.address = f"{settings.listen.rsplit(':', 1)[0]}:{self.port}"
             self.agent_port = self._listen(settings.agent_listen, agents=True) if settings.agent_listen else 0
+            self.health_server: grpc.Server | None = None
+            self.health_port = self._serve_health(settings.health_listen) if settings.health_listen else 0
             self.metrics_server: MetricsServer | None = None
             if settings.metrics_listen:
                 if settings.tls is None and not is_loopback(settings.metrics_listen):
@@ -128,6 +133,8 @@ class Dispatcher:
                 self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls)
         except OSError:
             self.server.stop(None)
+            if getattr(self, "health_server", None) is not None:
+                self.health_server.stop(None)
             self.db.close()
             raise
         self.metrics_port = self.metrics_server.port if self.metrics_server else 0  # 0: no /metrics
@@ -149,6 +156,17 @@ class Dispatcher:
             raise OSError(f"cannot listen on {listen}: address in use or not valid")
         return port
 
+    def _serve_health(self, listen: str) -> int:
+        self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+        try:
+            port = self.health_server.add_insecure_port(listen)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise OSError(f"cannot serve health on {listen}: address in use or not valid")
+        return port
+
     def start(self) -> Dispatcher:
         if self.settings.gil_switch_interval_s:
             sys.setswitchinterval(self.settings.gil_switch_interval_s)
@@ -156,6 +174,8 @@ class Dispatcher:
             gc.set_threshold(*self.settings.gc_thresholds)
         self.notifier.start()
         self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
         if self.settings.schedule:
             self.scheduler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -182,6 +202,8 @@ class Dispatcher:
             self.scheduler.stop()  # ends leading, which stops the refresher
         self._leadership(False)  # in case the scheduler thread did not end in time
         self.server.stop(grace).wait()
+        if self.health_server is not None:
+            self.health_server.stop(None)
         self.notifier.stop()
         if self.metrics_server:
             self.metrics_server.stop()

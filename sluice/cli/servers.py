@@ -121,6 +121,9 @@ def dispatcher_serve(
                                               "(needs --client-ca); '' serves none"),
         insecure: bool = typer.Option(False, "--insecure", envvar="SLUICE_INSECURE",
                                       help="Plaintext, without TLS: only on a loopback --listen"),
+        health_listen: str = typer.Option("", "--health-listen", envvar="SLUICE_HEALTH_LISTEN",
+                                          help="HOST:PORT serving only the gRPC health check, in plaintext (for "
+                                               "the kubelet's probes, which cannot speak TLS); '' serves none"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Serve the API and run the scheduler (when this replica is the leader).
 
@@ -139,7 +142,7 @@ def dispatcher_serve(
         raise typer.BadParameter("--agent-listen needs --client-ca (the CA that signs the agents' certificates)")
     tls = None if insecure else ServerTls(tls_cert, tls_key, client_ca)
     settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
-                              tls=tls, agent_listen=agent_listen or None,
+                              tls=tls, agent_listen=agent_listen or None, health_listen=health_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
     metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""

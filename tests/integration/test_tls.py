@@ -210,3 +210,20 @@ def test_sluice_up_makes_its_ca_once_and_writes_it_into_the_client_config(system
     from devstack.embedded import local_tls
     local_tls(data / "certs", "127.0.0.1:0")
     assert (data / "certs" / "ca.crt").read_bytes() == first  # a restart keeps the CA clients trust
+
+
+def test_the_health_port_answers_probes_in_plaintext_and_serves_nothing_else(db_url, tmp_path):
+    """The kubelet's gRPC probes speak no TLS: the health check alone is served in plaintext on its own port."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    tls = issue(tmp_path, certs.make_ca())
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, tls=tls, health_listen="127.0.0.1:0",
+                                  database=DatabaseSettings(url=db_url))).start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{d.health_port}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as refused:
+                jobs_pb2_grpc.JobsStub(channel).ListClusters(jobs_pb2.ListClustersRequest(), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        d.stop()
