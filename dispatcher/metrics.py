@@ -37,7 +37,7 @@ from dispatcher.store import database
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
-from dispatcher.tls import HttpTls, ServerTls
+from dispatcher.tls import HttpTls, ServerTls, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,9 @@ class MetricsServer:
         host = host.strip("[]")
         if not sep or not host or not port.isdigit():
             raise OSError(f"cannot serve metrics on {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+        if tls is None and not is_loopback(listen):
+            raise OSError(f"refusing plaintext /metrics on {listen}: not a loopback address (give a TLS "
+                          "certificate and key)")
         https = HttpTls(tls) if tls is not None else None
         try:
             self._server = make_server(host, int(port), make_wsgi_app(registry),

@@ -127,9 +127,6 @@ class Dispatcher:
             self.health_port = self._serve_health(settings.health_listen) if settings.health_listen else 0
             self.metrics_server: MetricsServer | None = None
             if settings.metrics_listen:
-                if settings.tls is None and not is_loopback(settings.metrics_listen):
-                    raise OSError(f"refusing plaintext /metrics on {settings.metrics_listen}: not a loopback "
-                                  "address (give a TLS certificate and key)")
                 self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls)
         except OSError:
             self.server.stop(None)

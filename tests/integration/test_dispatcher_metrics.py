@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import socket
+import ssl
 import time
 import urllib.request
 from collections import Counter
@@ -24,8 +25,10 @@ DOCUMENTED = ("sluice_jobs_queued", "sluice_jobs_active", "sluice_queue_used", "
               "sluice_scheduling_cycle_seconds", "sluice_scheduling_cycles", "sluice_scheduling_decisions")
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+def scrape(port: int, ca: str | None = None) -> str:
+    """/metrics over HTTPS verified against `ca` (a `sluice up` dispatcher's), or plain HTTP without one."""
+    scheme, context = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", None)
+    with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}/metrics", timeout=10, context=context) as reply:
         assert reply.status == 200
         return reply.read().decode()
 
@@ -64,7 +67,7 @@ def wait_for(check, what: str, timeout: float = 20.0):
 def test_metrics_port_is_bound_to_loopback_only(system):
     d = system.dispatcher
     assert d.metrics_port > 0 and d.metrics_server.host == "127.0.0.1"
-    text = scrape(d.metrics_port)
+    text = scrape(d.metrics_port, system.tls.ca)
     names = {f.name for f in text_string_to_metric_families(text)}
     assert set(DOCUMENTED) <= names, set(DOCUMENTED) - names
     assert value(text, "sluice_database_up") == 1
@@ -92,7 +95,7 @@ def test_metrics_follow_jobs_queues_and_clusters(system):
     wait_final(client, short)
     wait_for(lambda: all("no cluster fits" in client.get(i)["reason"] for i in waiting), "waiting reasons")
 
-    text = scrape(d.metrics_port)
+    text = scrape(d.metrics_port, system.tls.ca)
     jobs = client.list()
     queued = Counter((j["queue"], j["serviceClass"]) for j in jobs if j["state"] == "QUEUED")
     assert queued == Counter({("default", "standard"): 1, ("default", "batch"): 1})
@@ -136,7 +139,7 @@ def test_metrics_follow_jobs_queues_and_clusters(system):
     # Capacity: the same numbers, source and age as `sluice clusters` shows (read at another instant:
     # retried until a scrape and a listing fall between the same two heartbeats).
     def capacity_matches():
-        text = scrape(d.metrics_port)
+        text = scrape(d.metrics_port, system.tls.ca)
         shown = client.clusters()
         capacity = samples(text, "sluice_cluster_capacity")
         ages = samples(text, "sluice_cluster_capacity_age_seconds")
@@ -157,7 +160,7 @@ def test_metrics_follow_jobs_queues_and_clusters(system):
     # Each further cycle counts.
     more = client.submit([job_doc(name="more", cpu="1", duration="0.2s")])
     wait_final(client, more)
-    again = scrape(d.metrics_port)
+    again = scrape(d.metrics_port, system.tls.ca)
     assert value(again, "sluice_scheduling_cycles_total") > cycles
     assert value(again, "sluice_dispatch_latency_seconds_count", phase="submit_to_dispatch") > count
 
@@ -166,12 +169,12 @@ def test_outbox_gauges_show_a_command_its_agent_has_not_acked(system):
     client, d = system.client, system.dispatcher
     [job_id] = client.submit([job_doc(cpu="1", duration="600s", placement={"sites": ["edge-1"]})])
     wait_for(lambda: client.get(job_id)["state"] == "RUNNING", "job running on edge")
-    wait_for(lambda: value(scrape(d.metrics_port), "sluice_outbox_unacked_commands", cluster="edge") == 0,
-             "the dispatch acked")
+    wait_for(lambda: value(scrape(d.metrics_port, system.tls.ca), "sluice_outbox_unacked_commands",
+                           cluster="edge") == 0, "the dispatch acked")
     system.agents["edge"].stop()  # the cancel below waits in the outbox
     client.cancel([job_id])
     time.sleep(0.3)
-    text = scrape(d.metrics_port)
+    text = scrape(d.metrics_port, system.tls.ca)
     assert value(text, "sluice_outbox_unacked_commands", cluster="edge") == 1
     assert value(text, "sluice_outbox_oldest_unacked_age_seconds", cluster="edge") >= 0.2
     assert value(text, "sluice_outbox_unacked_commands", cluster="onprem") == 0
@@ -186,7 +189,7 @@ def test_each_dispatcher_has_its_own_registry(system, db_url):
     follower = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
     try:
         assert follower.metrics_port not in (0, system.dispatcher.metrics_port)
-        mine, leaders = scrape(follower.metrics_port), scrape(system.dispatcher.metrics_port)
+        mine, leaders = scrape(follower.metrics_port), scrape(system.dispatcher.metrics_port, system.tls.ca)
         assert not follower.scheduler.is_leader.is_set()
         assert value(mine, "sluice_scheduling_cycles_total") == 0
         assert value(leaders, "sluice_scheduling_cycles_total") >= 1
