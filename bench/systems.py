@@ -25,7 +25,7 @@ from bench.postgres import Postgres
 from sluice import process as tuning
 from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
-from sluice.transport import PLAINTEXT
+from sluice.transport import Tls
 
 SPAWN = multiprocessing.get_context("spawn")
 SPLIT = "the dispatcher alone in its own process; the sim agents (one per cluster) in another"
@@ -42,7 +42,7 @@ def objects(clusters: int, nodes: int) -> list:
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool,
            schedule: bool = True) -> None:
     tuning.apply()  # a process entry point: before it imports grpc
-    from devstack.embedded import Embedded, UpSettings
+    from devstack.embedded import Embedded, UpSettings, local_tls
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.services import administering
     from dispatcher.store import tokens
@@ -50,21 +50,23 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
 
     logging.basicConfig(level=logging.WARNING)
     if split:  # the dispatcher alone, as `sluice dispatcher serve` runs it; the agents are another process's
-        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule,
+        # over TLS as deployed, with certificates as `sluice up` makes them (every replica shares the CA)
+        tls = local_tls(pathlib.Path(data_dir) / "certs", "127.0.0.1:0")
+        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule, tls=tls,
                                            database=DatabaseSettings(url=database_url))).start()
         with server.sessions.begin() as session:
             administering.apply(session, "bench", objs)
             admin = tokens.create(session, "admin", "bench")
             agents = {o.name: tokens.create(session, "agent", f"agent-{o.name}", o.name)
                       for o in objs if isinstance(o, ClusterObject)}
-        info = {"address": server.address, "token": admin, "agents": agents}
+        info = {"address": server.address, "token": admin, "agents": agents, "ca": str(tls.cert.parent / "ca.crt")}
         stop = server.stop
     else:
         embedded = Embedded(UpSettings(data_dir=pathlib.Path(data_dir), listen="127.0.0.1:0", make_default=False,
                                        database_url=database_url), objs).start()
         embedded.wait_connected()
         server, stop = embedded.dispatcher, embedded.stop
-        info = {"address": server.address, "token": embedded.admin_token}
+        info = {"address": server.address, "token": embedded.admin_token, "ca": embedded.tls.ca}
     cpu = 0.0
     try:
         if cordon:  # jobs stay queued: only the submit path (and the cycles it wakes) is measured
@@ -83,14 +85,14 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
                "cycle_seconds": sample("sluice_scheduling_cycle_seconds_sum") or 0.0, "cpu_seconds": cpu})
 
 
-def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list) -> None:
+def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list, ca: str) -> None:
     """One sim agent per cluster, in this process: what `sluice agent run --backend sim` runs per cluster."""
     tuning.apply()  # a process entry point: before it imports grpc
     from agent.connection import Agent, AgentSettings
     from devstack.embedded import sim_cluster
 
     logging.basicConfig(level=logging.WARNING)
-    running = [Agent(AgentSettings(o.name, address, agents[o.name], tls=PLAINTEXT),
+    running = [Agent(AgentSettings(o.name, address, agents[o.name], tls=Tls(ca=ca)),
                      sim_cluster(o, pathlib.Path(data_dir))).start()
                for o in objs if isinstance(o, ClusterObject)]
     try:
@@ -157,7 +159,7 @@ class System:
         process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split),
                                      "bench-dispatcher")
         self._children.append((process, pipe))
-        self.address, self.token = info["address"], info["token"]
+        self.address, self.token, self.ca = info["address"], info["token"], info["ca"]
         self.addresses = [self.address]  # every replica's, the leader first
         if split:
             try:
@@ -167,7 +169,8 @@ class System:
                     self._children.append((process, pipe))
                     self.address, self.token = api["address"], api["token"]
                     self.addresses.append(self.address)
-                self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs),
+                self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs,
+                                                                     self.ca),
                                              "bench-agents")[:2])
                 for n in range(1, replicas):
                     process, pipe, more = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True),
@@ -179,10 +182,14 @@ class System:
                 self.close()
                 raise
 
+    def config(self, timeout_s: float = 60.0):
+        """How a client reaches the system (TLS, with its CA): picklable, for the submitter processes."""
+        from sluice.config import ClientConfig
+        return ClientConfig(self.address, self.token, timeout_s=timeout_s, ca=self.ca)
+
     def client(self, timeout_s: float = 60.0):
         from sluice.client import Client
-        from sluice.config import ClientConfig
-        return Client(ClientConfig(self.address, self.token, timeout_s=timeout_s))
+        return Client(self.config(timeout_s))
 
     def count(self, where: str) -> int:
         with psycopg.connect(self.libpq) as conn:
@@ -218,17 +225,16 @@ class SubmitConfig:
         return cls(seconds=3.0)
 
 
-def _submitter(pipe, address: str, token: str, batch: int, seconds: float, start) -> None:
+def _submitter(pipe, config, batch: int, seconds: float, start) -> None:
     """Submit `batch` jobs per call for `seconds`; batch 0: empty calls (Health.Check) on the same kind of
     channel, the most a client can get through this gRPC server and machine per call."""
     tuning.apply()  # a process entry point: before it imports grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from sluice.client import Client
-    from sluice.config import ClientConfig
 
     docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10) for i in range(batch)]
-    client = Client(ClientConfig(address, token, timeout_s=120, insecure=True))
+    client = Client(config)
     if batch:
         def call() -> int:
             return len(client.submit(docs))
@@ -258,7 +264,7 @@ def _submit_once(pg: Postgres, config: SubmitConfig, clients: int, batch: int) -
         pipes, processes = [], []
         for _ in range(clients):
             parent, child = SPAWN.Pipe(duplex=False)
-            p = SPAWN.Process(target=_submitter, args=(child, system.address, system.token, batch, config.seconds,
+            p = SPAWN.Process(target=_submitter, args=(child, system.config(120), batch, config.seconds,
                                                        start), name="bench-submitter")
             p.start()
             pipes.append(parent)
@@ -326,15 +332,14 @@ class LatencyConfig:
         return cls(seconds=5.0)
 
 
-def _watch_events(pipe, address: str, token: str) -> None:
+def _watch_events(pipe, config) -> None:
     """Watch every job event; answer each message with what was seen so far, {(job, state): arrival}."""
     tuning.apply()  # a process entry point: before it imports grpc
     from sluice.client import Client
-    from sluice.config import ClientConfig
 
     seen: dict[tuple[int, str], float] = {}
     lags: dict[str, list[float]] = {}  # per state moved to: from its transaction's start to here, wall clock
-    client = Client(ClientConfig(address, token, timeout_s=3600, insecure=True))
+    client = Client(config)
 
     def watch() -> None:
         try:
@@ -377,7 +382,7 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
         client = system.client()
         # The events are watched from a process of its own: time.monotonic() is the same clock across
         # processes, and the watcher's work (hundreds of events a second) then delays no submit.
-        watcher, pipe, _ = _start(_watch_events, (system.address, system.token), "bench-watcher", 60)
+        watcher, pipe, _ = _start(_watch_events, (system.config(3600),), "bench-watcher", 60)
         time.sleep(1.0)
         doc = workload.job_document("default", workload.SHAPES[0], "standard", 0, duration=config.duration)
         submitted: dict[int, float] = {}

@@ -20,7 +20,7 @@ from dispatcher.services import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
-from dispatcher.tls import ServerTls
+from dispatcher.tls import ServerTls, refuse_plaintext_off_loopback
 from sluice import certs
 from sluice import config as client_config
 from sluice.objects import default_objects, load_objects, object_from_document
@@ -85,6 +85,8 @@ class Embedded:
         return self.settings.data_dir / "client.yaml"
 
     def start(self) -> Embedded:
+        if self.settings.insecure:
+            refuse_plaintext_off_loopback(self.settings.listen)  # before anything starts
         data = self.settings.data_dir.resolve()
         data.mkdir(parents=True, exist_ok=True)
         # One `sluice up` per data dir: a second one would run a second set of agents for the same clusters.

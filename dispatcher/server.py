@@ -32,7 +32,7 @@ from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.listening import Notifier
-from dispatcher.tls import ServerTls, grpc_credentials, is_loopback
+from dispatcher.tls import ServerTls, grpc_credentials, refuse_plaintext_off_loopback
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -140,10 +140,10 @@ class Dispatcher:
         """Add a gRPC port: TLS when the settings have it (agents: the mTLS agent port), else plaintext,
         on loopback only."""
         tls = self.settings.tls
-        if tls is None and (agents or not is_loopback(listen)):
-            raise OSError(f"refusing plaintext on {listen}: " + (
-                "the agent port needs TLS with a client CA" if agents else
-                "not a loopback address; give a TLS certificate and key (--tls-cert, --tls-key)"))
+        if tls is None:
+            if agents:
+                raise OSError(f"refusing plaintext on {listen}: the agent port needs TLS with a client CA")
+            refuse_plaintext_off_loopback(listen)
         try:
             port = self.server.add_secure_port(listen, grpc_credentials(tls, agents=agents)) if tls \
                 else self.server.add_insecure_port(listen)

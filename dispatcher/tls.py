@@ -45,6 +45,13 @@ def is_loopback(listen: str) -> bool:
         return False
 
 
+def refuse_plaintext_off_loopback(listen: str) -> None:
+    """Raise OSError if plaintext on `listen` would carry tokens beyond this host."""
+    if not is_loopback(listen):
+        raise OSError(f"refusing plaintext on {listen}: not a loopback address; give a TLS certificate and key "
+                      "(--tls-cert, --tls-key)")
+
+
 def _stamp(path: pathlib.Path) -> tuple:
     try:
         st = os.stat(path)

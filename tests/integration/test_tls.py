@@ -227,3 +227,21 @@ def test_the_health_port_answers_probes_in_plaintext_and_serves_nothing_else(db_
             assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         d.stop()
+
+
+def test_the_cli_refuses_plaintext_off_loopback_in_one_line(db_url, tmp_path):
+    from tests.integration.test_cli import base_env, run_sluice
+    url = db_url.replace("postgresql+psycopg://", "postgresql://")
+    env = base_env(tmp_path)
+    for args in (["dispatcher", "serve", "--database-url", url, "--insecure", "--listen", "0.0.0.0:0"],
+                 ["up", "--data-dir", str(tmp_path / "up"), "--insecure", "--listen", "0.0.0.0:0"]):
+        refused = run_sluice(env, *args)
+        assert refused.returncode == 1, refused
+        assert refused.stderr.count("\n") == 1 and "refusing plaintext on 0.0.0.0:0" in refused.stderr, refused.stderr
+    both = run_sluice(env, "dispatcher", "serve", "--database-url", url, "--insecure", "--tls-cert", "c",
+                      "--tls-key", "k")
+    assert both.returncode == 2 and "--insecure is plaintext" in both.stderr
+    (tmp_path / "t").write_text("sl_token\n")
+    agent = run_sluice(env, "agent", "run", "--cluster", "c", "--dispatcher", "10.1.2.3:7070", "--insecure",
+                       "--token-file", str(tmp_path / "t"))
+    assert agent.returncode == 1 and agent.stderr.count("\n") == 1 and "in clear" in agent.stderr, agent.stderr
