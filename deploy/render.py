@@ -311,6 +311,10 @@ def _required(message: str, value: Any) -> Any:
     return value
 
 
+def _fail(message: str) -> None:
+    raise RenderError(f"fail: {message}")
+
+
 FUNCTIONS: dict[str, Callable] = {
     "quote": lambda v: json.dumps(_to_text(v, "quote")),
     "toYaml": _to_yaml,
@@ -318,6 +322,7 @@ FUNCTIONS: dict[str, Callable] = {
     "nindent": lambda n, s: "\n" + "\n".join(" " * int(n) + line for line in s.split("\n")),
     "default": lambda default, value=None: value if _truthy(value) else default,
     "required": _required,
+    "fail": _fail,
     "not": lambda v: not _truthy(v),
     "toString": lambda v: _to_text(v, "toString"),
 }

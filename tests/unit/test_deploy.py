@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -59,8 +60,11 @@ def namespace_values(tmp_path_factory) -> pathlib.Path:
 def helm_renderings(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
     no_agent = namespace_values.with_name("no-agent.yaml")
     no_agent.write_text("agent: {enabled: false}\n")
+    tmp = namespace_values.parent
     return {"kind": helm("ci/kind-values.yaml"), "production": helm("ci/production-values.yaml"),
-            "create-namespaces": helm(namespace_values), "no-agent": helm(no_agent)}
+            "create-namespaces": helm(namespace_values), "no-agent": helm(no_agent),
+            "mtls": helm("ci/kind-values.yaml", _mtls_values(tmp)),
+            "cert-manager": helm("ci/production-values.yaml", _cert_manager_values(tmp), _mtls_values(tmp))}
 
 
 def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
@@ -85,11 +89,16 @@ def test_every_manifest_validates(namespace_values):
         for obj in objects:
             count += 1
             try:
+                if obj["kind"] == "Certificate":  # a custom resource: no schema in kubernetes-validate
+                    _validate_certificate(obj)
+                    continue
                 kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 problems.append(f"{source}: {'/'.join(key(obj))}: {'.'.join(map(str, exc.path))}: {exc.message}")
             except kubernetes_validate.utils.SchemaNotFoundError as exc:
                 problems.append(f"{source}: {'/'.join(key(obj))}: {exc.message}")
+            except jsonschema.ValidationError as exc:
+                problems.append(f"{source}: {'/'.join(key(obj))}: {'.'.join(map(str, exc.path))}: {exc.message}")
     assert not problems, "\n".join(problems)
     assert count > 50
 
@@ -97,9 +106,18 @@ def test_every_manifest_validates(namespace_values):
 def test_no_secret_values_are_committed(namespace_values):
     for source, objects in every_rendering(namespace_values).items():
         assert not [o for o in objects if o["kind"] == "Secret"], f"{source} holds a Secret"
-    # Only the two Secrets docs/install.md creates are referenced, with these keys.
+    # Only the Secrets docs/install.md creates are referenced, with these keys (None: the whole Secret, a
+    # kubernetes.io/tls one mounted as a directory). The CA agents trust is a ConfigMap, also only referenced.
+    for overlay in OVERLAYS:
+        assert _secret_refs(install(overlay)) == {("sluice-database", "database-url"), ("sluice-agent-token", "token"),
+                                                  ("sluice-dispatcher-tls", None)}
+        assert _config_map_volumes(install(overlay)) == {("sluice-ca", "ca.crt")}
+        assert "sluice-ca" not in {o["metadata"]["name"] for o in install(overlay) if o["kind"] == "ConfigMap"}
+
+
+def _secret_refs(objects: list[dict]) -> set[tuple[str, str | None]]:
     refs = set()
-    for obj in install("kind") + install("production"):
+    for obj in objects:
         for pod in _pod_specs(obj):
             for container in pod["containers"]:
                 for env in container.get("env", []):
@@ -107,8 +125,22 @@ def test_no_secret_values_are_committed(namespace_values):
                         refs.add((env["valueFrom"]["secretKeyRef"]["name"], env["valueFrom"]["secretKeyRef"]["key"]))
             for volume in pod.get("volumes", []):
                 if "secret" in volume:
-                    refs.update((volume["secret"]["secretName"], i["key"]) for i in volume["secret"]["items"])
-    assert refs == {("sluice-database", "database-url"), ("sluice-agent-token", "token")}
+                    items = volume["secret"].get("items")
+                    refs.update({(volume["secret"]["secretName"], i["key"]) for i in items} if items
+                                else {(volume["secret"]["secretName"], None)})
+    return refs
+
+
+def _config_map_volumes(objects: list[dict]) -> set[tuple[str, str | None]]:
+    refs = set()
+    for obj in objects:
+        for pod in _pod_specs(obj):
+            for volume in pod.get("volumes", []):
+                if "configMap" in volume:
+                    items = volume["configMap"].get("items")
+                    refs.update({(volume["configMap"]["name"], i["key"]) for i in items} if items
+                                else {(volume["configMap"]["name"], None)})
+    return refs
 
 
 # -- kustomize and helm agree -----------------------------------------------------------------------
@@ -213,7 +245,21 @@ def test_references_resolve_within_an_install(overlay):
     objects = install(overlay)
     if overlay == "kind":
         objects += render.kustomize(ROOT / DEV_ONLY)
+    _assert_references_resolve(objects)
     by_key = {key(o): o for o in objects}
+    dispatcher = by_key[("Deployment", "sluice", "sluice-dispatcher")]
+    assert dispatcher["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["dispatcher", "serve"]
+    agent = by_key[("Deployment", "sluice", "sluice-agent")]
+    args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:4] == ["agent", "run", "--backend", "kubernetes"]
+    assert args[args.index("--token-file") + 1] == "/var/run/sluice/token"
+    assert agent["spec"]["replicas"] == 1 and agent["spec"]["strategy"]["type"] == "Recreate"
+    config_maps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
+    assert config_maps["sluice-agent"]["SLUICE_DISPATCHER"] == "sluice-dispatcher.sluice.svc:7070"
+
+
+def _assert_references_resolve(objects: list[dict]) -> None:
+    """Selectors, service accounts, ConfigMap keys, $(VARS), ports and probes fit together."""
     config_maps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
     accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
     pods = {o["metadata"]["name"]: o["spec"]["template"] for o in objects if o["kind"] == "Deployment"}
@@ -246,26 +292,21 @@ def test_references_resolve_within_an_install(overlay):
                 ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                     spec = container.get(probe)
-                    if spec and "grpc" in spec:
-                        assert spec["grpc"]["port"] == ports["grpc"]
+                    if spec and "grpc" in spec:  # the kubelet speaks no TLS: the plaintext health port
+                        assert spec["grpc"]["port"] == ports["health"] != ports["grpc"]
                     if spec and "httpGet" in spec:
                         assert spec["httpGet"]["port"] in ports
                 for port_name, number in ports.items():  # the ConfigMap's listen addresses use the same ports
-                    listen = {"grpc": "SLUICE_LISTEN", "metrics": "SLUICE_METRICS_LISTEN"}
+                    listen = {"grpc": "SLUICE_LISTEN", "metrics": "SLUICE_METRICS_LISTEN",
+                              "health": "SLUICE_HEALTH_LISTEN", "agents": "SLUICE_AGENT_LISTEN"}
                     if container["name"] == "agent":
                         listen = {"metrics": "SLUICE_AGENT_METRICS_LISTEN"}
                     if port_name in listen:
                         cm = next(r["valueFrom"]["configMapKeyRef"]["name"] for r in container["env"]
                                   if r["name"] == listen[port_name])
                         assert config_maps[cm][listen[port_name]] == f"0.0.0.0:{number}"
-    dispatcher = by_key[("Deployment", "sluice", "sluice-dispatcher")]
-    assert dispatcher["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["dispatcher", "serve"]
-    agent = by_key[("Deployment", "sluice", "sluice-agent")]
-    args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[:4] == ["agent", "run", "--backend", "kubernetes"]
-    assert args[args.index("--token-file") + 1] == "/var/run/sluice/token"
-    assert agent["spec"]["replicas"] == 1 and agent["spec"]["strategy"]["type"] == "Recreate"
-    assert config_maps["sluice-agent"]["SLUICE_DISPATCHER"] == "sluice-dispatcher.sluice.svc:7070"
+                for mount in container.get("volumeMounts", []):
+                    assert mount["name"] in {v["name"] for v in pod.get("volumes", [])}, mount
 
 
 def test_overlays_set_replicas_image_and_resources():
@@ -280,6 +321,213 @@ def test_overlays_set_replicas_image_and_resources():
         images = {c["image"] for o in install(overlay) for p in _pod_specs(o) for c in p["containers"]}
         assert images == {f"ghcr.io/sluice-io/sluice:{tag}"}
     assert dispatcher("production")["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+
+
+# -- TLS ---------------------------------------------------------------------------------------------
+def _deployment(objects: list[dict], name: str) -> tuple[dict, dict, dict]:
+    """The Deployment, its pod spec and its one container."""
+    obj = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name)
+    pod = obj["spec"]["template"]["spec"]
+    return obj, pod, pod["containers"][0]
+
+
+def _env(container: dict) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def _file_volume(pod: dict, container: dict, path: str) -> dict:
+    """The volume a file lies on, mounted read-only as a whole directory: a subPath mount never sees the
+    Secret's or ConfigMap's updates, so a certificate rotated there would never reach the process."""
+    mounts = [m for m in container.get("volumeMounts", []) if path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(mounts) == 1, f"{path} is on {len(mounts)} mounts"
+    assert "subPath" not in mounts[0] and "subPathExpr" not in mounts[0] and mounts[0]["readOnly"] is True
+    assert path.rsplit("/", 1)[0] == mounts[0]["mountPath"].rstrip("/"), f"{path}: a file at the volume's top"
+    return next(v for v in pod["volumes"] if v["name"] == mounts[0]["name"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_dispatcher_serves_tls_from_its_secret_mounted_as_a_directory(overlay):
+    dispatcher, pod, container = _deployment(install(overlay), "sluice-dispatcher")
+    env = _env(container)
+    for var, name in (("SLUICE_TLS_CERT", "tls.crt"), ("SLUICE_TLS_KEY", "tls.key")):  # kubernetes.io/tls keys
+        assert env[var].rsplit("/", 1)[1] == name
+        volume = _file_volume(pod, container, env[var])
+        # The whole Secret, so ca.crt comes along where the Secret has one (cert-manager writes it).
+        assert volume["secret"] == {"secretName": "sluice-dispatcher-tls", "defaultMode": 0o440}
+    assert dispatcher["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
+    assert "SLUICE_CLIENT_CA" not in env and "agents" not in {p["name"] for p in container["ports"]}  # opt-in
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probes_use_the_plaintext_health_port(overlay):
+    objects = install(overlay)
+    _, _, container = _deployment(objects, "sluice-dispatcher")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["health"] not in (ports["grpc"], ports["metrics"])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe] | {"grpc": {"port": ports["health"]}} == container[probe], probe
+    health = next(e for e in container["env"] if e["name"] == "SLUICE_HEALTH_LISTEN")
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sluice-dispatcher")
+    assert health["valueFrom"]["configMapKeyRef"] == {"name": "sluice-dispatcher", "key": "SLUICE_HEALTH_LISTEN"}
+    assert config["data"]["SLUICE_HEALTH_LISTEN"] == f"0.0.0.0:{ports['health']}"
+    service = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "sluice-dispatcher")
+    assert "health" not in {p["targetPort"] for p in service["spec"]["ports"]}  # for the kubelet only
+
+
+def test_nothing_in_deploy_asks_for_plaintext(namespace_values, tmp_path):
+    for path in DEPLOY.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert "--insecure" not in text and "SLUICE_INSECURE" not in text, path
+    renderings = every_rendering(namespace_values) | {"mtls": helm("ci/kind-values.yaml", _mtls_values(tmp_path))}
+    for source, objects in renderings.items():
+        assert "insecure" not in yaml.safe_dump_all(objects).lower(), source
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agent_verifies_the_dispatcher_by_a_mounted_ca(overlay):
+    _, pod, container = _deployment(install(overlay), "sluice-agent")
+    ca = _env(container)["SLUICE_CA"]  # `sluice agent run --ca`
+    assert _file_volume(pod, container, ca)["configMap"] == {"name": "sluice-ca",
+                                                             "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    assert ca.endswith("/ca.crt")
+    assert "SLUICE_TLS_CERT" not in _env(container)  # a client certificate is opt-in (mTLS)
+
+
+def _mtls_values(tmp_path: pathlib.Path, extra: str = "") -> pathlib.Path:
+    path = tmp_path / "mtls.yaml"
+    path.write_text("dispatcher: {agentPort: {enabled: true}}\n"
+                    "agent: {cluster: kind-sluice, clientCertSecret: sluice-agent-tls}\n" + extra)
+    return path
+
+
+def test_agents_may_authenticate_by_client_certificate_under_helm(tmp_path):
+    objects = helm("ci/kind-values.yaml", _mtls_values(tmp_path))
+    _assert_references_resolve(objects)
+    _, pod, container = _deployment(objects, "sluice-dispatcher")
+    env, ports = _env(container), {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert env["SLUICE_CLIENT_CA"].endswith("/ca.crt")  # by default the ca.crt of the dispatcher's TLS Secret
+    assert _file_volume(pod, container, env["SLUICE_CLIENT_CA"])["secret"]["secretName"] == "sluice-dispatcher-tls"
+    assert env["SLUICE_TLS_CERT"].rsplit("/", 1)[0] == env["SLUICE_CLIENT_CA"].rsplit("/", 1)[0]
+    config = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
+    assert config["sluice-dispatcher"]["SLUICE_AGENT_LISTEN"] == f"0.0.0.0:{ports['agents']}"
+    service = next(o for o in objects if o["kind"] == "Service")
+    assert {"name": "agents", "port": ports["agents"], "targetPort": "agents", "protocol": "TCP"} \
+        in service["spec"]["ports"]
+    _, pod, container = _deployment(objects, "sluice-agent")
+    env = _env(container)
+    assert "--token-file" not in container["args"]
+    for var, name in (("SLUICE_TLS_CERT", "tls.crt"), ("SLUICE_TLS_KEY", "tls.key")):
+        assert env[var].rsplit("/", 1)[1] == name
+        assert _file_volume(pod, container, env[var])["secret"] == {"secretName": "sluice-agent-tls",
+                                                                    "defaultMode": 0o440}
+    assert env["SLUICE_CA"].endswith("/ca.crt")
+    assert config["sluice-agent"]["SLUICE_DISPATCHER"] == f"sluice-dispatcher.sluice.svc:{ports['agents']}"
+    assert _secret_refs(objects) == {("sluice-database", "database-url"), ("sluice-dispatcher-tls", None),
+                                     ("sluice-agent-tls", None)}
+    # A CA of its own for the agents' certificates: one key of another Secret.
+    objects = helm("ci/kind-values.yaml", _mtls_values(
+        tmp_path, "dispatcher: {agentPort: {enabled: true, clientCA: {secretName: sluice-agent-ca}}}\n"))
+    _, pod, container = _deployment(objects, "sluice-dispatcher")
+    client_ca = _env(container)["SLUICE_CLIENT_CA"]
+    assert _file_volume(pod, container, client_ca)["secret"] == {
+        "secretName": "sluice-agent-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}], "defaultMode": 0o440}
+    _assert_references_resolve(objects)
+    # An agent certificate for a dispatcher without an agent port would dial a port nobody serves.
+    no_port = tmp_path / "no-port.yaml"
+    no_port.write_text("agent: {cluster: kind-sluice, clientCertSecret: sluice-agent-tls}\n")
+    with pytest.raises(render.RenderError, match="dispatcher.agentPort.enabled"):
+        helm("ci/kind-values.yaml", no_port)
+
+
+# cert-manager.io/v1 Certificate: kubernetes-validate has no schema for a custom resource, so what the chart
+# writes is checked against this subset of cert-manager's CRD (its field names and types; any other field
+# is an error, as strict validation makes it for the built-in kinds).
+_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$"}
+CERTIFICATE_SCHEMA = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "cert-manager.io/v1"}, "kind": {"const": "Certificate"},
+        "metadata": {"type": "object", "required": ["name", "namespace"]},
+        "spec": {"type": "object", "required": ["secretName", "issuerRef"], "additionalProperties": False,
+                 "properties": {
+                     "secretName": {"type": "string", "minLength": 1},
+                     "issuerRef": {"type": "object", "required": ["name"], "additionalProperties": False,
+                                   "properties": {"name": {"type": "string", "minLength": 1},
+                                                  "kind": {"type": "string"}, "group": {"type": "string"}}},
+                     "commonName": {"type": "string"}, "dnsNames": _STRINGS, "ipAddresses": _STRINGS,
+                     "uris": _STRINGS, "duration": _DURATION, "renewBefore": _DURATION,
+                     "usages": {"type": "array", "items": {"enum": [
+                         "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+                         "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+                         "server auth", "client auth", "code signing", "email protection", "s/mime",
+                         "ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing",
+                         "microsoft sgc", "netscape sgc"]}},
+                     "privateKey": {"type": "object", "additionalProperties": False, "properties": {
+                         "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]}, "size": {"type": "integer"},
+                         "encoding": {"enum": ["PKCS1", "PKCS8"]}, "rotationPolicy": {"enum": ["Never", "Always"]}}},
+                 }},
+    },
+}
+
+
+def _validate_certificate(obj: dict) -> None:
+    jsonschema.validate(obj, CERTIFICATE_SCHEMA)
+
+
+def _cert_manager_values(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "cert-manager.yaml"
+    path.write_text("tls: {certManager: {enabled: true, issuerRef: {name: sluice-ca, kind: ClusterIssuer}}}\n")
+    return path
+
+
+def test_cert_manager_issues_the_certificates_only_when_asked(namespace_values, tmp_path):
+    default = {f"kustomize {d}": render.kustomize(ROOT / d) for d in KUSTOMIZATIONS} | {
+        "kind": helm("ci/kind-values.yaml"), "mtls": helm("ci/kind-values.yaml", _mtls_values(tmp_path))}
+    for source, objects in default.items():
+        assert not [o for o in objects if o["kind"] == "Certificate"], source  # off by default
+    objects = helm("ci/kind-values.yaml", _cert_manager_values(tmp_path))
+    certificates = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Certificate"}
+    assert list(certificates) == ["sluice-dispatcher"]
+    certificate = certificates["sluice-dispatcher"]
+    _validate_certificate(certificate)
+    _, pod, container = _deployment(objects, "sluice-dispatcher")
+    volume = _file_volume(pod, container, _env(container)["SLUICE_TLS_CERT"])
+    spec = certificate["spec"]
+    assert spec["secretName"] == volume["secret"]["secretName"] == "sluice-dispatcher-tls"
+    assert spec["issuerRef"] == {"name": "sluice-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    # Every name the agents and clients dial the Service by (the agent's default SLUICE_DISPATCHER among them).
+    dispatcher_host = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sluice-agent")[
+        "data"]["SLUICE_DISPATCHER"].rsplit(":", 1)[0]
+    assert {"sluice-dispatcher", "sluice-dispatcher.sluice", dispatcher_host,
+            "sluice-dispatcher.sluice.svc.cluster.local"} <= set(spec["dnsNames"])
+    assert "server auth" in spec["usages"] and "client auth" not in spec["usages"]
+    # With mTLS for agents, the agent's client certificate too: its URI names its cluster.
+    from sluice.certs import CLUSTER_URI
+    objects = helm("ci/kind-values.yaml", _cert_manager_values(tmp_path), _mtls_values(tmp_path))
+    certificates = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Certificate"}
+    assert sorted(certificates) == ["sluice-agent", "sluice-dispatcher"]
+    agent = certificates["sluice-agent"]
+    _validate_certificate(agent)
+    assert agent["spec"]["secretName"] == "sluice-agent-tls" and agent["spec"]["uris"] == [CLUSTER_URI + "kind-sluice"]
+    assert agent["spec"]["usages"] == ["digital signature", "client auth"] and "dnsNames" not in agent["spec"]
+    assert agent["spec"]["issuerRef"] == spec["issuerRef"]
+    unnamed = tmp_path / "unnamed.yaml"
+    unnamed.write_text("tls: {certManager: {enabled: true}}\n")
+    with pytest.raises(render.RenderError, match="issuerRef"):
+        helm("ci/kind-values.yaml", unnamed)
+
+
+def test_the_certificate_schema_refuses_what_cert_manager_would():
+    good = {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "a", "namespace": "b"},
+            "spec": {"secretName": "s", "issuerRef": {"name": "i"}, "duration": "2160h"}}
+    _validate_certificate(good)
+    for bad in ({"secretName": "s"}, {"secretName": "s", "issuerRef": {"name": "i"}, "dnsName": ["x"]},
+                {"secretName": "s", "issuerRef": {"name": "i"}, "usages": ["server"]},
+                {"secretName": "s", "issuerRef": {"name": "i"}, "duration": "90d"}):
+        with pytest.raises(jsonschema.ValidationError):
+            _validate_certificate(good | {"spec": bad})
 
 
 # -- the renderer -----------------------------------------------------------------------------------
@@ -334,6 +582,19 @@ def test_go_template_trimming_and_blocks(tmp_path):
         "names:\n{{- range .Values.names }}\n- {{ $.Release.Namespace }}-{{ . }}\n{{- end }}\n{{- end }}\n")
     assert render.helm(chart, release="r", namespace="n") == [
         {"kind": "X", "metadata": {"labels": {"k": "r"}}, "tag": "2", "res": {"cpu": 1}, "names": ["n-a", "n-b"]}]
+
+
+def test_fail_stops_the_rendering_with_its_message(tmp_path):
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("enabled: false\n")
+    (chart / "templates" / "x.yaml").write_text(
+        'x: 1\n{{- if not .Values.enabled }}{{ fail "set enabled: true" }}{{ end }}\n')
+    with pytest.raises(render.RenderError, match="fail: set enabled: true"):
+        render.helm(chart)
+    (chart / "values.yaml").write_text("enabled: true\n")
+    assert render.helm(chart) == [{"x": 1}]
 
 
 # -- docs/install.md and the other files it uses ----------------------------------------------------
