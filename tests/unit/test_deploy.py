@@ -440,6 +440,31 @@ def test_agents_may_authenticate_by_client_certificate_under_helm(tmp_path):
         helm("ci/kind-values.yaml", no_port)
 
 
+def _options_read_from_env(group: str, command: str) -> set[str]:
+    import click
+    import typer
+
+    from sluice.cli import app
+    root = typer.main.get_command(app)
+    context = click.Context(root)
+    found = root.get_command(context, group).get_command(context, command)
+    return {p.envvar for p in found.params if isinstance(p.envvar, str)}
+
+
+def test_every_variable_a_container_gets_is_read_by_its_command(namespace_values):
+    """A misspelt variable (SLUICE_TLS_CRT) would be ignored, and the dispatcher refuse to start without TLS."""
+    for source, objects in every_rendering(namespace_values).items():
+        for obj in objects:
+            for pod in _pod_specs(obj):
+                for container in pod["containers"]:
+                    if container["name"] == "postgres":
+                        continue
+                    read = _options_read_from_env(*container["args"][:2])
+                    used = {v for arg in container["args"] for v in re.findall(r"\$\(([A-Z_]+)\)", arg)}
+                    unread = {e["name"] for e in container.get("env", [])} - read - used
+                    assert not unread, f"{source}: {container['name']}: {sorted(unread)} are read by nothing"
+
+
 # cert-manager.io/v1 Certificate: kubernetes-validate has no schema for a custom resource, so what the chart
 # writes is checked against this subset of cert-manager's CRD (its field names and types; any other field
 # is an error, as strict validation makes it for the built-in kinds).
@@ -608,8 +633,16 @@ def test_install_guide_matches_the_manifests():
                    "secret generic sluice-agent-token", "--from-file=token=", "job/sluice-migrate",
                    "deploy/sluice-dispatcher", "svc/sluice-dispatcher", "--cluster kind-sluice", "sluice-jobs",
                    "postgresql://sluice@sluice-postgres:5432/sluice", "ghcr.io/sluice-io/sluice:dev",
-                   "helm install sluice deploy/helm/sluice", "not run here"):
+                   "helm install sluice deploy/helm/sluice", "not run here",
+                   # TLS: the Secret and the CA both ways, rotation, mTLS for agents
+                   "sluice dispatcher certs --dir certs --host sluice-dispatcher.sluice.svc",
+                   "create secret tls sluice-dispatcher-tls", "--type=kubernetes.io/tls", "create configmap sluice-ca",
+                   "--from-file=ca.crt=", "SLUICE_CA=", "tls.certManager.enabled=true",
+                   "tls.certManager.issuerRef.name", "kind: Certificate", "no restart", "subPath",
+                   "dispatcher.agentPort.enabled=true", "agent.clientCertSecret=sluice-agent-tls",
+                   "--cluster kind-sluice", "prometheus.io/scheme"):
         assert needle in text, needle
+    assert "plaintext gRPC" not in text and "no TLS yet" not in text
     kind = {key(o): o for o in install("kind")}
     assert kind[("ConfigMap", "sluice", "sluice-agent")]["data"]["SLUICE_CLUSTER"] == "kind-sluice"
     assert ("RoleBinding", "sluice-jobs", "sluice-agent") in kind
