@@ -555,6 +555,103 @@ def test_the_certificate_schema_refuses_what_cert_manager_would():
             _validate_certificate(good | {"spec": bad})
 
 
+# -- the rendered dispatcher pod, run here -----------------------------------------------------------
+def _kubelet_writes(directory: pathlib.Path, files: dict[str, bytes], generation: int) -> None:
+    """Write a Secret volume as the kubelet's atomic writer does: the files in a new hidden directory,
+    `..data` renamed onto a symlink to it, and each key a symlink through `..data`."""
+    stamp = directory / f"..generation_{generation}"
+    stamp.mkdir(parents=True)
+    for name, data in files.items():
+        (stamp / name).write_bytes(data)
+    (directory / "..data_tmp").symlink_to(stamp.name)
+    (directory / "..data_tmp").replace(directory / "..data")
+    for name in files:
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+
+
+def test_the_rendered_dispatcher_pod_serves_tls_answers_probes_and_takes_a_replaced_secret(db_url, tmp_path):
+    """The kind overlay's dispatcher container, as the kubelet would start it (its env, its args with $(VARS)
+    expanded, its volumes) but on loopback ports here: TLS from the mounted Secret, the probe's plaintext
+    health check, and a replaced Secret served from the next handshake on, by the same process."""
+    import signal
+    import socket
+    import ssl
+    import subprocess
+    import sys
+    import time
+
+    import grpc
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from sluice import certs
+    from tests.integration.test_cli import base_env, free_port
+
+    objects = install("kind")
+    _, pod, container = _deployment(objects, "sluice-dispatcher")
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sluice-dispatcher")
+    mounts = {m["mountPath"]: tmp_path / m["name"] for m in container["volumeMounts"]}
+    loopback: dict[int, int] = {}  # the container's port -> the port it has here (tests bind loopback)
+
+    def here(value: str) -> str:
+        for path, directory in mounts.items():
+            if value == path or value.startswith(path + "/"):
+                return str(directory) + value[len(path):]
+        if value.startswith("0.0.0.0:"):
+            value = f"127.0.0.1:{loopback.setdefault(int(value.split(':')[1]), free_port())}"
+        return value
+    env = base_env(tmp_path)
+    for var in container["env"]:
+        source = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = here(var["value"])
+        elif "configMapKeyRef" in source:
+            env[var["name"]] = here(config["data"][source["configMapKeyRef"]["key"]])
+        else:
+            assert source["secretKeyRef"] == {"name": "sluice-database", "key": "database-url"}
+            env[var["name"]] = db_url.replace("postgresql+psycopg://", "postgresql://")
+    args = [re.sub(r"\$\(([A-Z_]+)\)", lambda m: env[m.group(1)], arg) for arg in container["args"]]
+    ports = {p["name"]: loopback[p["containerPort"]] for p in container["ports"]}
+
+    service_name = "sluice-dispatcher.sluice.svc"  # as the agent dials it
+    ca = certs.make_ca()
+    first, second = certs.make_server(ca, [service_name]), certs.make_server(ca, [service_name])
+    secret = pathlib.Path(here("/etc/sluice/tls"))
+    assert secret in mounts.values() and pathlib.Path(env["SLUICE_TLS_CERT"]).parent == secret
+    _kubelet_writes(secret, {"tls.crt": first.cert, "tls.key": first.key, "ca.crt": ca.cert}, 1)
+    trusting = ssl.create_default_context(cadata=ca.cert.decode())
+    trusting.set_alpn_protocols(["h2"])
+
+    def served(port: int) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                trusting.wrap_socket(raw, server_hostname=service_name) as tls:
+            return tls.getpeercert(binary_form=True)
+
+    def der(issued: certs.Issued) -> bytes:
+        return x509.load_pem_x509_certificate(issued.cert).public_bytes(Encoding.DER)
+
+    proc = subprocess.Popen([sys.executable, "-m", *container["command"], *args], env=env, cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        ready = proc.stderr.readline()
+        assert ready.startswith("serving on ") and "(TLS)" in ready, ready + proc.stderr.read()
+        with grpc.insecure_channel(f"127.0.0.1:{ports['health']}") as channel:  # what the kubelet's probe does
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        assert served(ports["grpc"]) == served(ports["metrics"]) == der(first)
+        _kubelet_writes(secret, {"tls.crt": second.cert, "tls.key": second.key, "ca.crt": ca.cert}, 2)
+        deadline = time.monotonic() + 10
+        while served(ports["grpc"]) != der(second):
+            assert time.monotonic() < deadline, "the replaced Secret's certificate is not served"
+            time.sleep(0.1)
+        assert served(ports["metrics"]) == der(second) and proc.poll() is None  # the same process
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 0
+
+
 # -- the renderer -----------------------------------------------------------------------------------
 def _kubectl_kustomize() -> str | None:
     kubectl = shutil.which("kubectl")
