@@ -10,6 +10,7 @@ schemas: nothing here touches the network.
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
 import re
 import shutil
@@ -30,7 +31,10 @@ _spec = importlib.util.spec_from_file_location("sluice_deploy_render", DEPLOY / 
 render = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
 
-KUSTOMIZATIONS = sorted(p.parent.relative_to(ROOT).as_posix() for p in DEPLOY.rglob("kustomization.yaml"))
+# Components (kind: Component) are rendered only through a kustomization that lists them.
+COMPONENTS = ("deploy/components/agent-port", "deploy/components/agent-mtls")
+KUSTOMIZATIONS = sorted(set(p.parent.relative_to(ROOT).as_posix() for p in DEPLOY.rglob("kustomization.yaml"))
+                        - set(COMPONENTS))
 # An install is the migration, the dispatcher and the agent of one overlay (docs/install.md's order).
 OVERLAYS = ("kind", "production")
 DEV_ONLY = "deploy/overlays/kind/postgres"  # the kind cluster's throw-away database: not in the chart
@@ -39,6 +43,23 @@ DEV_ONLY = "deploy/overlays/kind/postgres"  # the kind cluster's throw-away data
 def install(overlay: str) -> list[dict]:
     base = DEPLOY / "overlays" / overlay
     return [*render.kustomize(base / "migration"), *render.kustomize(base), *render.kustomize(base / "agent")]
+
+
+def with_components(where: pathlib.Path, resource: str, components: tuple[str, ...]) -> pathlib.Path:
+    """A kustomization in `where` of the repository's `resource` directory and `components`, as a user's
+    overlay lists them (kustomize takes relative paths only)."""
+    where.mkdir(parents=True, exist_ok=True)
+    relative = [os.path.relpath(ROOT / d, where) for d in (resource, *components)]
+    (where / "kustomization.yaml").write_text(yaml.safe_dump({"resources": relative[:1], "components": relative[1:]}))
+    return where
+
+
+def mtls_install(overlay: str, tmp_path: pathlib.Path) -> list[dict]:
+    """install(overlay) with mTLS for agents: agent-port on the dispatcher, agent-mtls on the agent."""
+    base = f"deploy/overlays/{overlay}"
+    return [*render.kustomize(DEPLOY / "overlays" / overlay / "migration"),
+            *render.kustomize(with_components(tmp_path / "dispatcher", base, COMPONENTS[:1])),
+            *render.kustomize(with_components(tmp_path / "agent", f"{base}/agent", COMPONENTS[1:]))]
 
 
 def helm(*values: pathlib.Path | str) -> list[dict]:
@@ -69,12 +90,14 @@ def helm_renderings(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
 
 def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
     out = {f"kustomize {d}": render.kustomize(ROOT / d) for d in KUSTOMIZATIONS}
+    out.update({f"kustomize {o} with mTLS": mtls_install(o, namespace_values.parent / f"mtls-{o}") for o in OVERLAYS})
     out.update({f"helm {name}": objs for name, objs in helm_renderings(namespace_values).items()})
     return out
 
 
 # -- rendering and validation -----------------------------------------------------------------------
 def test_the_expected_kustomizations_exist():
+    assert all((ROOT / c / "kustomization.yaml").is_file() for c in COMPONENTS)
     assert {"deploy/base/dispatcher", "deploy/base/migration", "deploy/base/agent",
             "deploy/base/agent-namespace-creation", "deploy/overlays/kind", "deploy/overlays/kind/migration",
             "deploy/overlays/kind/agent", DEV_ONLY, "deploy/overlays/production",
@@ -394,10 +417,9 @@ def test_the_agent_verifies_the_dispatcher_by_a_mounted_ca(overlay):
     assert "SLUICE_TLS_CERT" not in _env(container)  # a client certificate is opt-in (mTLS)
 
 
-def _mtls_values(tmp_path: pathlib.Path, extra: str = "") -> pathlib.Path:
+def _mtls_values(tmp_path: pathlib.Path) -> pathlib.Path:
     path = tmp_path / "mtls.yaml"
-    path.write_text("dispatcher: {agentPort: {enabled: true}}\n"
-                    "agent: {cluster: kind-sluice, clientCertSecret: sluice-agent-tls}\n" + extra)
+    path.write_text("dispatcher: {agentPort: {enabled: true}}\nagent: {clientCertSecret: sluice-agent-tls}\n")
     return path
 
 
@@ -426,8 +448,9 @@ def test_agents_may_authenticate_by_client_certificate_under_helm(tmp_path):
     assert _secret_refs(objects) == {("sluice-database", "database-url"), ("sluice-dispatcher-tls", None),
                                      ("sluice-agent-tls", None)}
     # A CA of its own for the agents' certificates: one key of another Secret.
-    objects = helm("ci/kind-values.yaml", _mtls_values(
-        tmp_path, "dispatcher: {agentPort: {enabled: true, clientCA: {secretName: sluice-agent-ca}}}\n"))
+    own_ca = tmp_path / "own-ca.yaml"
+    own_ca.write_text("dispatcher: {agentPort: {clientCA: {secretName: sluice-agent-ca}}}\n")
+    objects = helm("ci/kind-values.yaml", _mtls_values(tmp_path), own_ca)
     _, pod, container = _deployment(objects, "sluice-dispatcher")
     client_ca = _env(container)["SLUICE_CLIENT_CA"]
     assert _file_volume(pod, container, client_ca)["secret"] == {
@@ -463,6 +486,16 @@ def test_every_variable_a_container_gets_is_read_by_its_command(namespace_values
                     used = {v for arg in container["args"] for v in re.findall(r"\$\(([A-Z_]+)\)", arg)}
                     unread = {e["name"] for e in container.get("env", [])} - read - used
                     assert not unread, f"{source}: {container['name']}: {sorted(unread)} are read by nothing"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_mtls_components_render_what_helm_does(overlay, tmp_path):
+    kustomized = {key(o): o for o in mtls_install(overlay, tmp_path)}
+    helmed = {key(o): o for o in helm(f"ci/{overlay}-values.yaml", _mtls_values(tmp_path))}
+    assert sorted(helmed) == sorted(kustomized)
+    for k, obj in kustomized.items():
+        assert _without_chart_metadata(helmed[k]) == _without_chart_metadata(obj), f"{'/'.join(k)} differs"
+    _assert_references_resolve(list(kustomized.values()))
 
 
 # cert-manager.io/v1 Certificate: kubernetes-validate has no schema for a custom resource, so what the chart
@@ -674,6 +707,37 @@ def test_the_renderer_matches_kubectl_kustomize(directory):
     assert done.returncode == 0, done.stderr
     theirs = {key(o): o for o in yaml.safe_load_all(done.stdout) if o}
     assert {key(o): o for o in render.kustomize(ROOT / directory)} == theirs
+
+
+@pytest.mark.skipif(_kubectl_kustomize() is None, reason="no kubectl with kustomize v4+ on PATH")
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_renderer_matches_kubectl_kustomize_with_the_components(overlay, tmp_path):
+    for directory in (with_components(tmp_path / "d", f"deploy/overlays/{overlay}", COMPONENTS[:1]),
+                      with_components(tmp_path / "a", f"deploy/overlays/{overlay}/agent", COMPONENTS[1:])):
+        done = subprocess.run([_kubectl_kustomize(), "kustomize", str(directory)], capture_output=True, text=True,
+                              timeout=30, check=False)
+        assert done.returncode == 0, done.stderr
+        theirs = {key(o): o for o in yaml.safe_load_all(done.stdout) if o}
+        assert {key(o): o for o in render.kustomize(directory)} == theirs
+
+
+def test_components_add_to_and_patch_what_lists_them(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nresources: [extra.yaml]\npatches:\n"
+        "- target: {kind: ConfigMap, name: a}\n  patch: '[{op: add, path: /data/y, value: \"2\"}]'\n")
+    (tmp_path / "c" / "extra.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "kustomization.yaml").write_text("resources: [a.yaml]\ncomponents: [../c]\n")
+    (tmp_path / "o" / "a.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {x: '1'}\n")
+    assert render.kustomize(tmp_path / "o") == [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1", "y": "2"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}]
+    with pytest.raises(render.RenderError, match="kind Component where a Kustomization is expected"):
+        render.kustomize(tmp_path / "c")
+    (tmp_path / "o" / "kustomization.yaml").write_text("resources: [a.yaml, ../c]\n")
+    with pytest.raises(render.RenderError, match="kind Component where a Kustomization is expected"):
+        render.kustomize(tmp_path / "o")
 
 
 def test_the_renderer_refuses_what_it_does_not_implement(tmp_path):
