@@ -130,39 +130,31 @@ def test_no_secret_values_are_committed(namespace_values):
     for source, objects in every_rendering(namespace_values).items():
         assert not [o for o in objects if o["kind"] == "Secret"], f"{source} holds a Secret"
     # Only the Secrets docs/install.md creates are referenced, with these keys (None: the whole Secret, a
-    # kubernetes.io/tls one mounted as a directory). The CA agents trust is a ConfigMap, also only referenced.
+    # kubernetes.io/tls one mounted as a directory); and one ConfigMap made outside: the CA agents trust.
     for overlay in OVERLAYS:
-        assert _secret_refs(install(overlay)) == {("sluice-database", "database-url"), ("sluice-agent-token", "token"),
-                                                  ("sluice-dispatcher-tls", None)}
-        assert _config_map_volumes(install(overlay)) == {("sluice-ca", "ca.crt")}
-        assert "sluice-ca" not in {o["metadata"]["name"] for o in install(overlay) if o["kind"] == "ConfigMap"}
+        objects = install(overlay)
+        assert _refs(objects, "secret") == {("sluice-database", "database-url"), ("sluice-agent-token", "token"),
+                                            ("sluice-dispatcher-tls", None)}
+        made = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+        assert {r for r in _refs(objects, "configMap") if r[0] not in made} == {("sluice-ca", "ca.crt")}
 
 
-def _secret_refs(objects: list[dict]) -> set[tuple[str, str | None]]:
+def _refs(objects: list[dict], source: str) -> set[tuple[str, str | None]]:
+    """(name, key) of each Secret (source "secret") or ConfigMap ("configMap") the pods read, from env or a
+    volume; key None: the whole object, mounted as a directory."""
     refs = set()
     for obj in objects:
         for pod in _pod_specs(obj):
             for container in pod["containers"]:
                 for env in container.get("env", []):
-                    if "secretKeyRef" in env.get("valueFrom", {}):
-                        refs.add((env["valueFrom"]["secretKeyRef"]["name"], env["valueFrom"]["secretKeyRef"]["key"]))
+                    ref = env.get("valueFrom", {}).get(f"{source}KeyRef")
+                    if ref:
+                        refs.add((ref["name"], ref["key"]))
             for volume in pod.get("volumes", []):
-                if "secret" in volume:
-                    items = volume["secret"].get("items")
-                    refs.update({(volume["secret"]["secretName"], i["key"]) for i in items} if items
-                                else {(volume["secret"]["secretName"], None)})
-    return refs
-
-
-def _config_map_volumes(objects: list[dict]) -> set[tuple[str, str | None]]:
-    refs = set()
-    for obj in objects:
-        for pod in _pod_specs(obj):
-            for volume in pod.get("volumes", []):
-                if "configMap" in volume:
-                    items = volume["configMap"].get("items")
-                    refs.update({(volume["configMap"]["name"], i["key"]) for i in items} if items
-                                else {(volume["configMap"]["name"], None)})
+                if source in volume:
+                    name = volume[source]["secretName" if source == "secret" else "name"]
+                    items = volume[source].get("items")
+                    refs.update({(name, i["key"]) for i in items} if items else {(name, None)})
     return refs
 
 
@@ -445,7 +437,7 @@ def test_agents_may_authenticate_by_client_certificate_under_helm(tmp_path):
                                                                     "defaultMode": 0o440}
     assert env["SLUICE_CA"].endswith("/ca.crt")
     assert config["sluice-agent"]["SLUICE_DISPATCHER"] == f"sluice-dispatcher.sluice.svc:{ports['agents']}"
-    assert _secret_refs(objects) == {("sluice-database", "database-url"), ("sluice-dispatcher-tls", None),
+    assert _refs(objects, "secret") == {("sluice-database", "database-url"), ("sluice-dispatcher-tls", None),
                                      ("sluice-agent-tls", None)}
     # A CA of its own for the agents' certificates: one key of another Secret.
     own_ca = tmp_path / "own-ca.yaml"
