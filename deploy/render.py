@@ -4,7 +4,8 @@ No kustomize or helm binary can be installed on the machine that runs the tests 
 registries (Debian bookworm has no helm, and its `kubernetes-client` 1.20 embeds kustomize v2.0.3, older
 than the kustomization fields used here; PyPI has neither). So this module renders:
 
-- **Kustomize**: `resources` (files, and directories holding a kustomization), `labels` (`pairs` on
+- **Kustomize**: `resources` (files, and directories holding a kustomization), `components`
+  (directories holding a `kind: Component` with the same fields), `labels` (`pairs` on
   `metadata.labels` only: `includeSelectors` and `includeTemplates` left false), `images` (`newName`,
   `newTag`) and `patches` given inline as RFC 6902 JSON patches with a `target` of `kind` and `name`.
   Any other kustomization field is refused. When a kubectl with kustomize v4 or newer is on PATH,
@@ -38,12 +39,18 @@ class RenderError(Exception):
 
 # -- kustomize --------------------------------------------------------------------------------------
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "labels", "images", "patches"}
+KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "resources", "components", "labels", "images", "patches"}
 
 
 def kustomize(directory: str | pathlib.Path) -> list[dict]:
     """The objects `kustomize build DIRECTORY` prints, in resource order."""
-    root = pathlib.Path(directory)
+    return _build(pathlib.Path(directory), [], "Kustomization")
+
+
+def _build(root: pathlib.Path, objects: list[dict], kind: str) -> list[dict]:
+    """A Kustomization's objects; a Component's (kind="Component") added to `objects`, the objects of the
+    kustomization that lists it, and its patches, images and labels applied to all of them, as kustomize
+    does before that kustomization's own."""
     found = [root / n for n in KUSTOMIZATION_NAMES if (root / n).is_file()]
     if not found:
         raise RenderError(f"{root}: no kustomization.yaml")
@@ -51,9 +58,9 @@ def kustomize(directory: str | pathlib.Path) -> list[dict]:
     unknown = set(spec) - KUSTOMIZATION_FIELDS
     if unknown:
         raise RenderError(f"{found[0]}: fields this renderer does not implement: {', '.join(sorted(unknown))}")
-    if spec.get("kind", "Kustomization") != "Kustomization":
-        raise RenderError(f"{found[0]}: kind {spec['kind']} is not implemented")
-    objects: list[dict] = []
+    if spec.get("kind", "Kustomization") != kind:
+        raise RenderError(f"{found[0]}: kind {spec.get('kind', 'Kustomization')} where a {kind} is expected "
+                          "(a Component is used only through `components`)")
     for entry in spec.get("resources") or []:
         path = root / entry
         if path.is_dir():
@@ -63,6 +70,8 @@ def kustomize(directory: str | pathlib.Path) -> list[dict]:
         else:
             raise RenderError(f"{found[0]}: resource {entry} does not exist")
     _check_unique(objects, found[0])
+    for entry in spec.get("components") or []:
+        objects = _build(root / entry, objects, "Component")
     for patch in spec.get("patches") or []:
         _patch(objects, patch, found[0])
     for image in spec.get("images") or []:
@@ -311,6 +320,10 @@ def _required(message: str, value: Any) -> Any:
     return value
 
 
+def _fail(message: str) -> None:
+    raise RenderError(f"fail: {message}")
+
+
 FUNCTIONS: dict[str, Callable] = {
     "quote": lambda v: json.dumps(_to_text(v, "quote")),
     "toYaml": _to_yaml,
@@ -318,6 +331,7 @@ FUNCTIONS: dict[str, Callable] = {
     "nindent": lambda n, s: "\n" + "\n".join(" " * int(n) + line for line in s.split("\n")),
     "default": lambda default, value=None: value if _truthy(value) else default,
     "required": _required,
+    "fail": _fail,
     "not": lambda v: not _truthy(v),
     "toString": lambda v: _to_text(v, "toString"),
 }

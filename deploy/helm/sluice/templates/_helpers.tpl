@@ -36,3 +36,17 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end }}
+
+{{/* The cert-manager issuer of every Certificate the chart renders (tls.certManager.enabled). */}}
+{{- define "sluice.issuerRef" -}}
+name: {{ required "tls.certManager.issuerRef.name: the Issuer or ClusterIssuer that signs Sluice's certificates" .Values.tls.certManager.issuerRef.name }}
+kind: {{ .Values.tls.certManager.issuerRef.kind }}
+group: {{ .Values.tls.certManager.issuerRef.group }}
+{{- end }}
+
+{{/* The private key of every Certificate: ECDSA P-256, as `sluice dispatcher certs` makes; a new one at each renewal. */}}
+{{- define "sluice.privateKey" -}}
+algorithm: ECDSA
+size: 256
+rotationPolicy: Always
+{{- end }}
