@@ -6,6 +6,8 @@ restart on the same directory resumes where the last run stopped, even after kil
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import logging
 import pathlib
 import time
@@ -48,12 +50,21 @@ def _secret(path: pathlib.Path, create) -> str:
     return secret
 
 
+def objects_digest(objects: list) -> str:
+    """What identifies a set of objects: their canonical documents (comments and layout aside), in order."""
+    canonical = json.dumps([obj.to_document() for obj in objects], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class Embedded:
     def __init__(self, settings: UpSettings, objects: list | None):
-        """objects: applied (validated and audited like `sluice admin apply`) at every start; None applies
-        the default objects on the first start of a data dir only, so admin changes survive restarts."""
+        """objects (`--config`): applied (validated and audited like `sluice admin apply`) on the first start
+        of a data dir, and again only when they differ from those last applied there, so what admins
+        changed since survives a restart; `config_note` says which. None applies the default objects on
+        the first start of a data dir only."""
         self.settings = settings
         self.objects = objects
+        self.config_note: str | None = None  # what became of `objects` at this start (the summary shows it)
         self.dispatcher: Dispatcher | None = None
         self.agents: dict[str, Agent] = {}
         self.sims: dict[str, SimCluster] = {}
@@ -80,16 +91,29 @@ class Embedded:
             listen=self.settings.listen, database=DatabaseSettings(
                 url=self.settings.database_url, data_dir=data,
                 embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
+        record = data / "config-applied.json"  # the digest of what --config last applied, and the database
+        applied = {"digest": objects_digest(self.objects) if self.objects is not None else None,
+                   "database": self.settings.database_url or "embedded"}
+        try:
+            last = json.loads(record.read_text()) if record.exists() else None
+        except ValueError:  # unreadable: as if never applied
+            last = None
         try:
             with d.sessions.begin() as session:
-                if self.objects is not None:
+                if self.objects is not None and last != applied:
                     administering.apply(session, "sluice up", self.objects)
-                elif not cluster_store.list_clusters(session):
+                elif self.objects is None and not cluster_store.list_clusters(session):
                     administering.apply(session, "sluice up", default_objects())
                 clusters = [object_from_document(doc) for doc in administering.get(session, "Cluster")]
         except Exception:
             self.stop()
             raise
+        if self.objects is not None and last != applied:
+            record.write_text(json.dumps(applied) + "\n")
+            self.config_note = "applied" + (" (changed since it was last applied here)" if last else "")
+        elif self.objects is not None:
+            self.config_note = ("not applied: unchanged since it was last applied here, so changes made since "
+                                "(sluice admin) are kept; edit the file to apply it again")
 
         def new_token(role: str, subject: str, cluster: str | None = None):
             def create() -> str:
@@ -184,4 +208,6 @@ def summary_line(embedded: Embedded) -> str:
         shown["metrics"] = f"{embedded.dispatcher.metrics_server.address}/metrics"
     if embedded.prometheus is not None:
         shown["prometheus"] = embedded.prometheus.url
+    if embedded.config_note is not None:
+        shown["config"] = embedded.config_note
     return yaml.safe_dump(shown, sort_keys=False)

@@ -1,0 +1,132 @@
+"""A dispatcher on an external Postgres that goes away (its postmaster killed with kill -9) and comes back:
+while it is gone, health says NOT_SERVING and every call fails with UNAVAILABLE and one line for people;
+once it is back, health says SERVING and everything resumes by itself (the pool, the listener, the leader
+lock, the agents' links), with nothing lost and no restart of the dispatcher.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import tempfile
+import time
+
+import grpc
+import psutil
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dispatcher.store import database
+from sluice.client import Client, ClientError
+from sluice.config import ClientConfig
+from sluice.objects import default_objects
+
+FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+def job(name: str, duration: str = "0.3s") -> dict:
+    return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"queue": "default", "podSets": [{"name": "w", "count": 1, "template": {
+                "metadata": {"annotations": {"sluice.io/sim-duration": duration}},
+                "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}]}}
+
+
+def health(address: str) -> str:
+    with grpc.insecure_channel(address) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+
+
+def wait_for(what: str, check, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def kill_postmaster(pgdata: pathlib.Path) -> int:
+    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    wait_for("the postmaster to die", lambda: not _alive(pid), 10)
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    """Running: a process that died and was not reaped yet (a zombie) is not."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def all_final(client: Client, ids: list[int]):
+    jobs = [client.get(i) for i in ids]
+    return jobs if all(j["state"] in FINAL for j in jobs) else None
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL of this test's own (the shared one must not be killed), with a migrated database."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix="sl-out-", dir="/tmp"))
+    url, server = database.start_embedded(root, cleanup="delete")
+    db = database.connect(database.DatabaseSettings(url=url))
+    database.migrate(db.engine)
+    db.close()
+    yield url, server
+    server.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_external_postgres_killed_and_back(own_postgres, tmp_path):
+    from devstack.embedded import Embedded, UpSettings
+    url, server = own_postgres
+    embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
+                                   database_url=url, sim_time_scale=0.2), default_objects()).start()
+    client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    try:
+        embedded.wait_connected()
+        address = embedded.dispatcher.address
+        assert health(address) == "SERVING"
+        before = client.submit([job(f"before-{n}", "2s") for n in range(6)])
+
+        kill_postmaster(server.pgdata)
+        assert wait_for("health NOT_SERVING", lambda: health(address) == "NOT_SERVING", 15)
+        for call in (lambda: client.get(before[0]), lambda: client.list(limit=5), client.clusters,
+                     lambda: client.submit([job("during")]), lambda: client.cancel([before[0]])):
+            with pytest.raises(ClientError) as refused:
+                call()
+            assert refused.value.code == "UNAVAILABLE", refused.value
+            assert refused.value.message == database.UNREACHABLE
+
+        with type(server)._lock:  # the operator brings the server back; the dispatcher is not restarted
+            wait_for("the server to start", lambda: _start(server), 30)
+        assert wait_for("health SERVING", lambda: health(address) == "SERVING", 15)
+        after = wait_for("a submit to be taken", lambda: _submit(client, job("after")), 30)
+        jobs = wait_for("every job to end", lambda: all_final(client, before + after), 90)
+        assert [j["state"] for j in jobs] == ["SUCCEEDED"] * len(jobs)
+        assert all(agent.connected.is_set() for agent in embedded.agents.values())
+        assert embedded.dispatcher.scheduler.is_leader.is_set()
+    finally:
+        client.close()
+        embedded.stop()
+
+
+def _start(server) -> bool:
+    try:
+        server.ensure_postgres_running()
+    except Exception:  # noqa: BLE001 - the dead server's backends may still hold its shared memory
+        return False
+    return True
+
+
+def _submit(client: Client, document: dict) -> list[int] | None:
+    try:
+        return client.submit([document])
+    except ClientError as error:
+        assert error.code == "UNAVAILABLE", error  # only while the pool renews its connections
+        return None
