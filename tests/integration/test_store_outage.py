@@ -9,6 +9,8 @@ import os
 import pathlib
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -52,7 +54,8 @@ def wait_for(what: str, check, timeout_s: float = 60.0):
 def kill_postmaster(pgdata: pathlib.Path) -> int:
     pid = int((pgdata / "postmaster.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
-    wait_for("the postmaster to die", lambda: not _alive(pid), 10)
+    # Gone, not only dead: until it is reaped a new server refuses to start over its postmaster.pid.
+    wait_for("the postmaster to be gone", lambda: not psutil.pid_exists(pid), 30)
     return pid
 
 
@@ -130,3 +133,32 @@ def _submit(client: Client, document: dict) -> list[int] | None:
     except ClientError as error:
         assert error.code == "UNAVAILABLE", error  # only while the pool renews its connections
         return None
+
+
+def test_dispatcher_serve_follows_an_external_postgres_that_goes_and_returns(own_postgres, tmp_path):
+    from tests.integration.test_cli import REPO, base_env, free_port
+    url, server = own_postgres
+    port = free_port()
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url",
+                              url.replace("postgresql+psycopg://", "postgresql://"), "--listen", f"127.0.0.1:{port}",
+                              "--metrics-listen", ""], env=base_env(tmp_path), cwd=REPO, stderr=log.open("w"))
+    address = f"127.0.0.1:{port}"
+    try:
+        wait_for("serve to say it serves", lambda: "serving on" in log.read_text(), 30)
+        assert health(address) == "SERVING"
+        with type(server)._lock:
+            kill_postmaster(server.pgdata)
+            assert wait_for("health NOT_SERVING", lambda: health(address) == "NOT_SERVING", 15)
+            wait_for("the server to start", lambda: _start(server), 30)
+        assert wait_for("health SERVING", lambda: health(address) == "SERVING", 15)
+        assert serve.poll() is None, "no restart needed"
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(30) == 0
+        shown = log.read_text()
+        assert "the database is unreachable; health is NOT_SERVING until it returns" in shown
+        assert "the database is reachable again; serving" in shown
+        assert "Traceback" not in shown, shown
+    finally:
+        if serve.poll() is None:
+            serve.kill()
