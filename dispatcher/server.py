@@ -36,6 +36,9 @@ from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited separately
+# Health: service "" answers SERVING only while the store can be reached (readiness); LIVENESS answers SERVING
+# for as long as the process serves, Postgres or not (a liveness probe: restarting would not bring it back).
+LIVENESS = "liveness"
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class Dispatcher:
         if self.settings.schedule:
             self.scheduler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         self._watch.start()
         log.info("dispatcher serving", extra={"address": self.address})
         return self

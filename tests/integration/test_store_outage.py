@@ -19,6 +19,7 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dispatcher.server import LIVENESS
 from dispatcher.store import database
 from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
@@ -34,9 +35,9 @@ def job(name: str, duration: str = "0.3s") -> dict:
                 "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}]}}
 
 
-def health(address: str) -> str:
+def health(address: str, service: str = "") -> str:
     with grpc.insecure_channel(address) as channel:
-        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
     return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
 
 
@@ -99,6 +100,7 @@ def test_external_postgres_killed_and_back(own_postgres, tmp_path):
 
         kill_postmaster(server.pgdata)
         assert wait_for("health NOT_SERVING", lambda: health(address) == "NOT_SERVING", 15)
+        assert health(address, LIVENESS) == "SERVING", "alive: a restart would not bring the database back"
         for call in (lambda: client.get(before[0]), lambda: client.list(limit=5), client.clusters,
                      lambda: client.submit([job("during")]), lambda: client.cancel([before[0]])):
             with pytest.raises(ClientError) as refused:
@@ -162,3 +164,24 @@ def test_dispatcher_serve_follows_an_external_postgres_that_goes_and_returns(own
     finally:
         if serve.poll() is None:
             serve.kill()
+
+
+def test_only_connection_failures_become_store_unavailable(db_url):
+    from sqlalchemy import exc, text
+
+    from dispatcher.errors import StoreUnavailable
+    db = database.connect(database.DatabaseSettings(url=db_url))
+    sessions = db.sessions()
+    try:
+        with pytest.raises(exc.OperationalError, match="statement timeout"):  # the server answered: not an outage
+            with sessions.begin() as session:
+                database.statement_timeout(session, 0.01)
+                session.execute(text("SELECT pg_sleep(1)"))
+        with pytest.raises(StoreUnavailable) as gone:  # the session's connection ended under it (plain SQL path)
+            with sessions.begin() as session:
+                database.named(session, "SELECT pg_terminate_backend(pg_backend_pid())")
+        assert str(gone.value) == database.UNREACHABLE
+        with sessions() as session:  # the next session has a connection that works
+            assert database.named(session, "SELECT 1 AS one")[0].one == 1
+    finally:
+        db.close()
