@@ -92,15 +92,20 @@ class Embedded:
                 url=self.settings.database_url, data_dir=data,
                 embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
         record = data / "config-applied.json"  # the digest of what --config last applied, and the database
+        # The database by a digest of its URL: the file must not hold a password.
         applied = {"digest": objects_digest(self.objects) if self.objects is not None else None,
-                   "database": self.settings.database_url or "embedded"}
+                   "database": hashlib.sha256((self.settings.database_url or "embedded").encode()).hexdigest()}
         try:
             last = json.loads(record.read_text()) if record.exists() else None
         except ValueError:  # unreadable: as if never applied
             last = None
+        if not isinstance(last, dict):
+            last = None
         try:
             with d.sessions.begin() as session:
-                if self.objects is not None and last != applied:
+                # A database with no objects at all is new (or was emptied), whatever the record says.
+                apply = self.objects is not None and (last != applied or not administering.get(session, ""))
+                if apply:
                     administering.apply(session, "sluice up", self.objects)
                 elif self.objects is None and not cluster_store.list_clusters(session):
                     administering.apply(session, "sluice up", default_objects())
@@ -108,9 +113,10 @@ class Embedded:
         except Exception:
             self.stop()
             raise
-        if self.objects is not None and last != applied:
+        if apply:
             record.write_text(json.dumps(applied) + "\n")
-            self.config_note = "applied" + (" (changed since it was last applied here)" if last else "")
+            edited = last is not None and last.get("database") == applied["database"] and last != applied
+            self.config_note = "applied" + (" (changed since it was last applied here)" if edited else "")
         elif self.objects is not None:
             self.config_note = ("not applied: unchanged since it was last applied here, so changes made since "
                                 "(sluice admin) are kept; edit the file to apply it again")

@@ -75,3 +75,14 @@ def test_config_applied_on_first_start_and_when_changed_only(db_url, tmp_path):
     assert shown[0] == "applied", shown
     assert shown[1].startswith("not applied: unchanged since it was last applied here"), shown
     assert shown[2] == "applied (changed since it was last applied here)", shown
+
+
+def test_config_applied_to_a_database_it_was_not_applied_to(db_url, pg_server, tmp_path):
+    from tests.conftest import _new_database
+    start(db_url, tmp_path, CONFIG).stop()
+    other = start(_new_database(pg_server, "sluice_template"), tmp_path, CONFIG)  # same data dir, another database
+    try:
+        assert "default" in queues(other)
+        assert yaml.safe_load(summary_line(other))["config"] == "applied"
+    finally:
+        other.stop()
