@@ -146,6 +146,7 @@ class Database:
 
     engine: Engine
     embedded: object | None = None
+    _restarting: bool = False  # restart_embedded has failed since the server was last found dead
 
     def sessions(self) -> sessionmaker:
         """A session factory on the engine: one transaction per unit of work, rows kept after commit."""
@@ -160,14 +161,18 @@ class Database:
         server = self.embedded
         if server is None or _embedded_running(server):
             return False
-        log.warning("the embedded PostgreSQL is not running; restarting it", extra={"pgdata": str(server.pgdata)})
+        if not self._restarting:  # said once per outage, however many tries it takes
+            log.warning("the embedded PostgreSQL is not running; restarting it", extra={"pgdata": str(server.pgdata)})
         try:
             with type(server)._lock:  # pgserver's inter-process lock, as its own start takes it
                 server.ensure_postgres_running()
         except (subprocess.SubprocessError, OSError, AssertionError) as error:
-            log.warning("the embedded PostgreSQL did not start yet; trying again",
-                        extra={"error": str(error), "log": str(server.pgdata / "log")})
+            if not self._restarting:
+                log.warning("the embedded PostgreSQL did not start yet; trying again",
+                            extra={"error": str(error), "log": str(server.pgdata / "log")})
+            self._restarting = True
             return False
+        self._restarting = False
         log.warning("the embedded PostgreSQL restarted", extra={"pid": server.get_pid()})
         return True
 
