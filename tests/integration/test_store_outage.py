@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -21,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dispatcher.server import LIVENESS
 from dispatcher.store import database
+from sluice.admin_client import AdminClient
 from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import default_objects
@@ -97,16 +99,25 @@ def test_external_postgres_killed_and_back(own_postgres, tmp_path):
         address = embedded.dispatcher.address
         assert health(address) == "SERVING"
         before = client.submit([job(f"before-{n}", "2s") for n in range(6)])
+        watching = Client(ClientConfig(address, embedded.admin_token, timeout_s=10))
+        watch_ended: list[BaseException] = []
+        threading.Thread(target=_watch, args=(watching, watch_ended), daemon=True).start()
 
         kill_postmaster(server.pgdata)
         assert wait_for("health NOT_SERVING", lambda: health(address) == "NOT_SERVING", 15)
         assert health(address, LIVENESS) == "SERVING", "alive: a restart would not bring the database back"
+        admin = AdminClient(ClientConfig(address, embedded.admin_token, timeout_s=10))
         for call in (lambda: client.get(before[0]), lambda: client.list(limit=5), client.clusters,
-                     lambda: client.submit([job("during")]), lambda: client.cancel([before[0]])):
+                     lambda: client.submit([job("during")]), lambda: client.cancel([before[0]]),
+                     lambda: admin.get_objects("")):
             with pytest.raises(ClientError) as refused:
                 call()
             assert refused.value.code == "UNAVAILABLE", refused.value
             assert refused.value.message == database.UNREACHABLE
+        wait_for("the open watch to end", lambda: watch_ended, 15)
+        assert (watch_ended[0].code, watch_ended[0].message) == ("UNAVAILABLE", database.UNREACHABLE)
+        watching.close()
+        admin.close()
 
         with type(server)._lock:  # the operator brings the server back; the dispatcher is not restarted
             wait_for("the server to start", lambda: _start(server), 30)
@@ -119,6 +130,14 @@ def test_external_postgres_killed_and_back(own_postgres, tmp_path):
     finally:
         client.close()
         embedded.stop()
+
+
+def _watch(client: Client, ended: list) -> None:
+    try:
+        for _ in client.watch():
+            pass
+    except ClientError as error:
+        ended.append(error)
 
 
 def _start(server) -> bool:
