@@ -6,6 +6,8 @@ restart on the same directory resumes where the last run stopped, even after kil
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import logging
 import pathlib
 import time
@@ -67,12 +69,21 @@ def _secret(path: pathlib.Path, create) -> str:
     return secret
 
 
+def objects_digest(objects: list) -> str:
+    """What identifies a set of objects: their canonical documents (comments and layout aside), in order."""
+    canonical = json.dumps([obj.to_document() for obj in objects], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class Embedded:
     def __init__(self, settings: UpSettings, objects: list | None):
-        """objects: applied (validated and audited like `sluice admin apply`) at every start; None applies
-        the default objects on the first start of a data dir only, so admin changes survive restarts."""
+        """objects (`--config`): applied (validated and audited like `sluice admin apply`) on the first start
+        of a data dir, and again only when they differ from those last applied there, so what admins
+        changed since survives a restart; `config_note` says which. None applies the default objects on
+        the first start of a data dir only."""
         self.settings = settings
         self.objects = objects
+        self.config_note: str | None = None  # what became of `objects` at this start (the summary shows it)
         self.dispatcher: Dispatcher | None = None
         self.agents: dict[str, Agent] = {}
         self.sims: dict[str, SimCluster] = {}
@@ -104,16 +115,35 @@ class Embedded:
             listen=self.settings.listen, tls=tls, database=DatabaseSettings(
                 url=self.settings.database_url, data_dir=data,
                 embedded_cleanup="delete" if self.settings.throwaway else "stop"))).start()
+        record = data / "config-applied.json"  # the digest of what --config last applied, and the database
+        # The database by a digest of its URL: the file must not hold a password.
+        applied = {"digest": objects_digest(self.objects) if self.objects is not None else None,
+                   "database": hashlib.sha256((self.settings.database_url or "embedded").encode()).hexdigest()}
+        try:
+            last = json.loads(record.read_text()) if record.exists() else None
+        except ValueError:  # unreadable: as if never applied
+            last = None
+        if not isinstance(last, dict):
+            last = None
         try:
             with d.sessions.begin() as session:
-                if self.objects is not None:
+                # A database with no objects at all is new (or was emptied), whatever the record says.
+                apply = self.objects is not None and (last != applied or not administering.get(session, ""))
+                if apply:
                     administering.apply(session, "sluice up", self.objects)
-                elif not cluster_store.list_clusters(session):
+                elif self.objects is None and not cluster_store.list_clusters(session):
                     administering.apply(session, "sluice up", default_objects())
                 clusters = [object_from_document(doc) for doc in administering.get(session, "Cluster")]
         except Exception:
             self.stop()
             raise
+        if apply:
+            record.write_text(json.dumps(applied) + "\n")
+            edited = last is not None and last.get("database") == applied["database"] and last != applied
+            self.config_note = "applied" + (" (changed since it was last applied here)" if edited else "")
+        elif self.objects is not None:
+            self.config_note = ("not applied: unchanged since it was last applied here, so changes made since "
+                                "(sluice admin) are kept; edit the file to apply it again")
 
         def new_token(role: str, subject: str, cluster: str | None = None):
             def create() -> str:
@@ -216,4 +246,6 @@ def summary_line(embedded: Embedded) -> str:
         shown["ca"] = embedded.tls.ca
     if embedded.prometheus is not None:
         shown["prometheus"] = embedded.prometheus.url
+    if embedded.config_note is not None:
+        shown["config"] = embedded.config_note
     return yaml.safe_dump(shown, sort_keys=False)

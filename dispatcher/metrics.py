@@ -32,6 +32,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from dispatcher.capacity import snapshot
+from dispatcher.errors import StoreUnavailable
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
 from dispatcher.store import outbox as outbox_store
@@ -124,6 +125,9 @@ class StoreCollector(Collector):
                                           "(0: the other database gauges are missing from it).", [])
         try:
             families = self._read(datetime.now(UTC))
+        except StoreUnavailable:  # the health check says so already; the scrape's sluice_database_up shows it
+            up.add_metric([], 0.0)
+            return [up]
         except Exception:
             # A failed read must not hide the in-process series, which matter most during an outage.
             log.warning("metrics: cannot read the database", exc_info=True)

@@ -31,12 +31,15 @@ from dispatcher.scheduler.loop import Scheduler
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
-from dispatcher.store.listening import Notifier
+from dispatcher.store.listening import Notifier, libpq_url
 from dispatcher.tls import ServerTls, grpc_credentials, refuse_plaintext_off_loopback
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited separately
+# Health: service "" answers SERVING only while the store can be reached (readiness); LIVENESS answers SERVING
+# for as long as the process serves, Postgres or not (a liveness probe: restarting would not bring it back).
+LIVENESS = "liveness"
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class ServerSettings:
     # object under the GIL, and they free almost nothing: reference counting frees what requests make.
     # These run them far less often (at most a few MB behind). None keeps the interpreter's setting.
     gc_thresholds: tuple[int, int, int] | None = (100_000, 50, 1000)
+    # How often health is checked against the store (a new connection and one statement); while Postgres
+    # cannot be reached the health check answers NOT_SERVING, and an embedded one that died is started again.
+    store_check_s: float = 1.0
 
 
 class Dispatcher:
@@ -135,6 +141,9 @@ class Dispatcher:
             self.db.close()
             raise
         self.metrics_port = self.metrics_server.port if self.metrics_server else 0  # 0: no /metrics
+        self._watch_stop = threading.Event()
+        self._store_up = True
+        self._watch = threading.Thread(target=self._watch_store, name="store-watch", daemon=True)
 
     def _listen(self, listen: str, *, agents: bool = False) -> int:
         """Add a gRPC port: TLS when the settings have it (agents: the mTLS agent port), else plaintext,
@@ -176,8 +185,34 @@ class Dispatcher:
         if self.settings.schedule:
             self.scheduler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+        self._watch.start()
         log.info("dispatcher serving", extra={"address": self.address})
         return self
+
+    def _watch_store(self) -> None:
+        """Health follows the store: NOT_SERVING while Postgres cannot be reached, SERVING again once it
+        can. An embedded server found dead is started again. Everything else reconnects by itself."""
+        url = libpq_url(self.engine)
+        timeout_s = self.settings.database.connect_timeout_s
+        while not self._watch_stop.wait(self.settings.store_check_s):
+            if database.reachable(url, timeout_s):
+                self._serving(True)
+                continue
+            self._serving(False)
+            if self.db.restart_embedded():
+                self._serving(database.reachable(url, timeout_s))
+
+    def _serving(self, up: bool) -> None:
+        if up == self._store_up:
+            return
+        self._store_up = up
+        status = health_pb2.HealthCheckResponse
+        self.health.set("", status.SERVING if up else status.NOT_SERVING)
+        if up:
+            log.warning("the database is reachable again; serving")
+        else:
+            log.warning("the database is unreachable; health is NOT_SERVING until it returns")
 
     def _leadership(self, leading: bool) -> None:
         """Start the Prometheus refresher when this replica becomes the leader, stop it when it stops."""
@@ -193,6 +228,9 @@ class Dispatcher:
 
     def stop(self, grace: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
+        self._watch_stop.set()
+        if self._watch.is_alive():
+            self._watch.join(2 * self.settings.database.connect_timeout_s + 5)
         with self._refresher_lock:
             self._stopping = True
         if self.settings.schedule:

@@ -17,7 +17,7 @@ import grpc
 from dispatcher.api import streams
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import status_for
-from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
+from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database
@@ -109,6 +109,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                         batch=agents_pb2.DispatcherMessages(messages=run))
                 if ready[-1] is _END:
                     return
+        except DispatcherError as exc:  # the outbox could not be read (the store unreachable): the agent redials
+            context.abort(status_for(exc), str(exc))
         finally:
             unsubscribe()
             log.info("agent disconnected", extra={"cluster": cluster})
@@ -170,6 +172,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 raise inbox.error
         except grpc.RpcError:
             pass  # the agent went away; it will reconnect and be reconciled
+        except StoreUnavailable:  # unapplied reports stay unacked: the agent sends them again when it redials
+            log.warning("agent link ended: the database is unreachable", extra={"cluster": cluster})
         except Exception:
             log.exception("agent stream failed", extra={"cluster": cluster})
         finally:
@@ -179,6 +183,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
     def _apply(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
         try:
             self._apply_in_one_transaction(cluster, batch, state, out)
+        except StoreUnavailable:
+            raise  # one by one would fail the same way
         except Exception:
             if len(batch) == 1:
                 raise

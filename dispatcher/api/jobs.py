@@ -181,6 +181,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     yield [convert.event(row) for row in rows]
                 else:
                     wake.wait(1.0 if not gaps else 0.1)
+        except DispatcherError as exc:  # a poll failed (the store unreachable): the stream ends as a call would
+            context.abort(status_for(exc), str(exc))
         finally:
             unsubscribe()
 

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from dispatcher.errors import StoreUnavailable
 from dispatcher.store import channels
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store.database import Sessions
@@ -197,6 +198,8 @@ class Refresher:
                                                   name=f"prometheus-{name}", daemon=True)
                         self._threads[name] = (settings, thread, stop)
                         thread.start()
+            except StoreUnavailable:
+                pass  # the leader stops leading, and this refresher, once it finds the store gone
             except Exception:
                 log.exception("prometheus refresher could not list clusters")
             self._stop.wait(self._rescan_s)
@@ -221,6 +224,8 @@ class Refresher:
                     log.warning("prometheus reading of %s failed (its agent's report is used meanwhile): %s",
                                 cluster, exc, extra={"cluster": cluster})
                 failing = str(exc)
+            except StoreUnavailable:
+                pass  # the leader stops leading, and this refresher, once it finds the store gone
             except Exception:
                 log.exception("prometheus refresher failed", extra={"cluster": cluster})
             stop.wait(self._interval_s)

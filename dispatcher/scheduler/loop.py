@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dispatcher.errors import StoreUnavailable
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.policy.planning import Hold
 from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
@@ -74,6 +75,7 @@ class Scheduler:
         self._thread.join(10)
 
     def _run(self) -> None:
+        waiting = False  # for the database to come back: said once, not at every try
         while not self._stop.is_set():
             try:
                 with LeaderLock(self._engine, LEADER_LOCK, self._settings.leader_keepalive_s) as lock:
@@ -83,6 +85,7 @@ class Scheduler:
                         self._stop.wait(self._settings.leader_retry_s)
                     else:
                         return
+                    waiting = False
                     log.info("became the scheduling leader", extra={"backend_pid": lock.backend_pid})
                     # An earlier term's holds and depths (on this replica) describe a past others moved on from.
                     self._holds, self._deeper = {}, frozenset()
@@ -97,6 +100,11 @@ class Scheduler:
                         self._leadership(False)
             except LostLeadership:
                 log.warning("lost the leader lock; following again")
+            except StoreUnavailable:
+                if not waiting:
+                    log.warning("scheduler: the database is unreachable; trying again every second")
+                waiting = True
+                self._stop.wait(1.0)
             except Exception:
                 log.exception("scheduler failed; retrying")
                 self._stop.wait(1.0)
@@ -109,6 +117,8 @@ class Scheduler:
                                             self._settings.outbox_prune_limit)
             if pruned:
                 log.info("outbox pruned", extra={"commands": pruned})
+        except StoreUnavailable:
+            raise  # the cycle's own store is gone too: the loop waits for it
         except Exception:
             log.exception("outbox pruning failed")
 

@@ -5,13 +5,16 @@ directory; with a URL it uses that server and never starts its own. Only Alembic
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import pathlib
+import subprocess
 import threading
 import time
 import warnings
 from dataclasses import dataclass
 
+import psutil
 import psycopg
 from alembic import command
 from alembic.config import Config
@@ -24,6 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from dispatcher.errors import SchemaBehind, StoreUnavailable
 
 log = logging.getLogger(__name__)
+# What a caller is told while the server cannot be reached; the cause goes to the log, never to a user.
+UNREACHABLE = "the database is unreachable; try again shortly"
 MIGRATIONS = pathlib.Path(__file__).resolve().parent.parent.parent / "migrations"
 DATABASE_NAME = "sluice"
 
@@ -40,6 +45,7 @@ class DatabaseSettings:
     # What happens to the embedded server when this process exits cleanly: "stop" it, or "delete" its
     # data too (throw-away demo runs). A killed process leaves it running; the next start reuses it.
     embedded_cleanup: str = "stop"
+    connect_timeout_s: int = 5  # a new connection that takes longer fails (libpq's connect_timeout)
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -50,25 +56,88 @@ def sqlalchemy_url(url: str) -> str:
     raise StoreUnavailable(f"unsupported database URL {url!r}: expected postgresql://...")
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether an error (psycopg's, or SQLAlchemy's around it) says the server cannot be reached: no
+    connection could be made, it broke, or the server is shutting down or starting. Not a statement's own
+    failure (a constraint, a deadlock, a timeout), which the server answered."""
+    if isinstance(error, exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        error = error.orig
+    if isinstance(error, psycopg.OperationalError):
+        # No SQLSTATE: the client library's own failure (refused, broken). 08: connection exceptions;
+        # 57P0x: the server ended the session (shut down, crashed, starting up, database dropped).
+        return error.sqlstate is None or error.sqlstate.startswith(("08", "57P0"))
+    return False
+
+
+@contextlib.contextmanager
+def reaching():
+    """A block whose connection failures (`unreachable`) raise StoreUnavailable, the cause chained; other
+    errors pass as they are. For the connections outside a session (the leader lock's)."""
+    try:
+        yield
+    except (psycopg.Error, exc.DBAPIError) as error:
+        if unreachable(error):
+            raise StoreUnavailable(UNREACHABLE) from error
+        raise
+
+
+def _pgserver():
+    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on import; not ours to fix
+        warnings.simplefilter("ignore")
+        import pgserver
+    return pgserver
+
+
 def start_embedded(data_dir: pathlib.Path, cleanup: str = "stop"):
     """Start (or reuse, after a crash) the pgserver PostgreSQL under data_dir; return (url, server).
 
     A killed dispatcher leaves the server running; restarted on the same data dir it finds it running
-    (or starts it again), and nothing committed is lost either way.
+    (or starts it again), and nothing committed is lost either way. The last process using it stops it
+    when it exits cleanly (per `cleanup`), even when an earlier one was killed.
     """
-    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on import; not ours to fix
-        warnings.simplefilter("ignore")
-        import pgserver
-
+    pgserver = _pgserver()
     pgdata = (data_dir / "postgres").resolve()
     pgdata.mkdir(parents=True, exist_ok=True)
     if len(str(pgdata)) > 90:  # the unix socket lives in pgdata; its path is limited to ~107 bytes
         raise StoreUnavailable(f"data directory path too long for the embedded server's socket: {pgdata}")
-    server = pgserver.get_server(pgdata, cleanup_mode=cleanup)
+    _forget_dead_users(pgserver, pgdata)
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode=cleanup)
+    except (subprocess.SubprocessError, OSError) as error:
+        raise StoreUnavailable(f"the embedded PostgreSQL did not start (its log: {pgdata / 'log'})") from error
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DATABASE_NAME};")
     return f"postgresql+psycopg://postgres@/{DATABASE_NAME}?host={pgdata}", server
+
+
+def _forget_dead_users(pgserver, pgdata: pathlib.Path) -> None:
+    """Drop the processes that no longer exist from pgserver's list of the server's users.
+
+    pgserver stops the server when the last process on its list exits cleanly; a process killed with
+    kill -9 never takes itself off, and the server would then be left running by every clean stop after it.
+    """
+    users = pgserver.utils.DiskList(pgdata / ".handle_pids.json")
+    with pgserver.PostgresServer._lock:  # pgserver's own inter-process lock over that list
+        pids = users.get()
+        alive = [pid for pid in pids if _exists(pid)]
+        if alive != pids:
+            users.put(alive)
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process runs (one dead but not reaped yet, a zombie, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _embedded_running(server) -> bool:
+    info = _pgserver().utils.PostmasterInfo.read_from_pgdata(server.pgdata)
+    return info is not None and info.is_running()
 
 
 @dataclass
@@ -77,10 +146,35 @@ class Database:
 
     engine: Engine
     embedded: object | None = None
+    _restarting: bool = False  # restart_embedded has failed since the server was last found dead
 
     def sessions(self) -> sessionmaker:
         """A session factory on the engine: one transaction per unit of work, rows kept after commit."""
-        return sessionmaker(self.engine, expire_on_commit=False)
+        return sessionmaker(self.engine, class_=StoreSession, expire_on_commit=False)
+
+    def restart_embedded(self) -> bool:
+        """Start the embedded server again if its postmaster is gone (killed, crashed); whether it did.
+
+        Committed work survives (PostgreSQL recovers from its WAL at start). The first tries may fail
+        while the dead server's backends still hold its shared memory; the caller tries again later.
+        """
+        server = self.embedded
+        if server is None or _embedded_running(server):
+            return False
+        if not self._restarting:  # said once per outage, however many tries it takes
+            log.warning("the embedded PostgreSQL is not running; restarting it", extra={"pgdata": str(server.pgdata)})
+        try:
+            with type(server)._lock:  # pgserver's inter-process lock, as its own start takes it
+                server.ensure_postgres_running()
+        except (subprocess.SubprocessError, OSError, AssertionError) as error:
+            if not self._restarting:
+                log.warning("the embedded PostgreSQL did not start yet; trying again",
+                            extra={"error": str(error), "log": str(server.pgdata / "log")})
+            self._restarting = True
+            return False
+        self._restarting = False
+        log.warning("the embedded PostgreSQL restarted", extra={"pid": server.get_pid()})
+        return True
 
     def close(self) -> None:
         self.engine.dispose()
@@ -95,7 +189,8 @@ def connect(settings: DatabaseSettings) -> Database:
         url = sqlalchemy_url(settings.url)
     else:
         url, server = start_embedded(settings.data_dir, settings.embedded_cleanup)
-    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_overflow)
+    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_overflow,
+                           connect_args={"connect_timeout": settings.connect_timeout_s})
     _ping_when_idle(engine, settings.ping_after_idle_s)
     try:
         with engine.connect() as conn:
@@ -103,6 +198,28 @@ def connect(settings: DatabaseSettings) -> Database:
     except Exception as exc:
         raise StoreUnavailable(f"cannot connect to {engine.url.render_as_string(hide_password=True)}: {exc}") from exc
     return Database(engine, server)
+
+
+class StoreSession(Session):
+    """A session whose `with` block (`with sessions() as s`, `with sessions.begin() as s`) ends in
+    StoreUnavailable, the cause chained, when the server could not be reached: whether the failure came
+    through SQLAlchemy or from the psycopg connection under it (`driver`)."""
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if error is not None and unreachable(error):
+            self.invalidate()  # its connections are broken: dropped, not rolled back and pooled again
+            raise StoreUnavailable(UNREACHABLE) from error
+        super().__exit__(kind, error, traceback)
+
+
+def reachable(url: str, timeout_s: int) -> bool:
+    """Whether a new connection to the server at `url` (libpq form) can be made and answer now."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=timeout_s) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
 
 
 def driver(session: Session) -> psycopg.Connection:
@@ -118,7 +235,8 @@ def autocommit(sessions: sessionmaker) -> sessionmaker:
     """Sessions like `sessions`' whose statements each commit by themselves, for work that is one statement
     (a Watch poll, the agent link's read of its commands, a batch of acks alone): no BEGIN before it and
     no COMMIT or ROLLBACK after, one round trip instead of three."""
-    return sessionmaker(sessions.kw["bind"].execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False)
+    return sessionmaker(sessions.kw["bind"].execution_options(isolation_level="AUTOCOMMIT"), class_=sessions.class_,
+                        expire_on_commit=False)
 
 
 def at_once(session: Session, *reads: tuple[str, dict | None]) -> list[list]:
@@ -230,8 +348,10 @@ class KeptConnection:
             if self._connection is None:
                 self._connection = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             return self._connection.connection.driver_connection
-        except BaseException:
+        except BaseException as error:
             self._lock.release()
+            if unreachable(error):
+                raise StoreUnavailable(UNREACHABLE) from error
             raise
 
     def __exit__(self, kind, error, traceback) -> None:
@@ -241,6 +361,8 @@ class KeptConnection:
             self._used = time.monotonic()
         finally:
             self._lock.release()
+        if error is not None and unreachable(error):
+            raise StoreUnavailable(UNREACHABLE) from error
 
     def release_if_idle(self) -> None:
         """Back to the pool, unless a write is using it."""

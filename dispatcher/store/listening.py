@@ -51,13 +51,16 @@ class Notifier:
 
     def _run(self) -> None:
         backoff = 0.1
+        lost = False  # said once per outage, not at every try
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True) as conn:
+                with psycopg.connect(self._url, autocommit=True, connect_timeout=10) as conn:
                     for channel in self._channels:
                         conn.execute(f'LISTEN "{channel}"')
                     self._ready.set()
-                    backoff = 0.1
+                    if lost:
+                        log.warning("notification listener reconnected")
+                    backoff, lost = 0.1, False
                     # Anything may have happened while we were not listening: wake everyone once.
                     self._deliver_all()
                     while not self._stop.is_set():
@@ -66,9 +69,11 @@ class Notifier:
             except psycopg.Error as exc:
                 if self._stop.is_set():
                     return
-                log.warning("notification listener lost its connection; reconnecting", extra={"error": str(exc)})
+                if not lost:
+                    log.warning("notification listener lost its connection; reconnecting", extra={"error": str(exc)})
+                lost = True
                 self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, 2.0)
 
     def _deliver(self, channel: str, payload: str) -> None:
         with self._lock:

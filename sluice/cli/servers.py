@@ -29,6 +29,8 @@ def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # our own warning says what a failed query means
+    # A failed start of the embedded server dumps that server's whole log; ours names the log file instead.
+    logging.getLogger("pgserver").setLevel(logging.CRITICAL)
 
 
 def _serve_until_interrupted(stop, ready: str = "") -> None:
