@@ -40,6 +40,7 @@ def test_embedded_postgres_killed_under_sluice_up():
     env = {**os.environ, "HOME": str(root), "XDG_CONFIG_HOME": str(root / "config")}
     port = free_port()
     address = f"127.0.0.1:{port}"
+    ca = str(data / "certs" / "ca.crt")  # `sluice up` made it on start
     proc = start_up(data, port, env)
     try:
         with Client(load(data / "client.yaml")) as client:
@@ -50,12 +51,12 @@ def test_embedded_postgres_killed_under_sluice_up():
             # so the outage lasts long enough to be looked at.
             with pgserver.PostgresServer._lock:
                 killed = kill_postmaster((data / "postgres").resolve())
-                assert wait_for("health NOT_SERVING", lambda: health(address) == "NOT_SERVING", 15)
+                assert wait_for("health NOT_SERVING", lambda: health(address, ca=ca) == "NOT_SERVING", 15)
                 for call in (lambda: client.get(before[0]), client.clusters, lambda: client.submit([job("x")])):
                     with pytest.raises(ClientError) as refused:
                         call()
                     assert (refused.value.code, refused.value.message) == ("UNAVAILABLE", UNREACHABLE)
-            assert wait_for("health SERVING", lambda: health(address) == "SERVING", 60)
+            assert wait_for("health SERVING", lambda: health(address, ca=ca) == "SERVING", 60)
             restarted = postmaster_pid(data)
             assert restarted != killed and _alive(restarted)
             shown = log.read_text()

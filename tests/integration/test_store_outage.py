@@ -24,7 +24,6 @@ from dispatcher.server import LIVENESS
 from dispatcher.store import database
 from sluice.admin_client import AdminClient
 from sluice.client import Client, ClientError
-from sluice.config import ClientConfig
 from sluice.objects import default_objects
 
 FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
@@ -37,8 +36,11 @@ def job(name: str, duration: str = "0.3s") -> dict:
                 "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}]}}
 
 
-def health(address: str, service: str = "") -> str:
-    with grpc.insecure_channel(address) as channel:
+def health(address: str, service: str = "", ca: str | None = None) -> str:
+    """The health check's answer, over TLS verified against `ca` when given (a `sluice up` dispatcher)."""
+    channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(pathlib.Path(ca).read_bytes())) if ca \
+        else grpc.insecure_channel(address)
+    with channel:
         answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
     return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
 
@@ -93,20 +95,21 @@ def test_external_postgres_killed_and_back(own_postgres, tmp_path):
     url, server = own_postgres
     embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
                                    database_url=url, sim_time_scale=0.2), default_objects()).start()
-    client = Client(ClientConfig(embedded.dispatcher.address, embedded.admin_token, timeout_s=10))
+    client = Client(embedded.client_settings(timeout_s=10))
+    ca = embedded.tls.ca
     try:
         embedded.wait_connected()
         address = embedded.dispatcher.address
-        assert health(address) == "SERVING"
+        assert health(address, ca=ca) == "SERVING"
         before = client.submit([job(f"before-{n}", "2s") for n in range(6)])
-        watching = Client(ClientConfig(address, embedded.admin_token, timeout_s=10))
+        watching = Client(embedded.client_settings(timeout_s=10))
         watch_ended: list[BaseException] = []
         threading.Thread(target=_watch, args=(watching, watch_ended), daemon=True).start()
 
         kill_postmaster(server.pgdata)
-        assert wait_for("health NOT_SERVING", lambda: health(address) == "NOT_SERVING", 15)
-        assert health(address, LIVENESS) == "SERVING", "alive: a restart would not bring the database back"
-        admin = AdminClient(ClientConfig(address, embedded.admin_token, timeout_s=10))
+        assert wait_for("health NOT_SERVING", lambda: health(address, ca=ca) == "NOT_SERVING", 15)
+        assert health(address, LIVENESS, ca) == "SERVING", "alive: a restart would not bring the database back"
+        admin = AdminClient(embedded.client_settings(timeout_s=10))
         for call in (lambda: client.get(before[0]), lambda: client.list(limit=5), client.clusters,
                      lambda: client.submit([job("during")]), lambda: client.cancel([before[0]]),
                      lambda: admin.get_objects("")):
@@ -121,7 +124,7 @@ def test_external_postgres_killed_and_back(own_postgres, tmp_path):
 
         with type(server)._lock:  # the operator brings the server back; the dispatcher is not restarted
             wait_for("the server to start", lambda: _start(server), 30)
-        assert wait_for("health SERVING", lambda: health(address) == "SERVING", 15)
+        assert wait_for("health SERVING", lambda: health(address, ca=ca) == "SERVING", 15)
         after = wait_for("a submit to be taken", lambda: _submit(client, job("after")), 30)
         jobs = wait_for("every job to end", lambda: all_final(client, before + after), 90)
         assert [j["state"] for j in jobs] == ["SUCCEEDED"] * len(jobs)
@@ -163,7 +166,8 @@ def test_dispatcher_serve_follows_an_external_postgres_that_goes_and_returns(own
     log = tmp_path / "serve.log"
     serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url",
                               url.replace("postgresql+psycopg://", "postgresql://"), "--listen", f"127.0.0.1:{port}",
-                              "--metrics-listen", ""], env=base_env(tmp_path), cwd=REPO, stderr=log.open("w"))
+                              "--metrics-listen", "", "--insecure"], env=base_env(tmp_path), cwd=REPO,
+                             stderr=log.open("w"))
     address = f"127.0.0.1:{port}"
     try:
         wait_for("serve to say it serves", lambda: "serving on" in log.read_text(), 30)

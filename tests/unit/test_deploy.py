@@ -380,7 +380,10 @@ def test_probes_use_the_plaintext_health_port(overlay):
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["health"] not in (ports["grpc"], ports["metrics"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe] | {"grpc": {"port": ports["health"]}} == container[probe], probe
+        assert container[probe]["grpc"]["port"] == ports["health"], probe
+    # Liveness asks a service that stays SERVING while Postgres is away ("" follows the store: readiness).
+    assert container["livenessProbe"]["grpc"].get("service") == "liveness"
+    assert "service" not in container["readinessProbe"]["grpc"]
     health = next(e for e in container["env"] if e["name"] == "SLUICE_HEALTH_LISTEN")
     config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sluice-dispatcher")
     assert health["valueFrom"]["configMapKeyRef"] == {"name": "sluice-dispatcher", "key": "SLUICE_HEALTH_LISTEN"}
