@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from dataclasses import dataclass
 
 import yaml
@@ -46,13 +47,20 @@ def make_default(path: pathlib.Path) -> None:
 
 
 def load(path: str | os.PathLike | None = None) -> ClientConfig:
+    """The client config; ConfigError (one line naming the file) for anything unusable in it."""
+    from sluice.spec import yaml_documents
     chosen = pathlib.Path(path or os.environ.get("SLUICE_CONFIG") or default_path())
     data: dict = {}
     if chosen.exists():
         try:
-            data = yaml.safe_load(chosen.read_text()) or {}
+            documents = [d for d in yaml_documents(chosen.read_text()) if d is not None]
+        except OSError as exc:
+            raise ConfigError(f"{chosen}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{chosen}: not UTF-8 text") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{chosen}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{chosen}: not valid YAML: {' '.join(str(exc).split())}") from None
+        data = documents[0] if len(documents) == 1 else {} if not documents else None
         if not isinstance(data, dict):
             raise ConfigError(f"{chosen}: expected a mapping with address and token")
     elif path or os.environ.get("SLUICE_CONFIG"):
@@ -62,4 +70,27 @@ def load(path: str | os.PathLike | None = None) -> ClientConfig:
     if not address or not token:
         raise ConfigError(f"no dispatcher configured ({chosen} missing or incomplete): "
                           "start one with `sluice up`, or give --config / SLUICE_ADDRESS and SLUICE_TOKEN")
-    return ClientConfig(str(address), str(token), float(data.get("timeout", 30.0)))
+    if not printable(address):
+        where = "SLUICE_ADDRESS" if os.environ.get("SLUICE_ADDRESS") else f"{chosen}: address"
+        raise ConfigError(f"{where}: expected HOST:PORT, got {_shown(address)}")
+    if not printable(token):
+        where = "SLUICE_TOKEN" if os.environ.get("SLUICE_TOKEN") else f"{chosen}: token"
+        raise ConfigError(f"{where}: expected one word of printable ASCII (as `sluice up` or an admin "
+                          "gave it)")
+    timeout = data.get("timeout", 30.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e9:
+        raise ConfigError(f"{chosen}: timeout: expected a positive number of seconds, got {_shown(timeout)}")
+    return ClientConfig(address, token, float(timeout))
+
+
+_PRINTABLE = re.compile(r"^[!-~]+$")
+
+
+def printable(value: object) -> bool:
+    """Whether value is one word of printable ASCII: what a gRPC target or metadata value (a token) can carry."""
+    return isinstance(value, str) and _PRINTABLE.match(value) is not None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else type(value).__name__

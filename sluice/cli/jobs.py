@@ -22,7 +22,7 @@ def _job_id(value: str) -> int:
         job_id = int(value)
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not a job id") from None
-    if job_id <= 0:
+    if not 0 < job_id < 1 << 63:  # ids are positive int64s
         raise typer.BadParameter(f"{value!r} is not a job id")
     return job_id
 

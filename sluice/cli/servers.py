@@ -66,10 +66,38 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
         objects = load_config(config)
     except (OSError, SpecError) as exc:
         raise Failed(f"up --config {config}", str(exc)) from None
+    _check_token_files(_data_dir(data_dir) / "tokens", None)
     embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus),
                                              objects).start())
+    try:
+        _check_token_files(_data_dir(data_dir) / "tokens", embedded.dispatcher.sessions)
+    except Failed:
+        embedded.stop()
+        raise
     print(summary_line(embedded), end="", flush=True)
     _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
+
+
+def _check_token_files(directory: pathlib.Path, sessions) -> None:
+    """Failed naming the first token file `sluice up` keeps that it cannot use: one it cannot read as a token
+    (before it starts), or, given the dispatcher's sessions, one its database does not accept."""
+    from sluice.config import printable
+    paths = sorted(directory.iterdir()) if directory.is_dir() else []
+    for path in paths:
+        why = None
+        try:
+            secret = path.read_bytes().decode("ascii").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            secret, why = "", getattr(exc, "strerror", None) or "not a token (not ASCII text)"
+        if why is None and not printable(secret):
+            why = "not a token (not one word of printable ASCII)"
+        if why is None and sessions is not None:
+            from dispatcher.store import tokens
+            with sessions() as session:
+                if tokens.authenticate(session, secret) is None:
+                    why = "not a token this dispatcher accepts (corrupted, revoked or expired)"
+        if why is not None:
+            raise Failed("up", f"{path}: {why}; delete it and `sluice up` makes a new one")
 
 
 def _start(what: str, fn):
