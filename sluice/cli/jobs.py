@@ -153,7 +153,7 @@ def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job i
 
 @app.command()
 def watch(ctx: typer.Context, job: str | None = typer.Argument(None, help="Only this job"),
-          after: int = typer.Option(0, "--after", help="Resume after this event id"),
+          after: int = typer.Option(0, "--after", min=0, max=(1 << 63) - 1, help="Resume after this event id"),
           output: Format = OutputOpt) -> None:
     """Follow job events as they happen (Ctrl-C to stop)."""
     import json

@@ -104,6 +104,13 @@ def test_a_job_id_past_int64_is_a_usage_error(env, job_id):
         assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize("args", [("watch", "--after", "99999999999999999999"),
+                                  ("admin", "audit", "--after", "99999999999999999999")])
+def test_an_event_or_audit_id_past_int64_is_a_usage_error(env, args):
+    result = sluice(env, *args)
+    assert no_traceback(result, 2).endswith("Input should be less than or equal to 9223372036854775807")
+
+
 @pytest.mark.parametrize("case", ["non-utf8", "malformed-yaml", "not-a-mapping", "directory", "address-list",
                                   "timeout-word", "token-non-ascii", "bomb", "deep"])
 def test_a_broken_client_config_is_refused_in_a_line(tmp_path, case):
