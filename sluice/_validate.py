@@ -69,20 +69,23 @@ NESTED_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
 
 
 def check_depth(value: object, text: str | None = None) -> None:
-    """SpecError when value nests mappings and lists deeper than MAX_DEPTH. text: the JSON or YAML it was
-    read from, when known: fewer brackets than MAX_DEPTH cannot nest that deep, and counting them costs far
+    """SpecError when value nests mappings and lists deeper than MAX_DEPTH. text: the JSON it was
+    decoded from, when known: fewer brackets than MAX_DEPTH cannot nest that deep, and counting them costs far
     less than walking the value. Iterative: a deep value must not exhaust Python's stack here."""
     if text is not None and text.count("[") + text.count("{") <= MAX_DEPTH:
         return
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:  # one level at a time: a list of what is at the next
+        depth += 1
         if depth > MAX_DEPTH:
             raise SpecError("", NESTED_TOO_DEEP)
-        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        below = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, (dict, list)):
+                    below.append(child)
+        level = below
 
 
 def unstorable_at(value: object, path: str = "") -> tuple[str, str] | None:
