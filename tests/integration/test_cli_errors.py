@@ -137,6 +137,19 @@ def test_a_broken_client_config_is_refused_in_a_line(tmp_path, case):
     assert no_traceback(sluice(env, "list")) == line
 
 
+def test_files_a_server_command_reads_are_refused_in_a_line_when_not_text(tmp_path):
+    env = base_env(tmp_path)
+    bad = tmp_path / "latin1"
+    bad.write_bytes(b"caf\xe9: 1\n")
+    up = no_traceback(sluice(env, "up", "--config", str(bad), "--data-dir", str(tmp_path / "d")))
+    assert up == f"error: up --config {bad}: not UTF-8 text"
+    simulated = no_traceback(sluice(env, "simulate", "--trace", str(bad), "--config", str(bad)))
+    assert simulated == f"error: simulate --config {bad}: not UTF-8 text"
+    agent = no_traceback(sluice(env, "agent", "run", "--cluster", "c", "--dispatcher", "127.0.0.1:1", "--token-file",
+                                str(bad)))
+    assert agent == f"error: agent run --token-file {bad}: not a token (not one word of printable ASCII)"
+
+
 @pytest.fixture
 def corrupted_up():
     """A `sluice up` data dir whose admin token file holds garbage, and the Up that would start on it."""
