@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from sluice.spec import yaml_documents
+
 
 class ConfigError(Exception):
     pass
@@ -48,7 +50,6 @@ def make_default(path: pathlib.Path) -> None:
 
 def load(path: str | os.PathLike | None = None) -> ClientConfig:
     """The client config; ConfigError (one line naming the file) for anything unusable in it."""
-    from sluice.spec import yaml_documents
     chosen = pathlib.Path(path or os.environ.get("SLUICE_CONFIG") or default_path())
     data: dict = {}
     if chosen.exists():

@@ -894,3 +894,25 @@ def test_nesting_deeper_than_a_hundred_levels_is_refused(text):
 def test_a_hundred_levels_are_fine():
     assert parse_documents('{"a": ' + "[" * 99 + "]" * 99 + "}")
     assert parse_documents("a: " + "[" * 99 + "]" * 99)
+
+
+_YAML_PIECES = st.sampled_from([
+    "apiVersion: sluice.io/v1\n", "apiVersion: batch/v1\n", "kind: Job\n", "kind: Queue\n", "metadata: {name: a}\n",
+    "spec:\n", "  queue: q\n", "  podSets:\n", "  - name: w\n", "    count: 2\n", "    count: 1e400\n",
+    "    template: {spec: {containers: [{name: m, image: x}]}}\n", "  priority: .nan\n", "  maxRuntime: 1h\n",
+    "---\n", "&a [1, 2]\n", "*a\n", "!!python/object:os.system {}\n", "x: 2001-12-14\n", "? [a, b]\n: 1\n",
+    "!!binary aGk=\n", "- [[[[[[]]]]]]\n", "<<: *a\n", "'\\ud800'\n", '"\\ud800"\n', "\t\n", "{", "]", ":",
+    "%YAML 1.1\n",
+    "spec: {guaranteed: {cpu: '-1'}, max: {cpu: 1e999}}\n", "metadata: {name: a, labels: {1: 2}}\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.one_of(_YAML_PIECES, st.text(max_size=12)), max_size=12))
+def test_any_text_is_read_or_refused_with_a_spec_error(pieces):
+    from sluice.objects import load_objects
+    text = "".join(pieces)
+    for load in (load_jobs, load_objects):
+        try:
+            load(text)
+        except SpecError:
+            pass
