@@ -35,6 +35,9 @@ READ_BATCH = 100  # agent messages applied in one transaction at most (and the j
 
 
 def capacity_document(capacity: agents_pb2.Capacity) -> dict:
+    parts = (capacity.allocatable, capacity.free, capacity.largest_free_node, *capacity.node_free)
+    if any("\x00" in name for part in parts for name in part.milli):  # Postgres cannot store it in jsonb
+        raise InvalidRequest("capacity: a resource name contains a NUL character (\\u0000)")
     document = {"allocatable": dict(capacity.allocatable.milli), "free": dict(capacity.free.milli),
                 "largestFreeNode": dict(capacity.largest_free_node.milli)}
     if capacity.node_free:  # older agents send none: placement then judges by the sums alone

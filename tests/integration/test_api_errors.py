@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from concurrent import futures
+from functools import partial
 
 import grpc
 import pytest
@@ -104,8 +106,24 @@ def test_streams_end_with_their_status_not_unknown(stubs, system):
         err = refused(lambda: agents.Connect(iter([heartbeat]), metadata=md))
         assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT,
                                                "connect: the first message must be a hello")
+        # A capacity Postgres cannot store, in the hello and later on the link (read by the stream's reader
+        # thread: its failure ends the stream too, as any handler's does, where it once ended it OK, unexplained).
+        nul = agents_pb2.Capacity(allocatable=jobs_pb2.Resources(milli={"a\x00b": 1}))
+        bad_hello = agents_pb2.AgentMessage(hello=agents_pb2.Hello(cluster="onprem", capacity=nul))
+        bad_heartbeat = agents_pb2.AgentMessage(heartbeat=agents_pb2.Heartbeat(capacity=nul))
+        good_hello = agents_pb2.AgentMessage(hello=agents_pb2.Hello(cluster="onprem"))
+        for messages in ([bad_hello], [good_hello, bad_heartbeat]):
+            err = refused(partial(agents.Connect, _held_open(messages), metadata=md, timeout=10))
+            assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT,
+                                                   "capacity: a resource name contains a NUL character (\\u0000)")
     finally:
         channel.close()
+
+
+def _held_open(messages: list):
+    """The messages, then a pause with the stream still open (an agent's link does not end by itself)."""
+    yield from messages
+    time.sleep(5)
 
 
 class _Broken(jobs_pb2_grpc.JobsServicer):
