@@ -13,6 +13,8 @@ import logging
 import secrets
 
 import grpc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from dispatcher import errors
 
@@ -54,14 +56,46 @@ def abort(context: grpc.ServicerContext, exc: Exception, where: str) -> None:
     context.abort(grpc.StatusCode.INTERNAL, internal(exc, where))
 
 
+def check_request(message: Message) -> None:
+    """InvalidRequest naming the first string field of a request that holds a NUL character: Postgres stores
+    none in a text or JSON column, and every string of a request may reach one."""
+    if (path := _nul_at(message, "")) is not None:
+        raise errors.InvalidRequest(f"{path}: contains a NUL character (\\u0000)")
+
+
+def _nul_at(message: Message, path: str) -> str | None:
+    for field, value in message.ListFields():
+        here = f"{path}.{field.name}" if path else field.name
+        if field.type == FieldDescriptor.TYPE_STRING:
+            for i, item in enumerate(value) if field.is_repeated else ((None, value),):
+                if "\x00" in item:
+                    return here if i is None else f"{here}[{i}]"
+        elif field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        elif field.message_type.GetOptions().map_entry:
+            for key, item in value.items():
+                at = f"{here}[{key!r}]"
+                if isinstance(key, str) and "\x00" in key or isinstance(item, str) and "\x00" in item:
+                    return at
+                if isinstance(item, Message) and (found := _nul_at(item, at)) is not None:
+                    return found
+        else:
+            for i, item in enumerate(value) if field.is_repeated else ((None, value),):
+                if (found := _nul_at(item, here if i is None else f"{here}[{i}]")) is not None:
+                    return found
+    return None
+
+
 def translated(method):
-    """Wrap a servicer method, unary or streaming (a generator): every exception it raises ends the call as
-    abort() says."""
+    """Wrap a servicer method, unary or streaming (a generator): a request message (not a stream of them) is
+    first checked by check_request, and every exception the method raises ends the call as abort() says."""
     where = method.__qualname__
     if inspect.isgeneratorfunction(method):
         @functools.wraps(method)
         def streaming(self, request, context):
             try:
+                if isinstance(request, Message):
+                    check_request(request)
                 yield from method(self, request, context)
             except Exception as exc:
                 abort(context, exc, where)
@@ -70,6 +104,7 @@ def translated(method):
     @functools.wraps(method)
     def unary(self, request, context):
         try:
+            check_request(request)
             return method(self, request, context)
         except Exception as exc:
             abort(context, exc, where)

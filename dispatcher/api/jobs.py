@@ -10,7 +10,7 @@ import grpc
 
 from dispatcher.api import convert, streams
 from dispatcher.api.auth import Authenticator
-from dispatcher.api.errors import translated
+from dispatcher.api.errors import check_request, translated
 from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest
 from dispatcher.policy import accounting, states
@@ -76,6 +76,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self._auth.require(context, *READERS)
         context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
         for request in request_iterator:
+            check_request(request)
             who = self._auth.require(context, *READERS)
             ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
             yield jobs_pb2.SubmitResponse(ids=ids)

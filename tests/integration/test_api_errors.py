@@ -88,6 +88,28 @@ def test_the_red_team_raw_calls_are_invalid_arguments_in_words(stubs):
     assert not jobs.List(jobs_pb2.ListJobsRequest(), metadata=md).jobs  # nothing was created
 
 
+def test_a_nul_in_any_string_of_a_request_is_refused_in_words(stubs):
+    jobs, admin, md = stubs
+    nul = "a\x00b"
+    cases = [
+        (lambda: admin.AddMember(admin_pb2.AddMemberRequest(queue="default", user=nul), metadata=md), "user"),
+        (lambda: admin.CreateToken(admin_pb2.CreateTokenRequest(role="user", subject=nul), metadata=md), "subject"),
+        (lambda: admin.SetClusterState(admin_pb2.SetClusterStateRequest(name=nul, state="cordoned"), metadata=md),
+         "name"),
+        (lambda: admin.GetObjects(admin_pb2.GetObjectsRequest(kind="queue", name=nul), metadata=md), "name"),
+        (lambda: admin.SetQuota(admin_pb2.SetQuotaRequest(queue="default", max={nul: "1"}), metadata=md),
+         "max['a\\x00b']"),
+        (lambda: jobs.List(jobs_pb2.ListJobsRequest(queue=nul), metadata=md), "queue"),
+        (lambda: jobs.Submit(jobs_pb2.SubmitRequest(specs_json=[job_json(), nul]), metadata=md), "specs_json[1]"),
+        (lambda: jobs.SubmitStream(iter([jobs_pb2.SubmitRequest(specs_json=[nul])]), metadata=md), "specs_json[0]"),
+    ]
+    for call, field in cases:
+        err = refused(call)
+        assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT,
+                                               f"{field}: contains a NUL character (\\u0000)")
+    assert not jobs.List(jobs_pb2.ListJobsRequest(), metadata=md).jobs
+
+
 def test_streams_end_with_their_status_not_unknown(stubs, system):
     jobs, _, md = stubs
     wrong = [("authorization", "Bearer sl_nobody")]

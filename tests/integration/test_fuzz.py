@@ -139,7 +139,8 @@ def _scalar(field: FieldDescriptor) -> st.SearchStrategy:
         return ADMIN_TEXTS
     kind = field.type
     if kind == FieldDescriptor.TYPE_STRING:
-        return st.one_of(st.sampled_from(WORDS), st.text(st.characters(blacklist_categories=("Cs",)), max_size=20))
+        text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+        return st.one_of(st.sampled_from(WORDS), text, text.map(lambda t: t + "\x00"))
     if kind in _INTS:
         bits = _INTS[kind]
         lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
