@@ -49,8 +49,8 @@ def abort(context: grpc.ServicerContext, exc: Exception, where: str) -> None:
     """End the call for exc (raises): its status when a DispatcherError, INTERNAL with an error id otherwise."""
     if context.code() is not None:  # context.abort() raised it: the call already has its status
         raise exc
-    if isinstance(exc, errors.DispatcherError):
-        context.abort(status_for(exc), str(exc))
+    if isinstance(exc, errors.DispatcherError):  # its words may quote a lone surrogate: gRPC sends UTF-8 only
+        context.abort(status_for(exc), str(exc).encode("utf-8", "backslashreplace").decode())
     if isinstance(exc, grpc.RpcError) and not context.is_active():
         raise exc  # the client went away while the call read its stream: nobody to tell
     context.abort(grpc.StatusCode.INTERNAL, internal(exc, where))

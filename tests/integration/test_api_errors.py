@@ -20,6 +20,7 @@ from dispatcher.api.admin import AdminService
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.errors import translated
 from dispatcher.api.jobs import JobsService
+from dispatcher.errors import InvalidRequest
 from sluice.v1 import admin_pb2, admin_pb2_grpc, agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 INTERNALS = re.compile(r"Traceback|Exception calling application|Error\b|psycopg|sqlalchemy|SELECT|INSERT|UPDATE "
@@ -156,6 +157,10 @@ class _Broken(jobs_pb2_grpc.JobsServicer):
         raise RuntimeError("SELECT secret FROM api_tokens")
 
     @translated
+    def List(self, request, context):
+        raise InvalidRequest("queue: '\ud800x' is not a valid name")  # words that quote a lone surrogate
+
+    @translated
     def Watch(self, request, context):
         yield jobs_pb2.JobEvent(id=1)
         raise KeyError("psycopg.errors.Whatever: password=hunter2")
@@ -187,6 +192,11 @@ def test_an_unexpected_exception_is_internal_with_an_error_id_the_log_holds(brok
         assert len(records) == 1 and records[0].exc_info is not None
         assert text in caplog.text  # the traceback, with the exception's own words, is in the log only
     assert ERROR_ID.match(unary.details())[1] != ERROR_ID.match(streaming.details())[1]
+
+
+def test_words_quoting_a_lone_surrogate_reach_the_client_escaped(broken_server):
+    err = refused(lambda: broken_server.List(jobs_pb2.ListJobsRequest()))
+    assert (err.code(), err.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "queue: '\\ud800x' is not a valid name")
 
 
 @pytest.mark.parametrize("service, base", [(JobsService, jobs_pb2_grpc.JobsServicer),
