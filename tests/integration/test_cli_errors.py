@@ -1,9 +1,9 @@
 """The client never prints a traceback: hostile or broken input given to the real `sluice` command (a
 subprocess, as a user runs it) ends in one line, `error: <what>: <why>`, and a non-zero exit.
 
-Most cases need no dispatcher (they fail before any call); `sluice get` past int64 and the client configs
-point at a closed port; the token file case starts a real `sluice up` on a data dir whose admin token file
-was corrupted.
+No case needs a dispatcher: each fails before any call (the client config points at a port nothing listens
+on), except the token file case, which starts a real `sluice up` on a data dir whose admin token file was
+corrupted and checks that it refuses to start.
 """
 from __future__ import annotations
 
