@@ -64,6 +64,59 @@ class located:
         return False
 
 
+MAX_DEPTH = 100  # levels of mappings and lists in one document; a Kubernetes pod template needs about 15
+NESTED_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
+
+
+def check_depth(value: object, text: str | None = None) -> None:
+    """SpecError when value nests mappings and lists deeper than MAX_DEPTH. text: the JSON it was
+    decoded from, when known: fewer brackets than MAX_DEPTH cannot nest that deep, and counting them costs far
+    less than walking the value. Iterative: a deep value must not exhaust Python's stack here."""
+    if text is not None and text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:  # one level at a time: a list of what is at the next
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise SpecError("", NESTED_TOO_DEEP)
+        below = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, (dict, list)):
+                    below.append(child)
+        level = below
+
+
+def unstorable_at(value: object, path: str = "") -> tuple[str, str] | None:
+    """(path, why) of the first key or string Postgres cannot store in a JSON column (a NUL character, a
+    lone surrogate that decoding a JSON \\ud800 escape leaves), or None."""
+    pending = [(path, value)]
+    while pending:
+        here, item = pending.pop()
+        if isinstance(item, str):
+            if (why := _unstorable(item)) is not None:
+                return here, why
+            continue
+        pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in reversed(list(pairs)):  # reversed: popped in document order
+            at = f"{here}[{key}]" if isinstance(key, int) else f"{here}.{key}" if here else str(key)
+            if isinstance(key, str) and (why := _unstorable(key)) is not None:
+                return at.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\u0000"), why
+            pending.append((at, child))
+    return None
+
+
+def _unstorable(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000)"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (a \\ud800-\\udfff escape not in a pair): not Unicode text"
+    return None
+
+
 def join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from dataclasses import dataclass
 
 import yaml
 
+from sluice.spec import yaml_documents
 from sluice.transport import Tls
 
 
@@ -61,14 +63,20 @@ def make_default(path: pathlib.Path) -> None:
 
 
 def load(path: str | os.PathLike | None = None, *, ca: str | os.PathLike | None = None) -> ClientConfig:
-    """The config at `path` (or as the module's docstring says); `ca` (--ca) overrides the file's."""
+    """The client config; `ca` (--ca) overrides the file's. ConfigError (one line naming the file) for anything
+    unusable in it."""
     chosen = pathlib.Path(path or os.environ.get("SLUICE_CONFIG") or default_path())
     data: dict = {}
     if chosen.exists():
         try:
-            data = yaml.safe_load(chosen.read_text()) or {}
+            documents = [d for d in yaml_documents(chosen.read_text()) if d is not None]
+        except OSError as exc:
+            raise ConfigError(f"{chosen}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{chosen}: not UTF-8 text") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{chosen}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{chosen}: not valid YAML: {' '.join(str(exc).split())}") from None
+        data = documents[0] if len(documents) == 1 else {} if not documents else None
         if not isinstance(data, dict):
             raise ConfigError(f"{chosen}: expected a mapping with address and token")
     elif path or os.environ.get("SLUICE_CONFIG"):
@@ -78,16 +86,44 @@ def load(path: str | os.PathLike | None = None, *, ca: str | os.PathLike | None 
     if not address or not token:
         raise ConfigError(f"no dispatcher configured ({chosen} missing or incomplete): "
                           "start one with `sluice up`, or give --config / SLUICE_ADDRESS and SLUICE_TOKEN")
-    ca = ca or os.environ.get("SLUICE_CA") or _relative_to(chosen, data.get("ca"))
+    if not printable(address):
+        where = "SLUICE_ADDRESS" if os.environ.get("SLUICE_ADDRESS") else f"{chosen}: address"
+        raise ConfigError(f"{where}: expected HOST:PORT, got {_shown(address)}")
+    if not printable(token):
+        where = "SLUICE_TOKEN" if os.environ.get("SLUICE_TOKEN") else f"{chosen}: token"
+        raise ConfigError(f"{where}: expected one word of printable ASCII (as `sluice up` or an admin "
+                          "gave it)")
+    timeout = data.get("timeout", 30.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e9:
+        raise ConfigError(f"{chosen}: timeout: expected a positive number of seconds, got {_shown(timeout)}")
+    ca = ca or os.environ.get("SLUICE_CA")  # from the command line: relative to where it runs
+    if not ca:
+        ca = data.get("ca")
+        if ca is not None and not isinstance(ca, str):
+            raise ConfigError(f"{chosen}: ca: expected the path of a PEM file, got {_shown(ca)}")
+        ca = _relative_to(chosen, ca)
     insecure = os.environ.get("SLUICE_INSECURE", "").lower() in ("1", "true") or data.get("insecure", False)
     if not isinstance(insecure, bool):
-        raise ConfigError(f"{chosen}: insecure must be true or false")
-    return ClientConfig(str(address), str(token), float(data.get("timeout", 30.0)), ca=str(ca) if ca else None,
-                        insecure=insecure)
+        raise ConfigError(f"{chosen}: insecure: expected true or false, got {_shown(insecure)}")
+    return ClientConfig(address, token, float(timeout), ca=str(ca) if ca else None, insecure=insecure)
 
 
-def _relative_to(config: pathlib.Path, ca) -> str | None:
+def _relative_to(config: pathlib.Path, ca: str | None) -> str | None:
+    """A path in the config file, taken from the file's directory when relative (as kubeconfig does)."""
     if not ca:
         return None
-    path = pathlib.Path(str(ca)).expanduser()
+    path = pathlib.Path(ca).expanduser()
     return str(path if path.is_absolute() else config.parent / path)
+
+
+_PRINTABLE = re.compile(r"^[!-~]+$")
+
+
+def printable(value: object) -> bool:
+    """Whether value is one word of printable ASCII: what a gRPC target or metadata value (a token) can carry."""
+    return isinstance(value, str) and _PRINTABLE.match(value) is not None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else type(value).__name__

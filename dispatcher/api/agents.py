@@ -16,8 +16,8 @@ import grpc
 
 from dispatcher.api import streams
 from dispatcher.api.auth import Authenticator
-from dispatcher.api.errors import status_for
-from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable
+from dispatcher.api.errors import translated
+from dispatcher.errors import InvalidRequest, PermissionDenied, StoreUnavailable
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database
@@ -35,6 +35,9 @@ READ_BATCH = 100  # agent messages applied in one transaction at most (and the j
 
 
 def capacity_document(capacity: agents_pb2.Capacity) -> dict:
+    parts = (capacity.allocatable, capacity.free, capacity.largest_free_node, *capacity.node_free)
+    if any("\x00" in name for part in parts for name in part.milli):  # Postgres cannot store it in jsonb
+        raise InvalidRequest("capacity: a resource name contains a NUL character (\\u0000)")
     document = {"allocatable": dict(capacity.allocatable.milli), "free": dict(capacity.free.milli),
                 "largestFreeNode": dict(capacity.largest_free_node.milli)}
     if capacity.node_free:  # older agents send none: placement then judges by the sums alone
@@ -53,8 +56,12 @@ def more_room(before: dict | None, after: dict) -> bool:
 
 
 def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
-    """The report as the store applies it, with the agent's time (0 when unstamped: older agents)."""
-    at = status.at.ToNanoseconds() / 1e9 if status.HasField("at") else 0.0
+    """The report as the store applies it, with the agent's time (0 when unstamped: older agents, or a time
+    that is not a valid Timestamp, which the store then takes as the report's arrival)."""
+    try:
+        at = status.at.ToNanoseconds() / 1e9 if status.HasField("at") else 0.0
+    except ValueError:  # nanos outside 0..999,999,999 or seconds past year 9999
+        at = 0.0
     return AttemptReport(status.job_id, status.attempt, status.state, status.reason, status.exit_code, at)
 
 
@@ -68,11 +75,9 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         self._notifier = notifier
         self._heartbeat_s = heartbeat_s
 
+    @translated
     def Connect(self, request_iterator, context):
-        try:
-            cluster, acked, document, batches = self._hello(request_iterator, context)
-        except DispatcherError as exc:
-            context.abort(status_for(exc), str(exc))
+        cluster, acked, document, batches = self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
         out: queue.Queue = queue.Queue()
         unsubscribe = self._notifier.subscribe(
@@ -95,6 +100,9 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                         ready.append(out.get_nowait())
                     except queue.Empty:
                         break
+                failed = [item for item in ready if isinstance(item, Exception)]
+                if failed:
+                    raise failed[0]  # the reader's: the stream ends INTERNAL, with an error id the log holds
                 messages = [item for item in ready if item is not _POLL and item is not _END]
                 if _POLL in ready:
                     with self._one_statement() as session:
@@ -109,8 +117,6 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                         batch=agents_pb2.DispatcherMessages(messages=run))
                 if ready[-1] is _END:
                     return
-        except DispatcherError as exc:  # the outbox could not be read (the store unreachable): the agent redials
-            context.abort(status_for(exc), str(exc))
         finally:
             unsubscribe()
             log.info("agent disconnected", extra={"cluster": cluster})
@@ -172,10 +178,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 raise inbox.error
         except grpc.RpcError:
             pass  # the agent went away; it will reconnect and be reconciled
-        except StoreUnavailable:  # unapplied reports stay unacked: the agent sends them again when it redials
-            log.warning("agent link ended: the database is unreachable", extra={"cluster": cluster})
-        except Exception:
-            log.exception("agent stream failed", extra={"cluster": cluster})
+        except Exception as exc:  # the store unreachable too: unapplied reports stay unacked, sent again on redial
+            out.put(exc)  # Connect raises it, ending the stream as any failed call ends
         finally:
             inbox.closed.set()
             out.put(_END)

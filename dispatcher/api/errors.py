@@ -1,10 +1,20 @@
-"""The one place dispatcher exceptions become gRPC status codes."""
+"""The one place dispatcher exceptions become gRPC status codes.
+
+Every servicer method is wrapped by `translated` (unary and streaming alike): a DispatcherError ends the call
+with its status code and its message, written for people; anything else is a bug, and ends the call with
+INTERNAL and a short error id, never the exception's text (which may hold SQL, paths or a secret). The log
+holds that id with the traceback.
+"""
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import secrets
 
 import grpc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from dispatcher import errors
 
@@ -28,12 +38,74 @@ def status_for(exc: errors.DispatcherError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def internal(exc: BaseException, where: str) -> str:
+    """Log an unexpected exception with its traceback under a new error id; the message to send instead."""
+    error_id = secrets.token_hex(4)
+    log.error("internal error %s in %s", error_id, where, exc_info=exc, extra={"error_id": error_id})
+    return f"internal error {error_id}: the dispatcher's log has the details"
+
+
+def abort(context: grpc.ServicerContext, exc: Exception, where: str) -> None:
+    """End the call for exc (raises): its status when a DispatcherError, INTERNAL with an error id otherwise."""
+    if context.code() is not None:  # context.abort() raised it: the call already has its status
+        raise exc
+    if isinstance(exc, errors.DispatcherError):  # its words may quote a lone surrogate: gRPC sends UTF-8 only
+        context.abort(status_for(exc), str(exc).encode("utf-8", "backslashreplace").decode())
+    if isinstance(exc, grpc.RpcError) and not context.is_active():
+        raise exc  # the client went away while the call read its stream: nobody to tell
+    context.abort(grpc.StatusCode.INTERNAL, internal(exc, where))
+
+
+def check_request(message: Message) -> None:
+    """InvalidRequest naming the first string field of a request that holds a NUL character: Postgres stores
+    none in a text or JSON column, and every string of a request may reach one."""
+    if (path := _nul_at(message, "")) is not None:
+        raise errors.InvalidRequest(f"{path}: contains a NUL character (\\u0000)")
+
+
+def _nul_at(message: Message, path: str) -> str | None:
+    for field, value in message.ListFields():
+        here = f"{path}.{field.name}" if path else field.name
+        if field.type == FieldDescriptor.TYPE_STRING:
+            for i, item in enumerate(value) if field.is_repeated else ((None, value),):
+                if "\x00" in item:
+                    return here if i is None else f"{here}[{i}]"
+        elif field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        elif field.message_type.GetOptions().map_entry:
+            for key, item in value.items():
+                at = f"{here}[{key!r}]"
+                if isinstance(key, str) and "\x00" in key or isinstance(item, str) and "\x00" in item:
+                    return at
+                if isinstance(item, Message) and (found := _nul_at(item, at)) is not None:
+                    return found
+        else:
+            for i, item in enumerate(value) if field.is_repeated else ((None, value),):
+                if (found := _nul_at(item, here if i is None else f"{here}[{i}]")) is not None:
+                    return found
+    return None
+
+
 def translated(method):
-    """Wrap a unary servicer method: dispatcher errors abort with their code and message."""
+    """Wrap a servicer method, unary or streaming (a generator): a request message (not a stream of them) is
+    first checked by check_request, and every exception the method raises ends the call as abort() says."""
+    where = method.__qualname__
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def streaming(self, request, context):
+            try:
+                if isinstance(request, Message):
+                    check_request(request)
+                yield from method(self, request, context)
+            except Exception as exc:
+                abort(context, exc, where)
+        return streaming
+
     @functools.wraps(method)
-    def wrapper(self, request, context):
+    def unary(self, request, context):
         try:
+            check_request(request)
             return method(self, request, context)
-        except errors.DispatcherError as exc:
-            context.abort(status_for(exc), str(exc))
-    return wrapper
+        except Exception as exc:
+            abort(context, exc, where)
+    return unary

@@ -10,9 +10,9 @@ import grpc
 
 from dispatcher.api import convert, streams
 from dispatcher.api.auth import Authenticator
-from dispatcher.api.errors import status_for, translated
+from dispatcher.api.errors import check_request, translated
 from dispatcher.capacity import snapshot
-from dispatcher.errors import DispatcherError, InvalidRequest
+from dispatcher.errors import InvalidRequest
 from dispatcher.policy import accounting, states
 from dispatcher.scheduler.explaining import explain
 from dispatcher.services import budgets, group_commit
@@ -29,6 +29,7 @@ from sluice.wire import STREAM_MARK
 
 READERS = ("admin", "user")
 MAX_LIST = 1000
+MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for (0 asks for all time)
 
 
 GAP_WAIT_S = 10.0  # how long Watch waits for an event id it skipped over to commit
@@ -53,6 +54,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
         return jobs_pb2.SubmitResponse(ids=ids)  # acknowledged only after the commit that wrote them
 
+    @translated
     def SubmitStream(self, request_iterator, context):
         """Submit, one request after another on one stream. Each request is authenticated as a Submit call
         is (a revoked token is refused within the same few seconds) and answered as Submit answers it; a
@@ -71,15 +73,13 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 self._submit_streams.release()
         if not context.add_callback(release):  # the call has already ended
             release()
-        try:
-            self._auth.require(context, *READERS)
-            context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
-            for request in request_iterator:
-                who = self._auth.require(context, *READERS)
-                ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
-                yield jobs_pb2.SubmitResponse(ids=ids)
-        except DispatcherError as exc:
-            context.abort(status_for(exc), str(exc))
+        self._auth.require(context, *READERS)
+        context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
+        for request in request_iterator:
+            check_request(request)
+            who = self._auth.require(context, *READERS)
+            ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
+            yield jobs_pb2.SubmitResponse(ids=ids)
 
     @translated
     def Get(self, request, context):
@@ -117,8 +117,10 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         limit = min(request.limit or 100, MAX_LIST)
         try:
             after = int(request.page_token or 0)
-        except ValueError as exc:
-            raise InvalidRequest("page_token: not a token from a previous List") from exc
+        except ValueError:
+            after = -1
+        if not 0 <= after < 1 << 63:  # a job id, as a previous List wrote it
+            raise InvalidRequest("page_token: not a token from a previous List")
         with self._sessions() as session:
             rows = job_reads.list_jobs(session, queue=request.queue or None, state=request.state or None,
                                        after_id=after, limit=limit + 1)
@@ -136,10 +138,12 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             jobs = reports.cancel(session, list(request.ids), who)
             return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
 
+    @translated
     def Watch(self, request, context):
         for batch in self._polls(request, context):
             yield from batch
 
+    @translated
     def WatchBatches(self, request, context):
         for batch in self._polls(request, context):
             for run in streams.runs(batch):
@@ -150,10 +154,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         that found any, for as long as the stream is open. Watch sends them one message an event;
         WatchBatches one message a poll (in runs of up to streams.RUN_BYTES): each message sent costs
         the server's stream a round of thread hand-offs, so one an event queued them behind each other."""
-        try:
-            self._auth.require(context, *READERS)
-        except DispatcherError as exc:  # streams abort the same way unary calls do
-            context.abort(status_for(exc), str(exc))
+        self._auth.require(context, *READERS)
         wake = threading.Event()
         unsubscribe = self._notifier.subscribe(channels.EVENTS_CHANNEL, lambda _p: wake.set())
         cursor = request.after_event_id
@@ -181,8 +182,6 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     yield [convert.event(row) for row in rows]
                 else:
                     wake.wait(1.0 if not gaps else 0.1)
-        except DispatcherError as exc:  # a poll failed (the store unreachable): the stream ends as a call would
-            context.abort(status_for(exc), str(exc))
         finally:
             unsubscribe()
 
@@ -228,8 +227,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         by = request.by or "queue"
         if by not in accounting.GROUPINGS:
             raise InvalidRequest(f"by: {by!r} is not one of {', '.join(accounting.GROUPINGS)}")
-        if not math.isfinite(request.since_seconds) or request.since_seconds < 0:
-            raise InvalidRequest("since_seconds: must be a non-negative number of seconds (0: all time)")
+        if not math.isfinite(request.since_seconds) or not 0 <= request.since_seconds <= MAX_SINCE_S:
+            raise InvalidRequest(f"since_seconds: must be a number of seconds from 0 (all time) to {MAX_SINCE_S:.0f}"
+                                 " (100 years)")
         win = accounting.window(datetime.now(UTC), request.since_seconds or None)
         with self._sessions() as session:
             runs = [accounting.AttemptRun(queue=r.queue, service_class=r.service_class, cluster=r.cluster,

@@ -27,7 +27,7 @@ from dispatcher.store.database import Session
 from dispatcher.store.models import ApiToken, AuditRecord
 from sluice.objects import KINDS, AdminObject, kind_named, object_from_document
 from sluice.quantity import format_quantity
-from sluice.spec import SpecError
+from sluice.spec import SpecError, json_document, unstorable_at
 
 Key = tuple[str, str]  # (kind, name)
 
@@ -38,6 +38,7 @@ REFERRING = {"jobs": ("job", "jobs"), "attempts": ("attempt", "attempts"),
              "outbox": ("outbox command", "outbox commands"), "api_tokens": ("token", "tokens"),
              "queues": ("child queue", "child queues")}
 MAX_AUDIT = 1000
+MAX_EXPIRES_S = 100 * 365 * 86400  # the longest life a token may be given (0: it never expires)
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,14 @@ def parse(documents_json: list[str]) -> list[AdminObject]:
     seen: dict[Key, int] = {}
     for n, text in enumerate(documents_json, 1):
         try:
-            obj = object_from_document(json.loads(text), document=n)
+            doc = json_document(text)
+            if "\\u" in text and (bad := unstorable_at(doc)) is not None:
+                raise SpecError(*bad)
+            obj = object_from_document(doc, document=n)
         except json.JSONDecodeError as exc:
             raise InvalidRequest(f"document {n}: not JSON: {exc}") from exc
         except SpecError as exc:
+            exc.document = exc.document or n
             raise InvalidRequest(str(exc)) from exc
         key = (obj.kind, obj.name)
         if key in seen:
@@ -155,8 +160,8 @@ def create_token(session: Session, actor: str, role: str, subject: str, cluster:
         raise InvalidRequest("subject: required")
     if (role == "agent") != bool(cluster):
         raise InvalidRequest("cluster: required for agent tokens and only for them")
-    if expires_s < 0:
-        raise InvalidRequest("expires: must not be negative")
+    if not 0 <= expires_s <= MAX_EXPIRES_S:
+        raise InvalidRequest(f"expires_seconds: must be from 0 (never) to {MAX_EXPIRES_S} (100 years)")
     if cluster:
         cluster_store.get_cluster(session, cluster)
     expires_at = now + timedelta(seconds=expires_s) if expires_s else None

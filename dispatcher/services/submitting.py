@@ -17,7 +17,7 @@ from dispatcher.store import clusters as cluster_store
 from dispatcher.store import copy_codec, lifecycle
 from dispatcher.store.database import Session
 from dispatcher.store.tokens import Principal
-from sluice.spec import JobSpec, SpecError, job_from_document
+from sluice.spec import NESTED_TOO_DEEP, JobSpec, SpecError, check_depth, job_from_document, unstorable_at
 
 MAX_BATCH = 10_000  # jobs per Submit call
 MAX_SPEC_BYTES = 1 << 20  # one job document
@@ -68,29 +68,22 @@ def parse(specs_json: list[str]) -> list[JobSpec]:
             exact = exact or by_json
         except json.JSONDecodeError as exc:
             raise InvalidRequest(f"job {n}: not JSON: {exc}") from exc
+        except RecursionError:
+            raise InvalidRequest(f"job {n}: {NESTED_TOO_DEEP}") from None
         if not isinstance(doc, dict):
             raise InvalidRequest(f"job {n}: expected a JSON object")
-        if "\\u0000" in document and (where := _nul_at(doc)) is not None:  # Postgres cannot store it in jsonb
-            raise InvalidRequest(f"job {n}: {where or 'document'}: contains a NUL character (\\u0000)")
+        # Postgres cannot store a NUL in jsonb, nor a lone surrogate (which only `json` decodes) anywhere.
+        if ("\\u0000" in document or by_json) and (bad := unstorable_at(doc)) is not None:
+            raise InvalidRequest(f"job {n}: {bad[0] or 'document'}: {bad[1]}")
+        try:
+            check_depth(doc, document)
+        except SpecError as exc:
+            raise InvalidRequest(f"job {n}: {exc}") from None
         try:
             out.append(job_from_document(doc, document=n if len(specs_json) > 1 else None, owned=True))
         except SpecError as exc:
             raise InvalidRequest(str(exc)) from exc
     return _ExactJSON(out) if exact else out
-
-
-def _nul_at(value, path: str = "") -> str | None:
-    """The path of the first key or string holding a NUL character, or None."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        here = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
-        if isinstance(key, str) and "\x00" in key:
-            return here.replace("\x00", "\\u0000")
-        if (found := _nul_at(item, here)) is not None:
-            return found
-    return None
 
 
 def submit(session: Session, principal: Principal, specs: list[JobSpec]) -> list[int]:

@@ -222,7 +222,7 @@ def uncordon(ctx: typer.Context, name: str = typer.Argument(...)) -> None:
 
 @app.command()
 def audit(ctx: typer.Context, limit: int = typer.Option(100, "--limit", min=1, max=1000, help="The newest N records"),
-          after: int = typer.Option(0, "--after", min=0, help="Records after this id instead"),
+          after: int = typer.Option(0, "--after", min=0, max=(1 << 63) - 1, help="Records after this id instead"),
           output: Format = OutputOpt) -> None:
     """Admin changes: who did what, when (oldest first)."""
     client = _client(ctx, "admin audit")

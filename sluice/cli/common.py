@@ -59,6 +59,8 @@ def read_documents(what: str, file: str, load):
         text = sys.stdin.read() if file == "-" else pathlib.Path(file).read_text()
     except OSError as exc:
         raise Failed(what, exc.strerror or str(exc)) from None
+    except UnicodeDecodeError:
+        raise Failed(what, "not UTF-8 text") from None
     try:
         return load(text)
     except SpecError as exc:
@@ -67,7 +69,7 @@ def read_documents(what: str, file: str, load):
 
 def run(app: typer.Typer) -> NoReturn:
     """Run the command line and exit: a Failed prints `error: <what>: <why>` and exits 1, a usage error
-    prints one line and exits 2."""
+    prints one line and exits 2. Anything else is a bug, printed as one line too, exit 1."""
     try:
         code = app(standalone_mode=False, prog_name="sluice")
     except Failed as exc:
@@ -79,4 +81,7 @@ def run(app: typer.Typer) -> NoReturn:
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
+    except Exception as exc:  # a bug: still one line, never a traceback
+        error("sluice", f"unexpected error ({type(exc).__name__}: {exc}); please report it")
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

@@ -22,7 +22,7 @@ def _job_id(value: str) -> int:
         job_id = int(value)
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not a job id") from None
-    if job_id <= 0:
+    if not 0 < job_id < 1 << 63:  # ids are positive int64s
         raise typer.BadParameter(f"{value!r} is not a job id")
     return job_id
 
@@ -153,7 +153,7 @@ def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job i
 
 @app.command()
 def watch(ctx: typer.Context, job: str | None = typer.Argument(None, help="Only this job"),
-          after: int = typer.Option(0, "--after", help="Resume after this event id"),
+          after: int = typer.Option(0, "--after", min=0, max=(1 << 63) - 1, help="Resume after this event id"),
           output: Format = OutputOpt) -> None:
     """Follow job events as they happen (Ctrl-C to stop)."""
     import json

@@ -73,10 +73,44 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
         objects = load_config(config)
     except (OSError, SpecError) as exc:
         raise Failed(f"up --config {config}", str(exc)) from None
+    except UnicodeDecodeError:
+        raise Failed(f"up --config {config}", "not UTF-8 text") from None
+    _check_token_files(_data_dir(data_dir) / "tokens", None)
     embedded = _start("up", lambda: Embedded(UpSettings(_data_dir(data_dir), listen, prometheus=prometheus,
                                                         insecure=insecure), objects).start())
+    try:
+        _check_token_files(_data_dir(data_dir) / "tokens", embedded.dispatcher.sessions)
+    except Failed:
+        embedded.stop()
+        raise
     print(summary_line(embedded), end="", flush=True)
     _serve_until_interrupted(embedded.stop, ready="ready: Ctrl-C stops")
+
+
+def _check_token_files(directory: pathlib.Path, sessions) -> None:
+    """Failed naming the first token file `sluice up` keeps that it cannot use: one it cannot read as a token
+    (before it starts), or, given the dispatcher's sessions, one its database does not accept."""
+    for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+        secret, why = _read_token(path)
+        if why is None and sessions is not None:
+            from dispatcher.store import tokens
+            with sessions() as session:
+                if tokens.authenticate(session, secret) is None:
+                    why = "not a token this dispatcher accepts (corrupted, revoked or expired)"
+        if why is not None:
+            raise Failed("up", f"{path}: {why}; delete it and `sluice up` makes a new one")
+
+
+def _read_token(path: pathlib.Path) -> tuple[str, str | None]:
+    """(the token a file holds, None), or ("", why it holds none)."""
+    from sluice.config import printable
+    try:
+        secret = path.read_bytes().decode("ascii").strip()
+    except OSError as exc:
+        return "", exc.strerror or str(exc)
+    except UnicodeDecodeError:
+        secret = ""
+    return (secret, None) if printable(secret) else ("", "not a token (not one word of printable ASCII)")
 
 
 def _start(what: str, fn):
@@ -280,10 +314,9 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
     from sluice.quantity import QuantityError, parse_resources
     token = ""
     if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise Failed(f"agent run --token-file {token_file}", exc.strerror or str(exc)) from None
+        token, why = _read_token(token_file)
+        if why is not None:
+            raise Failed(f"agent run --token-file {token_file}", why)
     tls = transport.Tls(ca=str(ca) if ca else None, cert=str(tls_cert) if tls_cert else None,
                         key=str(tls_key) if tls_key else None, insecure=insecure)
     for address in dispatcher_addresses(dispatcher):

@@ -108,6 +108,8 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
             objects = load_objects(config.read_text(), source=str(config))
         except (OSError, SpecError) as exc:
             raise Failed(f"simulate --config {config}", str(exc)) from None
+        except UnicodeDecodeError:
+            raise Failed(f"simulate --config {config}", "not UTF-8 text") from None
     try:
         read = read_trace(trace, fmt, skip_bad_lines=skip_bad_lines, window=span)
     except OSError as exc:

@@ -854,3 +854,65 @@ def test_the_plain_path_takes_the_usual_documents():
     assert spec_module._plain_job(copy.deepcopy(plain), False) == spec_module._sluice_job(copy.deepcopy(plain))
     job = job_from_document(plain)
     assert job.pod_sets[0].requests == {"cpu": 2000, "memory": 2 * GI}
+
+
+# -- what makes a small file large or deep ----------------------------------------------------------
+
+def _laughs(levels: int) -> str:
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_aliases_standing_for_too_many_values_are_refused():
+    with pytest.raises(SpecError, match=r"invalid YAML: line 6, column \d+: aliases stand for more than 100000 values"):
+        parse_documents(_laughs(9))
+    assert len(parse_documents(_laughs(4))[0]) == 4  # 9^3 values through aliases: fine
+
+
+def test_an_alias_inside_the_node_it_names_is_refused():
+    with pytest.raises(SpecError, match="an alias inside the node it names"):
+        parse_documents("a: &a [1, *a]\n")
+
+
+def test_aliases_sharing_a_template_read_as_written_out():
+    shared = ("apiVersion: sluice.io/v1\nkind: Job\nspec:\n  queue: q\n  podSets:\n"
+              "  - {name: a, count: 1, template: &t {spec: {containers: [{name: m, image: x}]}}}\n"
+              "  - {name: b, count: 2, template: *t}\n")
+    [job] = load_jobs(shared)
+    assert [p.template for p in job.pod_sets] == [{"spec": {"containers": [{"name": "m", "image": "x"}]}}] * 2
+
+
+@pytest.mark.parametrize("text", ["a: " + "[" * 101 + "]" * 101, "a:\n" + "".join(f"{'  ' * i}k{i}:\n" for i in
+                                                                                   range(1, 102)) + "  " * 102 + "x",
+                                  '{"a": ' + "[" * 101 + "]" * 101 + "}", "[" * 5000 + "]" * 5000])
+def test_nesting_deeper_than_a_hundred_levels_is_refused(text):
+    with pytest.raises(SpecError, match="nested deeper than 100 levels"):
+        parse_documents(text)
+
+
+def test_a_hundred_levels_are_fine():
+    assert parse_documents('{"a": ' + "[" * 99 + "]" * 99 + "}")
+    assert parse_documents("a: " + "[" * 99 + "]" * 99)
+
+
+_YAML_PIECES = st.sampled_from([
+    "apiVersion: sluice.io/v1\n", "apiVersion: batch/v1\n", "kind: Job\n", "kind: Queue\n", "metadata: {name: a}\n",
+    "spec:\n", "  queue: q\n", "  podSets:\n", "  - name: w\n", "    count: 2\n", "    count: 1e400\n",
+    "    template: {spec: {containers: [{name: m, image: x}]}}\n", "  priority: .nan\n", "  maxRuntime: 1h\n",
+    "---\n", "&a [1, 2]\n", "*a\n", "!!python/object:os.system {}\n", "x: 2001-12-14\n", "? [a, b]\n: 1\n",
+    "!!binary aGk=\n", "- [[[[[[]]]]]]\n", "<<: *a\n", "'\\ud800'\n", '"\\ud800"\n', "\t\n", "{", "]", ":",
+    "%YAML 1.1\n",
+    "spec: {guaranteed: {cpu: '-1'}, max: {cpu: 1e999}}\n", "metadata: {name: a, labels: {1: 2}}\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.one_of(_YAML_PIECES, st.text(max_size=12)), max_size=12))
+def test_any_text_is_read_or_refused_with_a_spec_error(pieces):
+    from sluice.objects import load_objects
+    text = "".join(pieces)
+    for load in (load_jobs, load_objects):
+        try:
+            load(text)
+        except SpecError:
+            pass
