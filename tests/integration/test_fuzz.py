@@ -32,7 +32,7 @@ from dispatcher.store.database import DatabaseSettings
 from sluice.objects import default_objects
 from sluice.v1 import admin_pb2, admin_pb2_grpc, agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
-FUZZ_EXAMPLES = 60  # per property in the suite; SLUICE_FUZZ_EXAMPLES runs more
+FUZZ_EXAMPLES = 150  # per property in the suite; SLUICE_FUZZ_EXAMPLES runs more
 EXAMPLES = int(os.environ.get("SLUICE_FUZZ_EXAMPLES") or FUZZ_EXAMPLES)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
