@@ -13,11 +13,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dispatcher.capacity import snapshot
-from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
+from dispatcher.services import scoping
 from dispatcher.store import channels, job_reads, lifecycle
-from dispatcher.store import clusters as cluster_store
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.database import Session
 from dispatcher.store.models import Job
@@ -126,23 +125,12 @@ def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
             if job_id in known and (job_id, attempt) not in reported_done]
 
 
-def may_change(session: Session, who: Principal, job: Job) -> bool:
-    """Admins may change any job; users their own jobs and those of queues they belong to."""
-    if who.role == "admin" or job.submitted_by == who.subject:
-        return True
-    members = cluster_store.get_queue(session, job.queue).spec.get("spec", {}).get("members") or []
-    return who.subject in members
-
-
 def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
     """Cancel jobs: queued ones at once; dispatched or running ones also get a cancel command.
-    All or nothing: a job the caller may not cancel refuses the whole call."""
+    All or nothing: a job the caller may not see (scoping.visible_job) refuses the whole call."""
     out = []
     for job_id in job_ids:
-        job = job_reads.get(session, job_id, for_update=True)
-        if not may_change(session, who, job):
-            raise PermissionDenied(f"{who.subject} may not cancel job {job_id} "
-                                   f"(submitted by {job.submitted_by} to queue {job.queue})")
+        job = scoping.visible_job(session, who, job_id, for_update=True)
         if job.state in states.FINAL:
             out.append(job)
             continue
