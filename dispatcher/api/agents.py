@@ -18,7 +18,7 @@ import grpc
 from dispatcher.api import streams
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import status_for
-from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
+from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, Unauthenticated
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database
@@ -193,7 +193,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 raise inbox.error
         except grpc.RpcError:
             pass  # the agent went away; it will reconnect and be reconciled
-        except DispatcherError as exc:  # its token was revoked or expired: the link ends with that error
+        except Unauthenticated as exc:  # its token was revoked or expired: the link ends with that error
             out.put(exc)
         except Exception:
             log.exception("agent stream failed", extra={"cluster": cluster})
@@ -204,8 +204,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
     def _apply(self, link: _Link, batch: list, state: _LinkState, out: queue.Queue) -> None:
         try:
             self._apply_in_one_transaction(link, batch, state, out)
-        except DispatcherError:
-            raise
+        except Unauthenticated:
+            raise  # the token was revoked or expired: nothing of the batch may be applied, one by one neither
         except Exception:
             if len(batch) == 1:
                 raise

@@ -4,8 +4,8 @@ Sluice's own tokens (`sl_...`) are looked up by their hash; with an identity pro
 (api/oidc.py), any other bearer token is verified as the provider's JWT. A verified token is cached for a
 few seconds so hot RPCs do not pay a database round trip or a signature check each, but never past the
 token's expiry, and a revocation on any replica drops every replica's cache (store.channels.TOKENS_CHANNEL).
-Open streams ask again at least every RECHECK_S (streams(): Watch, the agent link), so a revoked or expired
-token ends them within seconds.
+Open streams (Watch, WatchBatches, the agent link) ask again at least every RECHECK_S, so a revoked or
+expired token ends them within seconds.
 """
 from __future__ import annotations
 
