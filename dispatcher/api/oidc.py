@@ -104,7 +104,10 @@ class IdentityProvider:
         self._keys: dict[str | None, jwt.PyJWK] = {}
         self._read_at: float | None = None  # when the keys were last read
         self._refetched_at = -float("inf")  # when an unknown kid last made us read them
-        self.reads = 0  # how many times the keys were read (for tests and logs)
+        self._failed_at = -float("inf")  # when reading them last failed, and why: tried again refetch_s later
+        self._failure = ""
+        self.reads = 0  # how many times the keys were read
+        self.attempts = 0  # how many times reading them was tried
 
     def principal(self, token: str) -> Principal:
         s = self.settings
@@ -144,10 +147,13 @@ class IdentityProvider:
         with self._lock:
             now = self._clock()
             if self._read_at is None or now - self._read_at > self.settings.max_age_s:
-                self._read(now)
+                if now - self._failed_at >= self.settings.refetch_s:  # an issuer that is down is not hammered
+                    self._read(now)
             elif kid not in self._keys and now - self._refetched_at >= self.settings.refetch_s:
                 self._refetched_at = now  # rotated keys come in at once; a flood of unknown kids reads once
                 self._read(now)
+            if self._read_at is None:
+                raise Unauthenticated(f"identity token: the issuer's keys could not be read ({self._failure})")
             keys = self._keys
         if kid is None and len(keys) == 1:
             return next(iter(keys.values()))
@@ -156,7 +162,8 @@ class IdentityProvider:
         return keys[kid]
 
     def _read(self, now: float) -> None:
-        """Read the keys (holding the lock); on failure keep those read before, and refuse if there are none."""
+        """Read the keys (holding the lock); on failure keep those read before (if any), and say why."""
+        self.attempts += 1
         try:
             document = read_jwks(self.settings.jwks)
             keys = {}
@@ -172,8 +179,7 @@ class IdentityProvider:
                     keys[entry.get("kid")] = key
         except ValueError as exc:
             log.warning("identity provider keys not read", extra={"error": str(exc)})
-            if self._read_at is None:
-                raise Unauthenticated(f"identity token: the issuer's keys could not be read ({exc})") from None
+            self._failed_at, self._failure = now, str(exc)
             return
         self.reads += 1
         self._keys, self._read_at = keys, now

@@ -317,3 +317,17 @@ def test_dispatcher_serve_takes_the_identity_provider_from_its_flags(db_url, key
     finally:
         serve.send_signal(signal.SIGINT)
         assert serve.wait(15) == 0
+
+
+def test_an_issuer_whose_keys_cannot_be_read_is_asked_again_only_after_refetch_s(keys, tmp_path):
+    path = tmp_path / "jwks.json"
+    now = [0.0]
+    provider = IdentityProvider(_settings(str(path), refetch_s=30), clock=lambda: now[0])
+    for at in (0.0, 1.0, 29.0):  # a flood of tokens while the issuer is down: one read, each refused with why
+        now[0] = at
+        with pytest.raises(Exception, match=r"the issuer's keys could not be read \(cannot read "):
+            provider.principal(keys.token())
+    assert provider.attempts == 1
+    path.write_text(json.dumps(keys.jwks()))
+    now[0] = 31.0
+    assert provider.principal(keys.token()).subject == "alice" and (provider.attempts, provider.reads) == (2, 1)
