@@ -166,7 +166,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         acks, heartbeats and status reports (four or five small transactions per job) into one commit per
         batch; when idle a batch is one message, as before. Replies (StatusAck) go out after the commit.
         A batch is applied only while the link's token holds: a revoked or expired one ends the link, and a
-        batch with reports checks it in its own transaction (Authenticator.confirm).
+        batch with reports checks its token row in the round trip that locks their jobs (tokens.HELD_SQL).
         """
         cluster = link.cluster
         inbox = _Inbox()
@@ -241,8 +241,9 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 else:
                     log.warning("unexpected agent message ignored", extra={"cluster": cluster, "kind": kind})
             if statuses:
-                self._auth.confirm(session, link.who)  # a report sent after a revocation is not applied
-                reports.apply_many(session, cluster, statuses, self._metrics)
+                # A report sent after its token was revoked (on any replica) or expired is not applied.
+                self._auth.confirm(link.who)
+                reports.apply_many(session, cluster, statuses, self._metrics, token_id=link.who.token_id)
             if ids:
                 outbox_store.ack(session, cluster, ids)
             if heartbeat is not None:

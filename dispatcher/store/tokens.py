@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
 from dispatcher.store import channels
-from dispatcher.store.database import driver
 from dispatcher.store.models import ApiToken
 
 ROLES = ("admin", "user", "agent")
+REFUSED = "invalid, expired or revoked token"  # the one answer to a token that does not hold, whatever the cause
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,7 @@ def authenticate(session: Session, secret: str) -> Principal | None:
                                               expires_at=row.expires_at)
 
 
-def held(session: Session, token_id: int) -> bool:
-    """Whether the token is neither revoked nor expired now, its row locked (FOR SHARE) until the caller's
-    transaction ends: a revocation waits for the work it would have refused, or that work sees it."""
-    return driver(session).execute(
-        "SELECT 1 FROM api_tokens WHERE id = %(id)s AND revoked_at IS NULL "
-        "AND (expires_at IS NULL OR expires_at > now()) FOR SHARE", {"id": token_id}).fetchone() is not None
+# A row when the token %(token)s is neither revoked nor expired now, its row then locked (FOR SHARE) until
+# the transaction ends: a revocation waits for the work it would have refused, or that work sees it.
+HELD_SQL = ("SELECT 1 FROM api_tokens WHERE id = %(token)s AND revoked_at IS NULL "
+            "AND (expires_at IS NULL OR expires_at > now()) FOR SHARE")
