@@ -25,6 +25,7 @@ from dispatcher.api.admin import AdminService
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
+from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.capacity.prometheus import Refresher
 from dispatcher.metrics import DispatcherMetrics, MetricsServer, StoreCollector
 from dispatcher.scheduler.loop import Scheduler
@@ -84,6 +85,8 @@ class ServerSettings:
     # How often health is checked against the store (a new connection and one statement); while Postgres
     # cannot be reached the health check answers NOT_SERVING, and an embedded one that died is started again.
     store_check_s: float = 1.0
+    # An OpenID Connect / JWT identity provider whose tokens are accepted beside Sluice's own (api/oidc.py).
+    identity: OidcSettings = field(default_factory=OidcSettings)
 
 
 class Dispatcher:
@@ -100,8 +103,13 @@ class Dispatcher:
             raise
         self.sessions = self.db.sessions()
         self.notifier = Notifier(self.engine, (channels.WAKE_CHANNEL, channels.EVENTS_CHANNEL,
-                                               channels.OUTBOX_CHANNEL))
-        auth = Authenticator(self.sessions)
+                                               channels.OUTBOX_CHANNEL, channels.TOKENS_CHANNEL))
+        try:
+            identity = IdentityProvider(settings.identity) if settings.identity.enabled else None
+        except ValueError:
+            self.db.close()
+            raise
+        auth = Authenticator(self.sessions, self.notifier, identity)
         unreachable = settings.scheduler.unreachable_after_s
         self.metrics = DispatcherMetrics()
         self.metrics.registry.register(StoreCollector(

@@ -86,7 +86,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         actor = self._actor(context)
         with self._sessions.begin() as session:
             row, revoked = administering.revoke_token(session, actor, request.id)
-        self._auth.forget()  # this process stops accepting it at once; others within their cache time
+        self._auth.forget()  # this process before the reply; the others when the NOTIFY reaches them
         return admin_pb2.RevokeTokenResponse(token=convert.token(row), already_revoked=not revoked)
 
     @translated

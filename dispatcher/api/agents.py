@@ -10,14 +10,15 @@ import json
 import logging
 import queue
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import grpc
 
 from dispatcher.api import streams
-from dispatcher.api.auth import Authenticator
+from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import translated
-from dispatcher.errors import InvalidRequest, PermissionDenied, StoreUnavailable
+from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database
@@ -25,6 +26,7 @@ from dispatcher.store import clusters as cluster_store
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
+from dispatcher.store.tokens import Principal
 from sluice.v1 import agents_pb2, agents_pb2_grpc
 from sluice.wire import AttemptReport
 
@@ -77,13 +79,14 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
 
     @translated
     def Connect(self, request_iterator, context):
-        cluster, acked, document, batches = self._hello(request_iterator, context)
+        who, cluster, acked, document, batches = self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
         out: queue.Queue = queue.Queue()
         unsubscribe = self._notifier.subscribe(
             channels.OUTBOX_CHANNEL, lambda payload: out.put(_POLL) if payload in ("", cluster) else None)
         context.add_callback(lambda: out.put(_END))
-        reader = threading.Thread(target=self._read, args=(cluster, acked, request_iterator, out),
+        link = _Link(who, context, cluster)
+        reader = threading.Thread(target=self._read, args=(link, acked, request_iterator, out),
                                   name=f"agent-{cluster}", daemon=True)
         reader.start()
         yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
@@ -94,7 +97,14 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         try:
             while True:
                 # Everything ready goes out together: status acks, and the commands of one outbox read.
-                ready = [out.get()]
+                try:
+                    ready = [out.get(timeout=RECHECK_S)]
+                except queue.Empty:  # a quiet link: its token is checked all the same
+                    ready = None
+                if ready is None:
+                    if (refused := self._still_allowed(link)) is not None:
+                        raise refused
+                    continue
                 while ready[-1] is not _END:
                     try:
                         ready.append(out.get_nowait())
@@ -102,7 +112,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                         break
                 failed = [item for item in ready if isinstance(item, Exception)]
                 if failed:
-                    raise failed[0]  # the reader's: the stream ends INTERNAL, with an error id the log holds
+                    raise failed[0]  # the reader's (a revoked token, the store gone): the stream ends with its status
                 messages = [item for item in ready if item is not _POLL and item is not _END]
                 if _POLL in ready:
                     with self._one_statement() as session:
@@ -121,9 +131,9 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             unsubscribe()
             log.info("agent disconnected", extra={"cluster": cluster})
 
-    def _hello(self, request_iterator, context) -> tuple[str, int, dict, bool]:
-        """Check and reconcile the hello; (cluster, highest acked command id, the Cluster object's document,
-        whether the agent reads batches)."""
+    def _hello(self, request_iterator, context) -> tuple[Principal, str, int, dict, bool]:
+        """Check and reconcile the hello; (who connected, cluster, highest acked command id, the Cluster
+        object's document, whether the agent reads batches)."""
         who = self._auth.require(context, "agent", "admin")
         try:
             first = next(request_iterator)
@@ -146,16 +156,27 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             channels.notify(session, channels.WAKE_CHANNEL)
-        return hello.cluster, acked, document, hello.reads_batches
+        return who, hello.cluster, acked, document, hello.reads_batches
 
-    def _read(self, cluster: str, acked: int, request_iterator, out: queue.Queue) -> None:
+    def _still_allowed(self, link: _Link) -> DispatcherError | None:
+        """None while the link's token holds (as the cache knows it); else the error that ends the link."""
+        try:
+            self._auth.require(link.context, "agent", "admin")
+        except DispatcherError as exc:
+            return exc
+        return None
+
+    def _read(self, link: _Link, acked: int, request_iterator, out: queue.Queue) -> None:
         """Apply what the agent sends, in order, several messages per transaction.
 
         A pump thread moves messages off the stream as they arrive; this thread takes everything waiting
         (up to READ_BATCH messages) and applies it in one transaction. Under load that turns the agent's
         acks, heartbeats and status reports (four or five small transactions per job) into one commit per
         batch; when idle a batch is one message, as before. Replies (StatusAck) go out after the commit.
+        A batch is applied only while the link's token holds: a revoked or expired one ends the link, and a
+        batch with reports checks its token row in the round trip that locks their jobs (tokens.HELD_SQL).
         """
+        cluster = link.cluster
         inbox = _Inbox()
         pump = threading.Thread(target=_pump, args=(request_iterator, inbox), name=f"agent-{cluster}-in", daemon=True)
         pump.start()
@@ -173,7 +194,9 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     batch.pop()
                     ended = True
                 if batch:
-                    self._apply(cluster, batch, state, out)
+                    if (refused := self._still_allowed(link)) is not None:
+                        raise refused
+                    self._apply(link, batch, state, out)
             if inbox.error is not None:
                 raise inbox.error
         except grpc.RpcError:
@@ -184,11 +207,11 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             inbox.closed.set()
             out.put(_END)
 
-    def _apply(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
+    def _apply(self, link: _Link, batch: list, state: _LinkState, out: queue.Queue) -> None:
         try:
-            self._apply_in_one_transaction(cluster, batch, state, out)
-        except StoreUnavailable:
-            raise  # one by one would fail the same way
+            self._apply_in_one_transaction(link, batch, state, out)
+        except (Unauthenticated, StoreUnavailable):
+            raise  # nothing of the batch may be applied (a revoked token), or one by one would fail the same way
         except Exception:
             if len(batch) == 1:
                 raise
@@ -196,11 +219,12 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             # several jobs (a cancel of many, a cycle's preemptions): Postgres aborted us. One message
             # per transaction, as an unbatched link would, locks one job at a time.
             log.warning("agent batch failed; applying its messages one by one", exc_info=True,
-                        extra={"cluster": cluster, "messages": len(batch)})
+                        extra={"cluster": link.cluster, "messages": len(batch)})
             for message in batch:
-                self._apply_in_one_transaction(cluster, [message], state, out)
+                self._apply_in_one_transaction(link, [message], state, out)
 
-    def _apply_in_one_transaction(self, cluster: str, batch: list, state: _LinkState, out: queue.Queue) -> None:
+    def _apply_in_one_transaction(self, link: _Link, batch: list, state: _LinkState, out: queue.Queue) -> None:
+        cluster = link.cluster
         acked, ids, seq, statuses = state.acked, [], 0, []
         heartbeat: tuple[dict, int] | None = None
         # Acks alone (one per command, the commonest batch at light load) are one statement: autocommitted,
@@ -223,7 +247,9 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 else:
                     log.warning("unexpected agent message ignored", extra={"cluster": cluster, "kind": kind})
             if statuses:
-                reports.apply_many(session, cluster, statuses, self._metrics)
+                # A report sent after its token was revoked (on any replica) or expired is not applied.
+                self._auth.confirm(link.who)
+                reports.apply_many(session, cluster, statuses, self._metrics, token_id=link.who.token_id)
             if ids:
                 outbox_store.ack(session, cluster, ids)
             if heartbeat is not None:
@@ -235,6 +261,14 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             state.capacity = heartbeat[0]
         if seq:  # cumulative: one ack covers every report of the batch
             out.put(agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=seq)))
+
+
+@dataclass(frozen=True)
+class _Link:
+    """One agent connection: who opened it, its call, and the cluster it speaks for."""
+    who: Principal
+    context: grpc.ServicerContext
+    cluster: str
 
 
 class _LinkState:

@@ -1,29 +1,42 @@
 """Bearer-token authentication for every RPC but the health check; on the agent port, client certificates.
 
-Tokens are looked up by their hash; a verified token is cached for a few seconds so hot RPCs do not
-pay a database round trip each (a revoked token stops working within that time).
+Sluice's own tokens (`sl_...`) are looked up by their hash; with an identity provider configured
+(api/oidc.py), any other bearer token is verified as the provider's JWT. A verified token is cached for a
+few seconds so hot RPCs do not pay a database round trip or a signature check each, but never past the
+token's expiry, and a revocation on any replica drops every replica's cache (store.channels.TOKENS_CHANNEL).
+Open streams (Watch, WatchBatches, the agent link) ask again at least every RECHECK_S, so a revoked or
+expired token ends them within seconds.
 """
 from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 
 import grpc
 
 from dispatcher import tls
+from dispatcher.api.oidc import IdentityProvider
 from dispatcher.errors import PermissionDenied, Unauthenticated
-from dispatcher.store import tokens
+from dispatcher.store import channels, tokens
 from dispatcher.store.database import Sessions
+from dispatcher.store.listening import Notifier
 from dispatcher.store.tokens import Principal
 
 CACHE_SECONDS = 5.0
+RECHECK_S = 1.0  # an open stream's token is checked again at least this often
+MAX_CACHED = 10_000  # verified tokens kept at most (the cache starts over past it)
 
 
 class Authenticator:
-    def __init__(self, sessions: Sessions):
+    def __init__(self, sessions: Sessions, notifier: Notifier | None = None,
+                 identity: IdentityProvider | None = None):
         self._sessions = sessions
+        self._identity = identity
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
+        if notifier is not None:  # a revocation on any replica; "" after the listener reconnected
+            notifier.subscribe(channels.TOKENS_CHANNEL, lambda _payload: self.forget())
 
     def principal(self, context: grpc.ServicerContext) -> Principal:
         secret = ""
@@ -40,12 +53,20 @@ class Authenticator:
             hit = self._cache.get(secret)
         if hit and hit[0] > now:
             return hit[1]
-        with self._sessions() as session:
-            found = tokens.authenticate(session, secret)
-        if found is None:
-            raise Unauthenticated("invalid, expired or revoked token")
+        if self._identity is not None and not secret.startswith("sl_"):
+            found = self._identity.principal(secret)
+        else:
+            with self._sessions() as session:
+                found = tokens.authenticate(session, secret)
+            if found is None:
+                raise Unauthenticated(tokens.REFUSED)
+        until = now + CACHE_SECONDS
+        if found.expires_at is not None:
+            until = min(until, now + (found.expires_at - datetime.now(UTC)).total_seconds())
         with self._lock:
-            self._cache[secret] = (now + CACHE_SECONDS, found)
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[secret] = (until, found)
         return found
 
     def forget(self) -> None:
@@ -58,3 +79,10 @@ class Authenticator:
         if who.role not in roles:
             raise PermissionDenied(f"{who.subject} ({who.role}) may not call this; needs {' or '.join(roles)}")
         return who
+
+    @staticmethod
+    def confirm(who: Principal) -> None:
+        """Raise Unauthenticated if `who`'s identity-provider token has expired by now (a Sluice token is
+        checked against its row instead, in the transaction of the work it allows: tokens.HELD_SQL)."""
+        if who.token_id is None and who.expires_at is not None and who.expires_at <= datetime.now(UTC):
+            raise Unauthenticated(tokens.REFUSED)

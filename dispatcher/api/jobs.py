@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import grpc
 
 from dispatcher.api import convert, streams
-from dispatcher.api.auth import Authenticator
+from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, translated
 from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest
 from dispatcher.policy import accounting, states
 from dispatcher.scheduler.explaining import explain
-from dispatcher.services import budgets, group_commit
+from dispatcher.services import budgets, group_commit, scoping
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database, job_reads, lifecycle
 from dispatcher.store import clusters as cluster_store
@@ -83,23 +83,24 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
 
     @translated
     def Get(self, request, context):
-        self._auth.require(context, *READERS)
+        who = self._auth.require(context, *READERS)
         with self._sessions() as session:
-            return _job_with_reason(session, job_reads.get(session, request.id))[0]
+            return _job_with_reason(session, scoping.visible_job(session, who, request.id))[0]
 
     @translated
     def Describe(self, request, context):
-        self._auth.require(context, *READERS)
+        who = self._auth.require(context, *READERS)
         with self._sessions() as session:
-            message, position = _job_with_reason(session, job_reads.get(session, request.id))
+            message, position = _job_with_reason(session, scoping.visible_job(session, who, request.id))
             return jobs_pb2.DescribeJobResponse(
                 job=message, events=[convert.event(e) for e in job_reads.events(session, job_id=request.id)],
                 queue_position=position)
 
     @translated
     def Explain(self, request, context):
-        self._auth.require(context, *READERS)
+        who = self._auth.require(context, *READERS)
         with self._sessions() as session:
+            scoping.visible_job(session, who, request.id)
             found = explain(session, request.id, datetime.now(UTC),
                             unreachable_after_s=self._unreachable_after_s)
             return jobs_pb2.ExplainResponse(
@@ -109,7 +110,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
 
     @translated
     def List(self, request, context):
-        self._auth.require(context, *READERS)
+        who = self._auth.require(context, *READERS)
         if request.state and request.state not in states.STATES:
             raise InvalidRequest(f"state: {request.state!r} is not one of {', '.join(states.STATES)}")
         if request.limit < 0:
@@ -122,8 +123,10 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         if not 0 <= after < 1 << 63:  # a job id, as a previous List wrote it
             raise InvalidRequest("page_token: not a token from a previous List")
         with self._sessions() as session:
+            readable = scoping.readable_queues(session, who)
             rows = job_reads.list_jobs(session, queue=request.queue or None, state=request.state or None,
-                                       after_id=after, limit=limit + 1)
+                                       after_id=after, limit=limit + 1,
+                                       visible_to=None if readable is None else (who.subject, readable))
             more = len(rows) > limit
             rows = rows[:limit]
             return jobs_pb2.ListJobsResponse(jobs=[convert.job(r, with_spec=False) for r in rows],
@@ -154,7 +157,13 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         that found any, for as long as the stream is open. Watch sends them one message an event;
         WatchBatches one message a poll (in runs of up to streams.RUN_BYTES): each message sent costs
         the server's stream a round of thread hand-offs, so one an event queued them behind each other."""
-        self._auth.require(context, *READERS)
+        who = self._auth.require(context, *READERS)
+        if request.job_id:
+            with self._one_statement() as session:
+                scoping.visible_job(session, who, request.job_id)
+        # A user watching every job gets the events of the jobs they may see (services.scoping); the queues
+        # they belong to are read again with each poll that found events (a member added sees at once).
+        scoped = who.role != "admin" and not request.job_id
         wake = threading.Event()
         unsubscribe = self._notifier.subscribe(channels.EVENTS_CHANNEL, lambda _p: wake.set())
         cursor = request.after_event_id
@@ -166,8 +175,12 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         try:
             while context.is_active():
                 wake.clear()
+                # A token revoked or expired since ends the stream (at most RECHECK_S later): `translated` says so.
+                who = self._auth.require(context, *READERS)
                 with self._one_statement() as session:
-                    rows = job_reads.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps))
+                    rows = job_reads.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps),
+                                            with_owner=scoped)
+                    readable = scoping.readable_queues(session, who) if scoped and rows else None
                 now = time.monotonic()
                 for row in rows:
                     if row.id in gaps:
@@ -178,10 +191,12 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                         cursor = row.id
                 for gap in [g for g, since in gaps.items() if now - since > GAP_WAIT_S]:
                     del gaps[gap]
+                if scoped:
+                    rows = [row for row in rows if scoping.sees(who, readable, row.queue, row.submitted_by)]
                 if rows:
                     yield [convert.event(row) for row in rows]
                 else:
-                    wake.wait(1.0 if not gaps else 0.1)
+                    wake.wait(RECHECK_S if not gaps else 0.1)
         finally:
             unsubscribe()
 
@@ -223,7 +238,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
 
     @translated
     def Usage(self, request, context):
-        self._auth.require(context, *READERS)
+        who = self._auth.require(context, *READERS)
         by = request.by or "queue"
         if by not in accounting.GROUPINGS:
             raise InvalidRequest(f"by: {by!r} is not one of {', '.join(accounting.GROUPINGS)}")
@@ -232,10 +247,12 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                                  " (100 years)")
         win = accounting.window(datetime.now(UTC), request.since_seconds or None)
         with self._sessions() as session:
+            readable = scoping.readable_queues(session, who)  # a user's usage is that of the jobs they may see
             runs = [accounting.AttemptRun(queue=r.queue, service_class=r.service_class, cluster=r.cluster,
                                           user=r.submitted_by, requests=r.requests, started_at=r.started_at,
                                           finished_at=r.finished_at)
-                    for r in usage_totals.attempt_runs(session, ended_after=win.start)]
+                    for r in usage_totals.attempt_runs(session, ended_after=win.start)
+                    if scoping.sees(who, readable, r.queue, r.submitted_by)]
             # Today's prices and multipliers apply to the whole window.
             prices = {c.name: object_from_document(c.spec).price for c in cluster_store.list_clusters(session)}
             multipliers = {name: object_from_document(c.spec).price_multiplier

@@ -173,7 +173,8 @@ def create_token(session: Session, actor: str, role: str, subject: str, cluster:
 
 
 def revoke_token(session: Session, actor: str, token_id: int) -> tuple[ApiToken, bool]:
-    """Revoke a token; (token, whether this call revoked it). Verified tokens stay cached up to 5 s."""
+    """Revoke a token; (token, whether this call revoked it). Every replica drops its cached tokens when
+    this commits (store.tokens.revoke notifies), and streams open with it end."""
     row, revoked = tokens.revoke(session, token_id)
     if revoked:
         _record(session, actor, "revoke", "Token", str(token_id), {"role": row.role, "subject": row.subject})

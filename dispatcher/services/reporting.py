@@ -13,11 +13,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dispatcher.capacity import snapshot
-from dispatcher.errors import PermissionDenied
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
+from dispatcher.services import scoping
 from dispatcher.store import channels, job_reads, lifecycle
-from dispatcher.store import clusters as cluster_store
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.database import Session
 from dispatcher.store.models import Job
@@ -38,14 +37,15 @@ def apply(session: Session, cluster: str, report: AttemptReport, metrics: Dispat
 
 
 def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
-               metrics: DispatcherMetrics | None = None) -> int:
+               metrics: DispatcherMetrics | None = None, *, token_id: int | None = None) -> int:
     """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
     all of them: the jobs are locked and read at once (in id order), each report is judged against its
     job as the reports before it left it, and the changes are written together: the jobs' new states,
     one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
-    capacity: the scheduler should look again)."""
+    capacity: the scheduler should look again). token_id: the agent's token, which must still hold
+    (Unauthenticated otherwise, and nothing is applied)."""
     ids = sorted({r.job_id for r in reports})
-    views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids)}
+    views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids, token_id=token_id)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
     # (job, attempt) -> [started, end state, reason, exit code, when it started, when it ended (agent's)]
@@ -126,23 +126,12 @@ def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
             if job_id in known and (job_id, attempt) not in reported_done]
 
 
-def may_change(session: Session, who: Principal, job: Job) -> bool:
-    """Admins may change any job; users their own jobs and those of queues they belong to."""
-    if who.role == "admin" or job.submitted_by == who.subject:
-        return True
-    members = cluster_store.get_queue(session, job.queue).spec.get("spec", {}).get("members") or []
-    return who.subject in members
-
-
 def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
     """Cancel jobs: queued ones at once; dispatched or running ones also get a cancel command.
-    All or nothing: a job the caller may not cancel refuses the whole call."""
+    All or nothing: a job the caller may not see (scoping.visible_job) refuses the whole call."""
     out = []
     for job_id in job_ids:
-        job = job_reads.get(session, job_id, for_update=True)
-        if not may_change(session, who, job):
-            raise PermissionDenied(f"{who.subject} may not cancel job {job_id} "
-                                   f"(submitted by {job.submitted_by} to queue {job.queue})")
+        job = scoping.visible_job(session, who, job_id, for_update=True)
         if job.state in states.FINAL:
             out.append(job)
             continue

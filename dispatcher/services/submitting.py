@@ -161,7 +161,7 @@ class SubmitConfig:
         if qspec is None:
             raise NotFound(f"{where}: spec.queue: queue {spec.queue!r} not found")
         members = qspec.get("members") or []
-        if principal.role != "admin" and members and principal.subject not in members:
+        if principal.role != "admin" and members and not principal.belongs(spec.queue, members):
             raise PermissionDenied(f"{where}: {principal.subject} may not submit to queue {spec.queue!r}")
         listed = qspec.get("serviceClasses") or []
         accepted = listed or sorted(self.classes)

@@ -15,6 +15,7 @@ WAKE_CHANNEL = "sluice_wake"  # new work or freed capacity: the scheduler should
 ROOM = "+room"
 EVENTS_CHANNEL = "sluice_events"  # job events were written
 OUTBOX_CHANNEL = "sluice_outbox"  # payload: cluster name with new commands
+TOKENS_CHANNEL = "sluice_tokens"  # a token was revoked (payload: its id): cached verifications are dropped
 
 
 def notify(session: Session, channel: str, payload: str = "") -> None:

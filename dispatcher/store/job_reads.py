@@ -1,7 +1,7 @@
 """Reads of jobs, their events and attempts for the API and the agent link (no writes: see lifecycle.py)."""
 from __future__ import annotations
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session, defer
 
 from dispatcher.errors import NotFound
@@ -21,10 +21,11 @@ def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
 
 
 def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None,
-              after_id: int = 0, limit: int = 100) -> list[Job]:
+              after_id: int = 0, limit: int = 100, visible_to: tuple[str, frozenset[str]] | None = None) -> list[Job]:
     """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes.
 
-    The job documents and resource maps stay unloaded: listings never show them.
+    The job documents and resource maps stay unloaded: listings never show them. visible_to: (user, queues)
+    lists only that user's jobs and those of these queues (services.scoping); None lists every job.
     """
     stmt = (select(Job).options(defer(Job.spec), defer(Job.requests), defer(Job.largest_pod), defer(Job.placement))
             .where(Job.id > after_id).order_by(Job.id).limit(limit))
@@ -32,25 +33,31 @@ def list_jobs(session: Session, *, queue: str | None = None, state: str | None =
         stmt = stmt.where(Job.queue == queue)
     if state:
         stmt = stmt.where(Job.state == state)
+    if visible_to is not None:
+        user, queues = visible_to
+        stmt = stmt.where(or_(Job.submitted_by == user, Job.queue.in_(sorted(queues))))
     return list(session.scalars(stmt))
 
 
 def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000,
-           also: list[int] = ()) -> list:
+           also: list[int] = (), with_owner: bool = False) -> list:
     """Events after `after_id` in id order, and those of the ids in `also` (gaps below it) that exist now.
-    Rows with JobEvent's fields (id, job_id, attempt, from_state, to_state, reason, cluster, at)."""
-    where = ["id > %(after)s"]
+    Rows with JobEvent's fields (id, job_id, attempt, from_state, to_state, reason, cluster, at); with_owner
+    adds their job's queue and submitted_by (for services.scoping)."""
+    where = ["e.id > %(after)s"]
     if also:  # the range bound lets the primary key's index start at the oldest gap (gaps are recent),
         # whatever the planner makes of the OR (on a table not yet analyzed it read the whole table)
-        where = ["id >= %(oldest)s AND (id > %(after)s OR id = ANY(%(also)s))"]
+        where = ["e.id >= %(oldest)s AND (e.id > %(after)s OR e.id = ANY(%(also)s))"]
     if job_id:
-        where.append("job_id = %(job)s")
-    return named(session, f"SELECT {_EVENT_COLUMNS} FROM job_events WHERE {' AND '.join(where)} "
-                          "ORDER BY id LIMIT %(limit)s",
+        where.append("e.job_id = %(job)s")
+    source = ("e.*, j.queue, j.submitted_by FROM (SELECT {cols} FROM job_events e WHERE {where} ORDER BY e.id "
+              "LIMIT %(limit)s) e JOIN jobs j ON j.id = e.job_id ORDER BY e.id" if with_owner else
+              "{cols} FROM job_events e WHERE {where} ORDER BY e.id LIMIT %(limit)s")
+    return named(session, "SELECT " + source.format(cols=_EVENT_COLUMNS, where=" AND ".join(where)),
                  {"after": after_id, "oldest": min(also, default=0), "also": list(also), "job": job_id, "limit": limit})
 
 
-_EVENT_COLUMNS = "id, job_id, attempt, from_state, to_state, reason, cluster, at"
+_EVENT_COLUMNS = "e.id, e.job_id, e.attempt, e.from_state, e.to_state, e.reason, e.cluster, e.at"
 
 
 def queue_position(session: Session, job: Job) -> int:

@@ -18,10 +18,10 @@ import psycopg
 from sqlalchemy import func, update
 from sqlalchemy.orm import Session
 
-from dispatcher.errors import Conflict
+from dispatcher.errors import Conflict, Unauthenticated
 from dispatcher.policy import states
 from dispatcher.policy.states import DISPATCHED, QUEUED, RUNNING
-from dispatcher.store import copy_codec
+from dispatcher.store import copy_codec, tokens
 from dispatcher.store.channels import (
     EVENTS_CHANNEL,
     NOTIFY_SQL,
@@ -31,7 +31,7 @@ from dispatcher.store.channels import (
     notify,
     submit_wake,
 )
-from dispatcher.store.database import driver
+from dispatcher.store.database import at_once, driver
 from dispatcher.store.models import Job, JobEvent
 from dispatcher.store.outbox import lock_clusters
 
@@ -179,11 +179,20 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     notify(session, EVENTS_CHANNEL)
 
 
-def lock_for_reports(session: Session, ids: list[int]) -> list[tuple]:
-    """(id, state, attempt, cluster, max_retries) of these jobs, locked (in id order) until the transaction ends."""
-    return driver(session).execute(
-        "SELECT id, state, attempt, cluster, max_retries FROM jobs WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE",
-        {"ids": ids}).fetchall()
+def lock_for_reports(session: Session, ids: list[int], *, token_id: int | None = None) -> list[tuple]:
+    """(id, state, attempt, cluster, max_retries) of these jobs, locked (in id order) until the transaction ends.
+    token_id: the reports are applied only while this token holds (tokens.HELD_SQL, in the same round trip);
+    Unauthenticated otherwise."""
+    if token_id is None:
+        return driver(session).execute(_LOCK_FOR_REPORTS, {"ids": ids}).fetchall()
+    held, rows = at_once(session, (tokens.HELD_SQL, {"token": token_id}), (_LOCK_FOR_REPORTS, {"ids": ids}))
+    if not held:
+        raise Unauthenticated(tokens.REFUSED)
+    return rows
+
+
+_LOCK_FOR_REPORTS = ("SELECT id, state, attempt, cluster, max_retries FROM jobs WHERE id = ANY(%(ids)s) "
+                     "ORDER BY id FOR UPDATE")
 
 
 def apply_transitions(session: Session, changed: dict[int, dict], events: list[tuple],

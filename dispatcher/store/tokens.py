@@ -1,8 +1,10 @@
-"""API tokens: random secrets handed out once, stored only as their SHA-256."""
+"""API tokens: random secrets handed out once, stored only as their SHA-256; and who a caller is (Principal),
+with the one rule of queue membership."""
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,9 +12,11 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
+from dispatcher.store import channels
 from dispatcher.store.models import ApiToken
 
 ROLES = ("admin", "user", "agent")
+REFUSED = "invalid, expired or revoked token"  # the one answer to a token that does not hold, whatever the cause
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,15 @@ class Principal:
     subject: str
     role: str
     cluster: str | None = None  # agent tokens are bound to one cluster
+    queues: frozenset[str] = frozenset()  # queues an identity provider's groups make this user a member of
+    token_id: int | None = None  # the api_tokens row of a Sluice token; None for an identity provider's
+    expires_at: datetime | None = None  # None: never expires
+
+    def belongs(self, queue: str, members: Collection[str]) -> bool:
+        """Whether this caller is a member of `queue`, whose Queue object lists `members`: listed by name,
+        or granted the queue by an identity provider's group. Submitting to a queue that lists members,
+        cancelling and reading others' jobs in it all ask this."""
+        return self.subject in members or queue in self.queues
 
 
 def hash_token(secret: str) -> str:
@@ -56,6 +69,7 @@ def revoke(session: Session, token_id: int) -> tuple[ApiToken, bool]:
         return row, False
     row.revoked_at = func.now()
     session.flush()
+    channels.notify(session, channels.TOKENS_CHANNEL, str(token_id))  # every replica drops its cached tokens
     session.refresh(row)
     return row, True
 
@@ -64,4 +78,11 @@ def authenticate(session: Session, secret: str) -> Principal | None:
     row = session.scalars(select(ApiToken).where(
         ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None),
         or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()))).first()
-    return None if row is None else Principal(row.subject, row.role, row.cluster)
+    return None if row is None else Principal(row.subject, row.role, row.cluster, token_id=row.id,
+                                              expires_at=row.expires_at)
+
+
+# A row when the token %(token)s is neither revoked nor expired now, its row then locked (FOR SHARE) until
+# the transaction ends: a revocation waits for the work it would have refused, or that work sees it.
+HELD_SQL = ("SELECT 1 FROM api_tokens WHERE id = %(token)s AND revoked_at IS NULL "
+            "AND (expires_at IS NULL OR expires_at > now()) FOR SHARE")

@@ -160,12 +160,28 @@ def dispatcher_serve(
         health_listen: str = typer.Option("", "--health-listen", envvar="SLUICE_HEALTH_LISTEN",
                                           help="HOST:PORT serving only the gRPC health check, in plaintext (for "
                                                "the kubelet's probes, which cannot speak TLS); '' serves none"),
+        oidc_issuer: str = typer.Option("", "--oidc-issuer", envvar="SLUICE_OIDC_ISSUER",
+                                        help="Accept JWTs of this OIDC issuer (their iss) beside Sluice's tokens"),
+        oidc_audience: str = typer.Option("", "--oidc-audience", envvar="SLUICE_OIDC_AUDIENCE",
+                                          help="The aud the issuer's tokens must carry"),
+        oidc_jwks: str = typer.Option("", "--oidc-jwks", envvar="SLUICE_OIDC_JWKS",
+                                      help="The issuer's keys (JWKS): a file, or an https:// URL"),
+        oidc_user_claim: str = typer.Option("sub", "--oidc-user-claim", envvar="SLUICE_OIDC_USER_CLAIM",
+                                            help="The claim naming the user"),
+        oidc_groups_claim: str = typer.Option("groups", "--oidc-groups-claim", envvar="SLUICE_OIDC_GROUPS_CLAIM",
+                                              help="The claim listing the user's groups"),
+        oidc_group_queues: list[str] = typer.Option(
+            [], "--oidc-group-queues", metavar="GROUP=QUEUE[,QUEUE...]",
+            help="Members of GROUP are members of these queues (repeatable)"),
+        oidc_admin_groups: list[str] = typer.Option([], "--oidc-admin-group", metavar="GROUP",
+                                                    help="Members of GROUP are admins (repeatable)"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Serve the API and run the scheduler (when this replica is the leader).
 
     TLS on every port: give --tls-cert and --tls-key (`sluice dispatcher certs` makes them), or --insecure
     for plaintext on loopback. Changed certificate files are picked up without a restart."""
     _logging(verbose)
+    from dispatcher.api.oidc import OidcSettings
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store.database import DatabaseSettings
     from dispatcher.tls import ServerTls
@@ -177,14 +193,34 @@ def dispatcher_serve(
     if agent_listen and not client_ca:
         raise typer.BadParameter("--agent-listen needs --client-ca (the CA that signs the agents' certificates)")
     tls = None if insecure else ServerTls(tls_cert, tls_key, client_ca)
+    identity = OidcSettings(issuer=oidc_issuer, audience=oidc_audience, jwks=oidc_jwks, user_claim=oidc_user_claim,
+                            groups_claim=oidc_groups_claim, group_queues=_group_queues(oidc_group_queues),
+                            admin_groups=tuple(oidc_admin_groups))
+    if not oidc_issuer and (oidc_audience or oidc_jwks or oidc_group_queues or oidc_admin_groups):
+        raise typer.BadParameter("the other --oidc-* options need --oidc-issuer")
+    if problems := identity.problems():
+        raise typer.BadParameter("; ".join(problems))
     settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
                               tls=tls, agent_listen=agent_listen or None, health_listen=health_listen or None,
-                              database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)))
+                              database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)),
+                              identity=identity)
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
     metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""
     agents = f", agents with certificates on port {server.agent_port}" if server.agent_port else ""
     how = "plaintext" if insecure else "TLS"
     _serve_until_interrupted(server.stop, ready=f"serving on {server.address}{metrics}{agents} ({how})")
+
+
+def _group_queues(values: list[str]) -> dict[str, tuple[str, ...]]:
+    """--oidc-group-queues GROUP=QUEUE[,QUEUE...], repeated: each group's queues."""
+    out: dict[str, tuple[str, ...]] = {}
+    for value in values:
+        group, _, queues = value.partition("=")
+        names = tuple(q.strip() for q in queues.split(",") if q.strip())
+        if not group.strip() or not names:
+            raise typer.BadParameter(f"--oidc-group-queues: {value!r} is not GROUP=QUEUE[,QUEUE...]")
+        out[group.strip()] = out.get(group.strip(), ()) + names
+    return out
 
 
 @dispatcher_app.command("migrate")

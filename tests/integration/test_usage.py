@@ -31,6 +31,7 @@ from tests.integration.test_agent_link import ScriptedAgent
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
+# alice and bob belong to both queues: each sees every job's usage (a user sees only the jobs they may see).
 # alpha: cpu 0.5 per core-hour, memory 0.01 per GiB-hour. beta: cpu 0.2, GPUs 3.0, memory unpriced.
 # premium doubles every price. Jobs pinned to beta (a cloud) burst there at once: nothing else could run them.
 OBJECTS = """
@@ -52,12 +53,12 @@ spec: {clusterSelector: {tier: cloud}}
 apiVersion: sluice.io/v1
 kind: Queue
 metadata: {name: vision}
-spec: {serviceClasses: [standard, premium]}
+spec: {serviceClasses: [standard, premium], members: [alice, bob]}
 ---
 apiVersion: sluice.io/v1
 kind: Queue
 metadata: {name: nlp}
-spec: {serviceClasses: [standard, premium]}
+spec: {serviceClasses: [standard, premium], members: [alice, bob]}
 ---
 apiVersion: sluice.io/v1
 kind: Cluster
