@@ -187,9 +187,6 @@ def dispatcher_serve(
     from dispatcher.tls import ServerTls
     if insecure and (tls_cert or tls_key or client_ca):
         raise typer.BadParameter("--insecure is plaintext: give it without --tls-cert, --tls-key and --client-ca")
-    if not insecure and not (tls_cert and tls_key):
-        raise Failed("dispatcher serve", "no TLS certificate: give --tls-cert and --tls-key (`sluice dispatcher "
-                                         "certs` makes them), or --insecure for plaintext on a loopback address")
     if agent_listen and not client_ca:
         raise typer.BadParameter("--agent-listen needs --client-ca (the CA that signs the agents' certificates)")
     tls = None if insecure else ServerTls(tls_cert, tls_key, client_ca)
@@ -200,6 +197,9 @@ def dispatcher_serve(
         raise typer.BadParameter("the other --oidc-* options need --oidc-issuer")
     if problems := identity.problems():
         raise typer.BadParameter("; ".join(problems))
+    if not insecure and not (tls_cert and tls_key):
+        raise Failed("dispatcher serve", "no TLS certificate: give --tls-cert and --tls-key (`sluice dispatcher "
+                                         "certs` makes them), or --insecure for plaintext on a loopback address")
     settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
                               tls=tls, agent_listen=agent_listen or None, health_listen=health_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)),

@@ -21,13 +21,18 @@ from sluice.v1 import agents_pb2, jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_agent_link import ScriptedAgent, dispatcher, wait_for  # noqa: F401
 from tests.integration.test_spine import job_doc
 
+
+def plaintext(address: str, token: str, **kw) -> ClientConfig:
+    """These dispatchers serve plaintext on loopback."""
+    return ClientConfig(address, token, insecure=True, **kw)
+
 VISION = "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [alice, carol]}\n"
 BOUND_S = 3.0  # how long a revoked or expired token may keep an open stream (the cache alone keeps it 5 s)
 
 
 def _user(dispatcher, subject: str) -> Client:
     with dispatcher.sessions.begin() as session:
-        return Client(ClientConfig(dispatcher.address, tokens.create(session, "user", subject), timeout_s=10))
+        return Client(plaintext(dispatcher.address, tokens.create(session, "user", subject), timeout_s=10))
 
 
 def _refused(call, code: str, *args) -> str:
@@ -98,7 +103,7 @@ def test_a_member_added_later_sees_the_queues_jobs_at_once(dispatcher):
     alice, dave = _user(dispatcher, "alice"), _user(dispatcher, "dave")
     [job] = alice.submit([job_doc(queue="vision")])
     assert dave.list() == [] and _refused(lambda: dave.get(job), "NOT_FOUND")
-    AdminClient(ClientConfig(dispatcher.address, dispatcher.admin)).add_member("vision", "dave")
+    AdminClient(plaintext(dispatcher.address, dispatcher.admin)).add_member("vision", "dave")
     assert [j["id"] for j in dave.list()] == [job] and dave.get(job)["id"] == job
     alice.close()
     dave.close()
@@ -121,7 +126,7 @@ def _token(admin: AdminClient, role: str, subject: str, **kw) -> tuple[int, str]
 @pytest.mark.parametrize("where", ["same", "other"])
 def test_a_revoked_agent_token_ends_its_link_and_its_report_is_not_applied(replicas, where):
     dispatcher = replicas["same"]
-    admin = AdminClient(ClientConfig(dispatcher.address, dispatcher.admin))
+    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
     token_id, secret = _token(admin, "agent", "agent-alpha2", cluster="alpha")
     agent = ScriptedAgent(replicas[where].address, secret, "alpha")
     agent.next("welcome")
@@ -151,12 +156,12 @@ def test_a_revoked_agent_token_ends_its_link_and_its_report_is_not_applied(repli
 @pytest.mark.parametrize("where", ["same", "other"])
 def test_a_revoked_users_watch_ends(replicas, where, rpc):
     dispatcher = replicas["same"]
-    admin = AdminClient(ClientConfig(dispatcher.address, dispatcher.admin))
+    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
     token_id, secret = _token(admin, "user", "erin")
     channel = grpc.insecure_channel(replicas[where].address)
     call = getattr(jobs_pb2_grpc.JobsStub(channel), rpc)(
         jobs_pb2.WatchRequest(), metadata=[("authorization", f"Bearer {secret}")], timeout=30)
-    with Client(ClientConfig(dispatcher.address, secret, timeout_s=10)) as user:
+    with Client(plaintext(dispatcher.address, secret, timeout_s=10)) as user:
         user.submit([job_doc()])
     assert next(call) is not None  # the submit's event: the stream is open and delivering
     admin.revoke_token(token_id)
@@ -178,10 +183,10 @@ def test_a_revoked_users_watch_ends(replicas, where, rpc):
 
 
 def test_an_expired_token_is_refused_at_once_and_ends_its_watch(dispatcher):
-    admin = AdminClient(ClientConfig(dispatcher.address, dispatcher.admin))
+    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
     _, secret = _token(admin, "user", "frank", expires_s=2)
     made = time.monotonic()
-    user = Client(ClientConfig(dispatcher.address, secret, timeout_s=10))
+    user = Client(plaintext(dispatcher.address, secret, timeout_s=10))
     events = user.watch()
     user.submit([job_doc()])
     assert next(events)["to"] == "QUEUED"
@@ -212,7 +217,7 @@ def test_a_report_is_checked_against_the_token_row_itself(dispatcher):
     from sqlalchemy import func, update
 
     from dispatcher.store.models import ApiToken
-    admin = AdminClient(ClientConfig(dispatcher.address, dispatcher.admin))
+    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
     token_id, secret = _token(admin, "agent", "agent-alpha3", cluster="alpha")
     agent = ScriptedAgent(dispatcher.address, secret, "alpha")
     agent.next("welcome")

@@ -27,6 +27,11 @@ from sluice.objects import load_objects
 from tests.integration.test_agent_link import OBJECTS
 from tests.integration.test_spine import job_doc
 
+
+def plaintext(address: str, token: str, **kw) -> ClientConfig:
+    """These dispatchers serve plaintext on loopback."""
+    return ClientConfig(address, token, insecure=True, **kw)
+
 ISSUER, AUDIENCE = "https://idp.example.test", "sluice"
 VISION = "apiVersion: sluice.io/v1\nkind: Queue\nmetadata: {name: vision}\nspec: {members: [carol]}\n"
 
@@ -126,7 +131,7 @@ def start(db_url):
 
 
 def _refused(address: str, token: str, code: str = "UNAUTHENTICATED") -> str:
-    with Client(ClientConfig(address, token, timeout_s=10)) as client:
+    with Client(plaintext(address, token, timeout_s=10)) as client:
         with pytest.raises(ClientError) as err:
             client.list()
     assert err.value.code == code, err.value.message
@@ -139,7 +144,7 @@ def test_identity_provider_tokens_are_verified_and_each_refusal_says_why(start, 
     path.write_text(json.dumps(keys.jwks()))
     d = start(_settings(str(path) if source == "file" else jwks_server.url))
     for token in (keys.token("rsa-1"), keys.token("ec-1")):  # both key types verify
-        with Client(ClientConfig(d.address, token, timeout_s=10)) as client:
+        with Client(plaintext(d.address, token, timeout_s=10)) as client:
             assert client.list() == []
     now = int(time.time())
     refusals = {
@@ -162,7 +167,7 @@ def test_identity_provider_tokens_are_verified_and_each_refusal_says_why(start, 
                         algorithm="HS256", headers={"kid": "rsa-1"})
     assert _refused(d.address, secret).startswith("identity token: invalid")
     assert _refused(d.address, "sl_not-a-token") == "invalid, expired or revoked token"
-    with Client(ClientConfig(d.address, d.admin, timeout_s=10)) as client:  # Sluice's own tokens still work
+    with Client(plaintext(d.address, d.admin, timeout_s=10)) as client:  # Sluice's own tokens still work
         assert client.list() == []
 
 
@@ -174,9 +179,9 @@ def _forged(keys: Keys) -> str:
 def test_groups_make_members_and_admins_by_the_rule_sluice_tokens_follow(start, keys, jwks_server):
     d = start(_settings(jwks_server.url))
     vision_doc = job_doc(queue="vision")
-    team = Client(ClientConfig(d.address, keys.token(sub="alice", groups=["vision-team"]), timeout_s=10))
-    loner = Client(ClientConfig(d.address, keys.token("ec-1", sub="dave", groups="other-team"), timeout_s=10))
-    carol = Client(ClientConfig(d.address, d.carol, timeout_s=10))
+    team = Client(plaintext(d.address, keys.token(sub="alice", groups=["vision-team"]), timeout_s=10))
+    loner = Client(plaintext(d.address, keys.token("ec-1", sub="dave", groups="other-team"), timeout_s=10))
+    carol = Client(plaintext(d.address, d.carol, timeout_s=10))
     [hers] = carol.submit([vision_doc])  # carol is listed in the queue's members
     [mine] = team.submit([vision_doc])  # alice is a member through her group
     with pytest.raises(ClientError) as err:
@@ -190,9 +195,9 @@ def test_groups_make_members_and_admins_by_the_rule_sluice_tokens_follow(start, 
         loner.get(hers)
     assert (err.value.code, err.value.message) == ("NOT_FOUND", f"job {hers} not found")
     assert team.cancel([hers])[0]["state"] == "CANCELLED"
-    with AdminClient(ClientConfig(d.address, keys.token(sub="root2", groups=["sluice-admins"]))) as admin:
+    with AdminClient(plaintext(d.address, keys.token(sub="root2", groups=["sluice-admins"]))) as admin:
         assert any(t["subject"] == "carol" for t in admin.tokens())
-    with AdminClient(ClientConfig(d.address, keys.token(sub="alice", groups=["vision-team"]))) as not_admin:
+    with AdminClient(plaintext(d.address, keys.token(sub="alice", groups=["vision-team"]))) as not_admin:
         with pytest.raises(ClientError) as err:
             not_admin.tokens()
     assert (err.value.code, err.value.message) == ("PERMISSION_DENIED", "alice (user) may not call this; needs admin")
@@ -202,12 +207,12 @@ def test_groups_make_members_and_admins_by_the_rule_sluice_tokens_follow(start, 
 
 def test_an_unknown_kid_reads_the_keys_again_once(start, keys, jwks_server):
     d = start(_settings(jwks_server.url))
-    with Client(ClientConfig(d.address, keys.token("rsa-1"), timeout_s=10)) as client:
+    with Client(plaintext(d.address, keys.token("rsa-1"), timeout_s=10)) as client:
         client.list()
     assert jwks_server.reads == 1
     keys.add("rsa-2")  # the issuer rotates in a new key
     keys.published.append("rsa-2")
-    with Client(ClientConfig(d.address, keys.token("rsa-2"), timeout_s=10)) as client:
+    with Client(plaintext(d.address, keys.token("rsa-2"), timeout_s=10)) as client:
         client.list()
     assert jwks_server.reads == 2
     for kid in ("made-up-1", "made-up-2", "made-up-3"):  # within refetch_s of the last read: none read again
@@ -241,7 +246,7 @@ def test_an_expiring_identity_token_ends_its_watch(start, keys, jwks_server):
     d = start(_settings(jwks_server.url))
     token = keys.token(sub="erin", lifetime=2)
     made = time.monotonic()
-    with Client(ClientConfig(d.address, token, timeout_s=10)) as client:
+    with Client(plaintext(d.address, token, timeout_s=10)) as client:
         events = client.watch()
         client.submit([job_doc()])
         assert next(events)["to"] == "QUEUED"
@@ -304,15 +309,15 @@ def test_dispatcher_serve_takes_the_identity_provider_from_its_flags(db_url, key
         "GROUP=QUEUE[,QUEUE...]"]
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url",
-                              plain_url(db_url), "--listen", f"127.0.0.1:{port}", "--metrics-listen", "",
+                              plain_url(db_url), "--listen", f"127.0.0.1:{port}", "--metrics-listen", "", "--insecure",
                               "--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", str(path),
                               "--oidc-group-queues", "vision-team=vision", "--oidc-admin-group", "sluice-admins"],
                              env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
         assert serve.stderr.readline().startswith("serving on ")
-        with Client(ClientConfig(f"127.0.0.1:{port}", keys.token(sub="alice", groups=["vision-team"]))) as alice:
+        with Client(plaintext(f"127.0.0.1:{port}", keys.token(sub="alice", groups=["vision-team"]))) as alice:
             assert alice.submit([job_doc(queue="vision")])
-        with AdminClient(ClientConfig(f"127.0.0.1:{port}", keys.token(sub="ops", groups=["sluice-admins"]))) as ops:
+        with AdminClient(plaintext(f"127.0.0.1:{port}", keys.token(sub="ops", groups=["sluice-admins"]))) as ops:
             assert ops.tokens() == []
     finally:
         serve.send_signal(signal.SIGINT)
