@@ -30,5 +30,9 @@ class SchedulerSettings:
     outbox_retention_s: float = 3600.0
     outbox_prune_interval_s: float = 60.0
     outbox_prune_limit: int = 10_000
+    # Submit idempotency keys (store.submit_keys) are kept this long, far past any client's retries (a
+    # client retries for seconds; `sluice submit --idempotency-key` may be run again later), and pruned
+    # with the outbox, up to outbox_prune_limit each time.
+    submit_key_retention_s: float = 86_400.0
 
 

@@ -1,12 +1,16 @@
 """Accepting jobs: the server's authoritative validation of a Submit call's documents, and the rows to insert.
 
-A call is all-or-nothing: any invalid document rejects it and nothing is created. `submit` validates and
-inserts one call in the caller's transaction; the API's concurrent calls go through group_commit.Submitter,
-which validates with the same `SubmitConfig` and writes many calls in one transaction.
+A submit is all-or-nothing: any invalid document rejects it and nothing is created. A submit is one
+Submit call, or the requests of one on a SubmitStream (`more`), gathered by `Whole`, which numbers every
+document by its place in the whole submit. `submit` validates and inserts one submit in the caller's
+transaction; the API's concurrent calls go through group_commit.Submitter, which validates with the same
+`SubmitConfig` and writes many submits in one transaction, each with its idempotency key.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 
 import orjson
 
@@ -19,7 +23,9 @@ from dispatcher.store.database import Session
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec, SpecError, job_from_document
 
-MAX_BATCH = 10_000  # jobs per Submit call
+MAX_BATCH = 10_000  # jobs per Submit request
+MAX_SUBMIT = 100_000  # jobs per submit, across its requests on a stream (held in memory until the last)
+MAX_KEY_CHARS = 200  # an idempotency key
 MAX_SPEC_BYTES = 1 << 20  # one job document
 
 
@@ -54,29 +60,69 @@ class _ExactJSON(list):
     before."""
 
 
-def parse(specs_json: list[str]) -> list[JobSpec]:
+def parse(specs_json: list[str], *, first: int = 1, numbered: bool | None = None) -> list[JobSpec]:
+    """The jobs of one request's documents. first: the place of its first document in its submit (a later
+    request of a submit on a stream); numbered: whether errors name the document by that place (by default
+    when the request holds several)."""
     if not specs_json:
         raise InvalidRequest("submit: no jobs given")
     if len(specs_json) > MAX_BATCH:
-        raise InvalidRequest(f"submit: {len(specs_json)} jobs in one call, at most {MAX_BATCH}")
+        raise InvalidRequest(f"submit: {len(specs_json)} jobs in one request, at most {MAX_BATCH}")
+    numbered = len(specs_json) > 1 if numbered is None else numbered
     out, exact = [], False
-    for n, document in enumerate(specs_json, 1):
+    for n, document in enumerate(specs_json, first):
         if len(document) > MAX_SPEC_BYTES:
-            raise InvalidRequest(f"job {n}: document is {len(document)} bytes, at most {MAX_SPEC_BYTES}")
+            raise InvalidRequest(f"document {n}: {len(document)} bytes, at most {MAX_SPEC_BYTES}")
         try:
             doc, by_json = _decode(document)
             exact = exact or by_json
         except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"job {n}: not JSON: {exc}") from exc
+            raise InvalidRequest(f"document {n}: not JSON: {exc}") from exc
         if not isinstance(doc, dict):
-            raise InvalidRequest(f"job {n}: expected a JSON object")
+            raise InvalidRequest(f"document {n}: expected a JSON object")
         if "\\u0000" in document and (where := _nul_at(doc)) is not None:  # Postgres cannot store it in jsonb
-            raise InvalidRequest(f"job {n}: {where or 'document'}: contains a NUL character (\\u0000)")
+            raise InvalidRequest(f"document {n}: {where or 'document'}: contains a NUL character (\\u0000)")
         try:
-            out.append(job_from_document(doc, document=n if len(specs_json) > 1 else None, owned=True))
+            out.append(job_from_document(doc, document=n if numbered else None, owned=True))
         except SpecError as exc:
             raise InvalidRequest(str(exc)) from exc
     return _ExactJSON(out) if exact else out
+
+
+class Whole:
+    """One submit gathered from its requests: the jobs of all, in order, and its idempotency key with a
+    digest of every document as sent (so that a retry is recognised however its requests split them)."""
+
+    def __init__(self, key: str, parse: Callable[..., list[JobSpec]] = parse):
+        if len(key) > MAX_KEY_CHARS:
+            raise InvalidRequest(f"idempotency_key: {len(key)} characters, at most {MAX_KEY_CHARS}")
+        self.key = key
+        self._parse = parse
+        self._parts: list[list[JobSpec]] = []
+        self._count = 0
+        self._hash = hashlib.sha256()
+
+    def add(self, specs_json: list[str], *, more: bool) -> None:
+        """Parse one request's documents; `more`: others of this submit follow."""
+        if self._count + len(specs_json) > MAX_SUBMIT:
+            raise InvalidRequest(f"submit: more than {MAX_SUBMIT:,} jobs in one submit; split the file")
+        numbered = True if more or self._parts else None
+        self._parts.append(self._parse(specs_json, first=self._count + 1, numbered=numbered))
+        if self.key:
+            if self._parts[1:]:
+                self._hash.update(b"\0")
+            self._hash.update("\0".join(specs_json).encode(errors="surrogatepass"))  # NUL: never raw in JSON
+        self._count += len(specs_json)
+
+    @property
+    def digest(self) -> str:
+        return self._hash.hexdigest() if self.key else ""
+
+    def specs(self) -> list[JobSpec]:
+        if len(self._parts) == 1:
+            return self._parts[0]
+        joined = [spec for part in self._parts for spec in part]
+        return _ExactJSON(joined) if any(isinstance(part, _ExactJSON) for part in self._parts) else joined
 
 
 def _nul_at(value, path: str = "") -> str | None:
@@ -145,10 +191,11 @@ class SubmitConfig:
             asked = (spec.queue, spec.service_class)
             class_name = admitted.get(asked)
             if class_name is None:
-                class_name = admitted[asked] = self._admit(principal, spec, f"job {n}" if len(specs) > 1 else "job")
+                class_name = admitted[asked] = self._admit(principal, spec,
+                                                           f"document {n}" if len(specs) > 1 else "job")
             requests, largest, placement, why, pods = self._shape(spec)
             if why:
-                raise InvalidRequest(f"{f'job {n}' if len(specs) > 1 else 'job'}: {why}")
+                raise InvalidRequest(f"{f'document {n}' if len(specs) > 1 else 'job'}: {why}")
             labels = self._labels.setdefault(tuple(spec.labels.items()), spec.labels)
             doc = spec.to_document(share_templates=True)  # only serialised, never changed below the top
             doc["spec"]["serviceClass"] = class_name
