@@ -44,6 +44,11 @@ KUBERNETES_POD_SET = "job"
 QUEUE_ANNOTATION = "sluice.io/queue"
 SERVICE_CLASS_ANNOTATION = "sluice.io/service-class"
 PRIORITY_ANNOTATION = "sluice.io/priority"
+# Read by the sim backend from a pod template's annotations, checked at submit so no job carries one it
+# cannot use: how long each pod runs (a duration) and the exit code it ends with.
+SIM_DURATION_ANNOTATION = "sluice.io/sim-duration"
+SIM_EXIT_CODE_ANNOTATION = "sluice.io/sim-exit-code"
+MAX_EXIT_CODE = 255
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_FIELDS = ("name", "labels")
@@ -316,6 +321,11 @@ def _plain_pod_sets(value: object, owned: bool) -> tuple[PodSet, ...] | None:
         requests = _plain_requests(template.get("spec"))
         if requests is None:
             return None
+        if _sim_annotations(template) is not None:
+            try:
+                _check_sim_annotations(template, "")
+            except SpecError:
+                return None  # the full checks word the error
         names.add(name)
         pods += count
         pod_sets.append(_new(PodSet, name=name, count=count, template=template if owned else json_copy(template),
@@ -482,8 +492,42 @@ def _pod_sets(value: object, path: str, owned: bool = False) -> tuple[PodSet, ..
 
 
 def _pod_set(name: str, count: int, template: dict, path: str, owned: bool = False) -> PodSet:
+    _check_sim_annotations(template, path)
     return PodSet(name=name, count=count, template=template if owned else json_copy(template),
                   requests=pod_requests(template, path))
+
+
+def sim_exit_code(value: object) -> int:
+    """The exit code `sluice.io/sim-exit-code` asks for: an integer from 0 to MAX_EXIT_CODE (a string, as
+    annotations are, or an integer); raises ValueError saying what it must be."""
+    text = str(value).strip() if type(value) in (str, int) else ""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_EXIT_CODE:
+        raise ValueError(f"must be an integer from 0 to {MAX_EXIT_CODE}, got {value!r}")
+    return int(text)
+
+
+def _sim_annotations(template: dict) -> dict | None:
+    """The template's annotations when it has any the sim backend reads, else None."""
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if type(metadata) is dict else None
+    if type(annotations) is not dict or (SIM_EXIT_CODE_ANNOTATION not in annotations
+                                         and SIM_DURATION_ANNOTATION not in annotations):
+        return None
+    return annotations
+
+
+def _check_sim_annotations(template: dict, path: str) -> None:
+    annotations = _sim_annotations(template)
+    if annotations is None:
+        return
+    where = f"{path}.metadata.annotations"
+    if SIM_EXIT_CODE_ANNOTATION in annotations:
+        try:
+            sim_exit_code(annotations[SIM_EXIT_CODE_ANNOTATION])
+        except ValueError as exc:
+            raise SpecError(f"{where}[{SIM_EXIT_CODE_ANNOTATION}]", str(exc)) from None
+    if SIM_DURATION_ANNOTATION in annotations:
+        v.duration(annotations[SIM_DURATION_ANNOTATION], f"{where}[{SIM_DURATION_ANNOTATION}]")
 
 
 def _placement(value: object, path: str) -> Placement:
