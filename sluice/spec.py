@@ -44,10 +44,10 @@ KUBERNETES_POD_SET = "job"
 QUEUE_ANNOTATION = "sluice.io/queue"
 SERVICE_CLASS_ANNOTATION = "sluice.io/service-class"
 PRIORITY_ANNOTATION = "sluice.io/priority"
-# Read by the sim backend from a pod template's annotations, checked at submit so no job carries one it
+# Annotation keys the sim backend reads from a pod template, checked at submit so no job carries one it
 # cannot use: how long each pod runs (a duration) and the exit code it ends with.
-SIM_DURATION_ANNOTATION = "sluice.io/sim-duration"
-SIM_EXIT_CODE_ANNOTATION = "sluice.io/sim-exit-code"
+SIM_DURATION_KEY = "sluice.io/sim-duration"
+SIM_EXIT_CODE_KEY = "sluice.io/sim-exit-code"
 MAX_EXIT_CODE = 255
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
@@ -510,8 +510,8 @@ def _sim_annotations(template: dict) -> dict | None:
     """The template's annotations when it has any the sim backend reads, else None."""
     metadata = template.get("metadata")
     annotations = metadata.get("annotations") if type(metadata) is dict else None
-    if type(annotations) is not dict or (SIM_EXIT_CODE_ANNOTATION not in annotations
-                                         and SIM_DURATION_ANNOTATION not in annotations):
+    if type(annotations) is not dict or (SIM_EXIT_CODE_KEY not in annotations
+                                         and SIM_DURATION_KEY not in annotations):
         return None
     return annotations
 
@@ -521,13 +521,13 @@ def _check_sim_annotations(template: dict, path: str) -> None:
     if annotations is None:
         return
     where = f"{path}.metadata.annotations"
-    if SIM_EXIT_CODE_ANNOTATION in annotations:
+    if SIM_EXIT_CODE_KEY in annotations:
         try:
-            sim_exit_code(annotations[SIM_EXIT_CODE_ANNOTATION])
+            sim_exit_code(annotations[SIM_EXIT_CODE_KEY])
         except ValueError as exc:
-            raise SpecError(f"{where}[{SIM_EXIT_CODE_ANNOTATION}]", str(exc)) from None
-    if SIM_DURATION_ANNOTATION in annotations:
-        v.duration(annotations[SIM_DURATION_ANNOTATION], f"{where}[{SIM_DURATION_ANNOTATION}]")
+            raise SpecError(f"{where}[{SIM_EXIT_CODE_KEY}]", str(exc)) from None
+    if SIM_DURATION_KEY in annotations:
+        v.duration(annotations[SIM_DURATION_KEY], f"{where}[{SIM_DURATION_KEY}]")
 
 
 def _placement(value: object, path: str) -> Placement:

@@ -85,12 +85,12 @@ from agent.backends.sim.packing import first_fit_decreasing, gang_nodes_to_reque
 from agent.backends.sim.views import SimNodeView, SimPod, SimPodView, SimView
 from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S
 from sluice.quantity import QuantityError, add, format_duration, parse_duration, shortfall, subtract
-from sluice.spec import SIM_DURATION_ANNOTATION, SIM_EXIT_CODE_ANNOTATION, sim_exit_code
+from sluice.spec import SIM_DURATION_KEY, SIM_EXIT_CODE_KEY, sim_exit_code
 
 logger = logging.getLogger(__name__)
 
-DURATION_ANNOTATION = SIM_DURATION_ANNOTATION
-EXIT_CODE_ANNOTATION = SIM_EXIT_CODE_ANNOTATION
+DURATION_ANNOTATION = SIM_DURATION_KEY
+EXIT_CODE_ANNOTATION = SIM_EXIT_CODE_KEY
 DEFAULT_DURATION = "1s"
 LOST_REASON = "simulated cluster restarted; its pods are gone"
 RESTORED_REASON = "recorded before the simulated cluster restarted"
