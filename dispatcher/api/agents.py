@@ -20,6 +20,7 @@ from dispatcher.api.errors import status_for
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
+from dispatcher.services import submitting
 from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import outbox as outbox_store
@@ -128,7 +129,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
         now = datetime.now(UTC)
         with self._sessions.begin() as session:
-            document = dict(cluster_store.get_cluster(session, hello.cluster).spec or {})
+            row = cluster_store.get_cluster(session, hello.cluster)
+            document, first_report = dict(row.spec or {}), row.capacity is None
             acked = outbox_store.acked_through(session, hello.cluster)
             # A new agent process reports from scratch: everything it acked before is in its report.
             cluster_store.record_capacity(session, hello.cluster, capacity_document(hello.capacity),
@@ -138,7 +140,20 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             channels.notify(session, channels.WAKE_CHANNEL)
+        if first_report:
+            self._refuse_impossible(hello.cluster)
         return hello.cluster, acked, document, hello.reads_batches
+
+    def _refuse_impossible(self, cluster: str) -> None:
+        """A cluster's first report may make every cluster known: the jobs accepted while it was not, and
+        that none can run, are refused. In a transaction of its own; a failure is logged, the hello stands."""
+        try:
+            with self._sessions.begin() as session:
+                refused = submitting.refuse_impossible(session)
+            if refused:
+                log.info("jobs no cluster could ever run refused", extra={"cluster": cluster, "jobs": len(refused)})
+        except Exception:
+            log.exception("refusing jobs no cluster could ever run failed", extra={"cluster": cluster})
 
     def _read(self, cluster: str, acked: int, request_iterator, out: queue.Queue) -> None:
         """Apply what the agent sends, in order, several messages per transaction.

@@ -18,7 +18,7 @@ from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import copy_codec, lifecycle
+from dispatcher.store import copy_codec, job_reads, lifecycle
 from dispatcher.store.database import Session
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec, SpecError, job_from_document
@@ -147,11 +147,16 @@ def submit(session: Session, principal: Principal, specs: list[JobSpec]) -> list
 class SubmitConfig:
     """What validating a job reads: the service classes, the queues it names, every cluster's allocatable."""
 
-    def __init__(self, classes: dict[str, int], queues: dict[str, dict], known: list[ClusterState] | None):
+    def __init__(self, classes: dict[str, int], queues: dict[str, dict], reported: list[ClusterState],
+                 unreported: list[str]):
         self.classes = classes  # name -> priority
         self.queues = queues  # name -> the Queue object's spec
-        self.known = known  # None while any cluster has never reported (then nothing is judged)
-        self._shapes: dict[tuple, tuple[dict, dict, dict, str | None]] = {}  # see _shape
+        self.reported = reported  # the clusters whose agents have reported capacity
+        self.unreported = unreported  # the names of those that never have
+        # Every cluster, once all have reported (a job none could run is refused); else None, and a job no
+        # reported cluster could run is accepted with a reason that says so.
+        self.known = reported if reported and not unreported else None
+        self._shapes: dict[tuple, tuple[dict, dict, dict, str | None, list | None, str | None]] = {}  # see _shape
         self._labels: dict[tuple, dict[str, str]] = {}  # one object per distinct labels, shared by jobs
         self.seen: tuple[int | None, list | None] = (None, None)
         self.found: dict[str, dict] = {}  # name -> the Queue object as read, of the queues named
@@ -164,22 +169,23 @@ class SubmitConfig:
 
     @classmethod
     def read(cls, session: Session, queues: set[str],
-             seen: tuple[int | None, list | None] | None = None) -> SubmitConfig:
+             seen: tuple[int | None, tuple | None] | None = None) -> SubmitConfig:
         """One round trip. seen: (version, clusters) of an earlier read, reused while the version read in
         this transaction is unchanged (the clusters' documents are then neither built, sent nor parsed)."""
         classes, found, version, clusters = cluster_store.submit_config(session, queues, seen[0] if seen else None)
         if clusters is None:
-            known = seen[1]
+            reported, unreported = seen[1]
         else:
-            known = []
+            reported, unreported = [], []
             for name, tier, site, labels, spec, allocatable in clusters:
-                if allocatable is None:  # never reported: nothing is judged
-                    known = None
-                    break
-                known.append(ClusterState(name, tier, site, dict(labels), allocatable, dict(allocatable),
-                                          **snapshot.terms(spec, allocatable)))
-        config = cls(classes, {name: (spec or {}).get("spec", {}) for name, spec in found.items()}, known or None)
-        config.seen, config.found = (version, known), found
+                if allocatable is None:
+                    unreported.append(name)
+                else:
+                    reported.append(ClusterState(name, tier, site, dict(labels), allocatable, dict(allocatable),
+                                                 **snapshot.terms(spec, allocatable)))
+        config = cls(classes, {name: (spec or {}).get("spec", {}) for name, spec in found.items()}, reported,
+                     unreported)
+        config.seen, config.found = (version, (reported, unreported)), found
         return config
 
     def rows(self, principal: Principal, specs: list[JobSpec]) -> list[lifecycle.NewJob]:
@@ -193,7 +199,7 @@ class SubmitConfig:
             if class_name is None:
                 class_name = admitted[asked] = self._admit(principal, spec,
                                                            f"document {n}" if len(specs) > 1 else "job")
-            requests, largest, placement, why, pods = self._shape(spec)
+            requests, largest, placement, why, pods, note = self._shape(spec)
             if why:
                 raise InvalidRequest(f"{f'document {n}' if len(specs) > 1 else 'job'}: {why}")
             labels = self._labels.setdefault(tuple(spec.labels.items()), spec.labels)
@@ -205,7 +211,8 @@ class SubmitConfig:
             out.append(lifecycle.NewJob(
                 name=spec.name, queue=spec.queue, service_class=class_name, class_priority=self.classes[class_name],
                 priority=spec.priority, max_retries=spec.max_retries, spec=doc, requests=requests,
-                largest_pod=largest, placement=placement, labels=labels, submitted_by=principal.subject, pods=pods))
+                largest_pod=largest, placement=placement, labels=labels, submitted_by=principal.subject, pods=pods,
+                reason=note))
         return out
 
     def _admit(self, principal: Principal, spec: JobSpec, where: str) -> str:
@@ -227,9 +234,10 @@ class SubmitConfig:
                                  f"{', '.join(accepted)}")
         return class_name
 
-    def _shape(self, spec: JobSpec) -> tuple[dict, dict, dict, str | None, list | None]:
+    def _shape(self, spec: JobSpec) -> tuple[dict, dict, dict, str | None, list | None, str | None]:
         """(requests, largest pod, placement document, why no cluster could ever run it, the pods as
-        placement packs them: [[count, per-pod requests], ...], None for one pod), judged once per
+        placement packs them: [[count, per-pod requests], ...], None for one pod, the reason it is accepted
+        with when no cluster that has reported could run it but some have not reported), judged once per
         job shape and placement. Jobs of one shape share these objects, so each is encoded once per write.
         The shape is the pod sets' counts and per-pod requests as given (summing them for every job cost more
         than the rest of judging it)."""
@@ -239,18 +247,47 @@ class SubmitConfig:
         shape = self._shapes.get(key)
         if shape is None:
             requests, largest = spec.total_requests(), spec.largest_pod()
-            why = None
-            if self.known is not None:
+            why = note = None
+            if self.reported:
                 job = QueuedJob(0, requests, largest, dict(p.cluster_selector), tuple(p.tiers), tuple(p.sites))
                 # No pods: `impossible` judges clusters as if empty, without their nodes' figures.
-                why = impossible(job, self.known)
+                why = impossible(job, self.reported)
+                if why is not None and self.unreported:
+                    note, why = unreported_note(why, self.unreported), None
             placement = {"clusterSelector": dict(p.cluster_selector), "tiers": list(p.tiers), "sites": list(p.sites)}
             pods = [[ps.count, ps.requests] for ps in spec.pod_sets] if spec.pod_count() > 1 else None
-            shape = self._shapes[key] = (requests, largest, placement, why, pods)
+            shape = self._shapes[key] = (requests, largest, placement, why, pods, note)
         return shape
 
     def _default_class(self, listed: list[str]) -> str:
         return default_class(listed, self.classes)
+
+
+def unreported_note(why: str, unreported: list[str]) -> str:
+    """The reason of a job accepted because clusters that have not reported might run it."""
+    names = ", ".join(unreported[:5]) + (f" and {len(unreported) - 5} more" if len(unreported) > 5 else "")
+    which = "which has" if len(unreported) == 1 else "which have"
+    return (why.replace("no cluster could ever run it:", "no cluster that has reported could ever run it:", 1)
+            + f"; refused unless {names}, {which} not reported yet, can")
+
+
+REFUSED = "refused once every cluster had reported: "
+
+
+def refuse_impossible(session: Session) -> list[int]:
+    """Once every cluster has reported, refuse (cancel) the queued jobs none could ever run: those accepted
+    while some had not (see unreported_note), as a submit is refused now. Their ids."""
+    config = SubmitConfig.read(session, set())
+    if config.known is None:
+        return []
+    refused = []
+    for requests, largest, placement, ids in job_reads.queued_shapes(session):
+        job = QueuedJob(0, requests, largest, dict(placement.get("clusterSelector") or {}),
+                        tuple(placement.get("tiers") or ()), tuple(placement.get("sites") or ()))
+        why = impossible(job, config.known)
+        if why is not None:
+            refused += lifecycle.refuse_queued(session, ids, REFUSED + why)
+    return refused
 
 
 def default_class(listed: list[str], classes: dict[str, int]) -> str:

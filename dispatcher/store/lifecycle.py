@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from sqlalchemy import func, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import Conflict
@@ -54,6 +54,7 @@ class NewJob:
     labels: dict
     submitted_by: str
     pods: list | None = None  # [[count, per-pod requests], ...] per pod set; None for a job of one pod
+    reason: str | None = None  # its reason when not SUBMITTED (what submit found worth saying)
 
 
 COPY_FROM = 100  # jobs in one write from which they go by binary COPY; fewer go in one statement
@@ -111,7 +112,8 @@ def _insert_params(jobs: list[NewJob], keys: list[submit_keys.NewKey]) -> dict:
                                "max_retries": j.max_retries, "spec": j.spec, "requests": j.requests,
                                "largest_pod": j.largest_pod, "placement": j.placement, "labels": j.labels,
                                "submitted_by": j.submitted_by,
-                               **({} if j.pods is None else {"pods": j.pods})} for j in jobs]).decode()
+                               **({} if j.pods is None else {"pods": j.pods}),
+                               **({} if j.reason is None else {"reason": j.reason})} for j in jobs]).decode()
     return {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL,
             "keys": submit_keys.params(keys)}
 
@@ -128,16 +130,17 @@ def _inserting(checked: bool) -> str:
                    SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(%(batch)s AS jsonb)) AS (
                        name text, queue text, service_class text, class_priority int, priority int, max_retries int,
                        spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text,
-                       pods jsonb))
+                       pods jsonb, reason text))
                    WITH ORDINALITY AS r(name, queue, service_class, class_priority, priority, max_retries, spec,
-                                        requests, largest_pod, placement, labels, submitted_by, pods, n)
+                                        requests, largest_pod, placement, labels, submitted_by, pods, job_reason, n)
                    WHERE """ + guard + f"""
                    ORDER BY n) u),
            made AS (
                INSERT INTO jobs (id, name, queue, service_class, class_priority, priority, max_retries, spec,
                                  requests, largest_pod, placement, labels, submitted_by, pods, state, reason)
                SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec, requests,
-                      largest_pod, placement, labels, submitted_by, pods, '{QUEUED}', %(reason)s FROM new),
+                      largest_pod, placement, labels, submitted_by, pods, '{QUEUED}', coalesce(job_reason, %(reason)s)
+               FROM new),
            events AS (
                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
                SELECT id, 0, '', '{QUEUED}', %(reason)s FROM new),
@@ -199,6 +202,18 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     session.flush()
     session.expire(job)
     notify(session, EVENTS_CHANNEL)
+
+
+def refuse_queued(session: Session, ids: list[int], reason: str) -> list[int]:
+    """Cancel those of these jobs still QUEUED (locked, in id order), each with its event and a wake-up of
+    its queue; the ids cancelled."""
+    jobs = list(session.scalars(select(Job).where(Job.id.in_(ids), Job.state == QUEUED).order_by(Job.id)
+                                .with_for_update()))
+    for job in jobs:
+        queue = job.queue
+        transition(session, job, states.CANCELLED, reason)
+        notify(session, WAKE_CHANNEL, queue)
+    return [job.id for job in jobs]
 
 
 def lock_for_reports(session: Session, ids: list[int]) -> list[tuple]:

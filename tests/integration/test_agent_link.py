@@ -155,6 +155,59 @@ def test_commands_are_resent_until_acked_and_never_after(dispatcher):
     third.close()
 
 
+def test_a_dispatch_not_yet_sent_when_its_job_is_cancelled_is_never_sent(dispatcher):
+    """Cancelled right after submit, before its agent got the dispatch: the agent gets the cancel alone, and
+    creates no pods after the cancel."""
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    agent.next("welcome")
+    agent.close()  # it reported room and went away: alpha takes jobs for a few seconds more
+    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
+    wait_for(lambda: dispatcher.client.get(job_id)["state"] == "DISPATCHED")
+    dispatcher.client.cancel([job_id])
+    back = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    command = back.next("command")
+    assert command.WhichOneof("kind") == "cancel" and command.cancel.job_id == job_id, command
+    with pytest.raises(queue.Empty):
+        back.next("command", timeout=1.0)
+    back.close()
+
+
+def test_an_impossible_job_is_accepted_while_a_cluster_has_not_reported_and_refused_once_all_have(db_url):
+    from dispatcher.store import clusters as cluster_store
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", schedule=False,  # no cycle rewrites the reason
+                                  database=DatabaseSettings(url=db_url))).start()
+    with d.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        admin = tokens.create(session, "admin", "admin")
+        agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in ("alpha", "beta")}
+    client = Client(ClientConfig(d.address, admin, timeout_s=10))
+    try:
+        alpha = ScriptedAgent(d.address, agent_tokens["alpha"], "alpha")  # 8 cpu
+        alpha.next("welcome")
+        [job_id] = client.submit([job_doc(cpu="100")])  # beta has not reported: it might fit there
+        reason = client.get(job_id)["reason"]
+        assert reason.startswith("no cluster that has reported could ever run it: alpha: ") and \
+            reason.endswith("; refused unless beta, which has not reported yet, can"), reason
+        [small] = client.submit([job_doc(cpu="1")])
+        many = client.submit([job_doc(cpu="100") for _ in range(120)])  # written by COPY: the same reasons
+        assert {client.get(i)["reason"] for i in many[::40]} == {reason}
+        beta = ScriptedAgent(d.address, agent_tokens["beta"], "beta")  # 8 cpu too
+        beta.next("welcome")
+        job = wait_for(lambda: (j := client.get(job_id))["state"] == "CANCELLED" and j)
+        assert job["reason"].startswith("refused once every cluster had reported: no cluster could ever run it: "), \
+            job
+        assert client.get(small)["state"] == "QUEUED"
+        assert {client.get(i)["state"] for i in many[::20]} == {"CANCELLED"}
+        with pytest.raises(ClientError) as err:  # as a submit is refused now
+            client.submit([job_doc(cpu="100")])
+        assert "no cluster could ever run it" in err.value.message
+        alpha.close()
+        beta.close()
+    finally:
+        client.close()
+        d.stop()
+
+
 def test_stale_attempts_are_fenced_off(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     job_id, _ = dispatched_job(dispatcher, agent)
