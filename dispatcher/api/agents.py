@@ -140,13 +140,14 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             channels.notify(session, channels.WAKE_CHANNEL)
-        if first_report:
-            self._refuse_impossible(hello.cluster)
+        if first_report:  # a scan of the queued jobs: off the hello's path
+            threading.Thread(target=self._refuse_impossible, args=(hello.cluster,), name="refuse-impossible",
+                             daemon=True).start()
         return hello.cluster, acked, document, hello.reads_batches
 
     def _refuse_impossible(self, cluster: str) -> None:
         """A cluster's first report may make every cluster known: the jobs accepted while it was not, and
-        that none can run, are refused. In a transaction of its own; a failure is logged, the hello stands."""
+        that none can run, are refused, in a transaction of its own; a failure is logged."""
         try:
             with self._sessions.begin() as session:
                 refused = submitting.refuse_impossible(session)
