@@ -109,7 +109,7 @@ class Scheduler:
                 pruned = outbox_store.prune(session, self._settings.outbox_retention_s,
                                             self._settings.outbox_prune_limit)
                 keys = submit_keys.prune(session, self._settings.submit_key_retention_s,
-                                         self._settings.outbox_prune_limit)
+                                         self._settings.submit_key_prune_limit)
             if pruned or keys:
                 log.info("outbox pruned", extra={"commands": pruned, "submit_keys": keys})
         except Exception:
