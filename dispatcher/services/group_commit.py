@@ -179,13 +179,12 @@ class Submitter:
             t.answer(ids=[next(it) for _ in t.rows])
         return True
 
-
     def _replay(self, ticket: _Ticket) -> None:
         """Answer a submit whose key its user committed with before: that submit's ids, if its documents
         were the same."""
         with self._sessions() as session:
             found = submit_keys.find(session, ticket.principal.subject, ticket.key)
-        if found is None:  # pruned since: too old to be this submit's retry
+        if found is None:  # pruned in between: past its retention
             ticket.answer(error=Conflict(f"submit: idempotency key {ticket.key!r} is in use; retry"))
         elif found[0] != ticket.digest:
             ticket.answer(error=Conflict(f"submit: idempotency key {ticket.key!r} was used for other documents; "
