@@ -187,7 +187,7 @@ class SubmitKey(Base):
     ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
     created_at: Mapped[datetime] = _now()
 
-    __table_args__ = (Index("ix_submit_keys_created_at", "created_at"),)
+    __table_args__ = (Index("ix_submit_keys_created_at", "created_at", postgresql_using="brin"),)
 
 
 class BurstPolicy(Base):

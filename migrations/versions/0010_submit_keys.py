@@ -24,7 +24,7 @@ def upgrade() -> None:
         sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
         sa.PrimaryKeyConstraint('subject', 'key', name='submit_keys_pkey'),
     )
-    op.create_index('ix_submit_keys_created_at', 'submit_keys', ['created_at'])
+    op.create_index('ix_submit_keys_created_at', 'submit_keys', ['created_at'], postgresql_using='brin')
 
 
 def downgrade() -> None:
