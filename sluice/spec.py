@@ -321,10 +321,10 @@ def _plain_pod_sets(value: object, owned: bool) -> tuple[PodSet, ...] | None:
         requests = _plain_requests(template.get("spec"))
         if requests is None:
             return None
-        if _sim_annotations(template) is not None:
-            try:
-                _check_sim_annotations(template, "")
-            except SpecError:
+        if (annotations := _sim_annotations(template)) is not None:
+            values = (annotations.get(SIM_EXIT_CODE_KEY), annotations.get(SIM_DURATION_KEY))
+            if type(values[0]) not in (str, type(None)) or type(values[1]) not in (str, type(None)) or (
+                    values not in _SIM_VALUES and not _passes(_SIM_VALUES, _check_sim_values, values)):
                 return None  # the full checks word the error
         names.add(name)
         pods += count
@@ -398,6 +398,7 @@ _PLACEMENT_SET = frozenset(_PLACEMENT_FIELDS)
 _NAMES: set[str] = set()  # passed v.name
 _DNS_LABELS: set[str] = set()  # passed v.dns_label
 _LABEL_KEYS: set[str] = set()  # passed v.label_key
+_SIM_VALUES: set[tuple] = set()  # (exit code, duration) annotations that passed _check_sim_annotations
 
 
 # Kubernetes Job fields whose behaviour Sluice cannot give, refused rather than dropped (docs/api.md).
@@ -514,6 +515,13 @@ def _sim_annotations(template: dict) -> dict | None:
                                          and SIM_DURATION_KEY not in annotations):
         return None
     return annotations
+
+
+def _check_sim_values(values: tuple, path: str) -> None:
+    exit_code, duration = values
+    _check_sim_annotations({"metadata": {"annotations": {
+        **({} if exit_code is None else {SIM_EXIT_CODE_KEY: exit_code}),
+        **({} if duration is None else {SIM_DURATION_KEY: duration})}}}, path)
 
 
 def _check_sim_annotations(template: dict, path: str) -> None:
