@@ -9,12 +9,13 @@ and each new dial goes to the next address after the one that failed or whose li
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -51,7 +52,7 @@ def dispatcher_addresses(value: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in text.split(",") if a.strip()) or (value,)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class AgentSettings:
     cluster: str
     # host:port, or several replicas' host:port,host:port,...: tried in turn, moving to the next on a
@@ -70,11 +71,30 @@ class AgentSettings:
         return dispatcher_addresses(self.dispatcher)
 
 
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_LATEST_AT = 253402300799.0  # 9999-12-31T23:59:59Z, the last second a protobuf Timestamp holds
+
+
 def _status_message(status: AttemptStatus) -> agents_pb2.AttemptStatus:
+    """The report as its message. A status holding what the message cannot carry (an exit code past int32,
+    a time out of the Timestamp's range, a reason that is not UTF-8) is fitted to it, with a log line: one
+    such report must not fail every hello that replays it, nor stall the reports queued behind it."""
+    status = _fitted(status)
     at = Timestamp()
     at.FromNanoseconds(int(status.at * 1e9))
     return agents_pb2.AttemptStatus(job_id=status.job_id, attempt=status.attempt, state=status.state,
                                     reason=status.reason, exit_code=status.exit_code, at=at)
+
+
+def _fitted(status: AttemptStatus) -> AttemptStatus:
+    exit_code = min(max(status.exit_code, _INT32[0]), _INT32[1])
+    at = status.at if math.isfinite(status.at) and 0 <= status.at <= _LATEST_AT else 0.0  # 0: not said
+    reason = status.reason.encode("utf-8", "replace").decode("utf-8")
+    if (exit_code, at, reason) == (status.exit_code, status.at, status.reason):
+        return status
+    log.warning("status fixed to fit its message", extra={
+        "job_id": status.job_id, "attempt": status.attempt, "exit_code": status.exit_code, "at": status.at})
+    return dataclasses.replace(status, exit_code=exit_code, at=at, reason=reason)
 
 
 def _capacity_message(report: CapacityReport, applied_through: int) -> agents_pb2.Capacity:

@@ -9,6 +9,7 @@ import json
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 
 import grpc
@@ -20,7 +21,10 @@ from sluice.spec import JobSpec
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from sluice.wire import STREAM_MARK
 
-SUBMIT_BATCH = 1000
+SUBMIT_BATCH = 1000  # documents per request; a larger submit goes as several requests of one submit
+MAX_SUBMIT = 100_000  # documents in one submit (the dispatcher's limit: it holds a submit's parts in memory)
+MAX_CALL = 10_000  # documents one Submit call may carry (the dispatcher's limit per request)
+RETRY_WAITS_S = (0.2, 0.5, 1.0, 2.0, 4.0)  # before each retry of a submit that met UNAVAILABLE
 STREAM_S = 60.0  # how long a submit stream takes requests; it lives timeout_s longer, so none meets its end
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -235,15 +239,48 @@ class Client:
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
 
-    def submit(self, jobs: Iterable[JobSpec | dict]) -> list[int]:
-        """Submit jobs in batches; each batch is committed before its ids come back."""
+    def submit(self, jobs: Iterable[JobSpec | dict], *, key: str | None = None) -> list[int]:
+        """Submit jobs, all or none: their ids, in order, once every one is committed. An error naming a
+        document gives its place among `jobs` (document 1,500).
+
+        Every submit carries an idempotency key (`key`, else a new one): after UNAVAILABLE, when the
+        dispatcher may or may not have committed it, the submit is sent again with the same key, and a
+        dispatcher that committed it answers the same ids and creates nothing. The dispatcher keeps keys
+        a day, per user."""
         # Compact JSON: fewer bytes to send and for the server to decode. The documents are only serialised
         # here, so a JobSpec's pod templates need no copies.
         docs = [_encode(j.to_document(share_templates=True) if isinstance(j, JobSpec) else j) for j in jobs]
-        ids: list[int] = []
-        for start in range(0, len(docs), SUBMIT_BATCH):
-            ids.extend(self._submit(jobs_pb2.SubmitRequest(specs_json=docs[start:start + SUBMIT_BATCH])).ids)
-        return ids
+        if len(docs) > MAX_SUBMIT:
+            raise ClientError("INVALID_ARGUMENT", f"submit: {len(docs):,} jobs, at most {MAX_SUBMIT:,} in one "
+                                                  f"submit; split the file")
+        key = key or uuid.uuid4().hex
+        for wait in (*RETRY_WAITS_S, None):
+            try:
+                return list(self._submit_whole(docs, key).ids)
+            except ClientError as exc:
+                if exc.code != "UNAVAILABLE" or wait is None:
+                    raise
+            time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _submit_whole(self, docs: list[str], key: str) -> jobs_pb2.SubmitResponse:
+        """One try at a submit: one request when it is small; else its parts on one stream, the last
+        committing them all; without a stream, one call carrying all when the dispatcher takes that many."""
+        if len(docs) <= SUBMIT_BATCH:
+            return self._submit(jobs_pb2.SubmitRequest(specs_json=docs, idempotency_key=key))
+        parts = [docs[start:start + SUBMIT_BATCH] for start in range(0, len(docs), SUBMIT_BATCH)]
+        with self._stream_lock:
+            stream = self._open_stream(time.monotonic() + self.config.timeout_s)
+            if stream is not None:
+                for n, part in enumerate(parts, 1):
+                    reply = stream.call(jobs_pb2.SubmitRequest(specs_json=part, idempotency_key=key,
+                                                               more=n < len(parts)),
+                                        time.monotonic() + self.config.timeout_s)
+                return reply
+        if len(docs) <= MAX_CALL:
+            return self._call(self._jobs.Submit, jobs_pb2.SubmitRequest(specs_json=docs, idempotency_key=key))
+        raise ClientError("RESOURCE_EXHAUSTED", f"submit: {len(docs):,} jobs go as one submit on a submit stream, "
+                                                f"and the dispatcher has none free; try again")
 
     def _submit(self, request: jobs_pb2.SubmitRequest) -> jobs_pb2.SubmitResponse:
         """One Submit request: on this client's stream when it has one free (a stream message costs the

@@ -232,7 +232,8 @@ class ClusterObject(_Kind, kind="Cluster",
         )
 
 
-PROMETHEUS_QUERIES = ("allocatable", "unschedulable", "not_ready", "requests", "pods", "sample_time")
+PROMETHEUS_QUERIES = ("allocatable", "unschedulable", "not_ready", "requests", "pods", "sample_time",
+                      "scraped_time")
 
 
 def _prometheus(value: object, path: str) -> dict:

@@ -45,6 +45,11 @@ KUBERNETES_POD_SET = "job"
 QUEUE_ANNOTATION = "sluice.io/queue"
 SERVICE_CLASS_ANNOTATION = "sluice.io/service-class"
 PRIORITY_ANNOTATION = "sluice.io/priority"
+# Annotation keys the sim backend reads from a pod template, checked at submit so no job carries one it
+# cannot use: how long each pod runs (a duration) and the exit code it ends with.
+SIM_DURATION_KEY = "sluice.io/sim-duration"
+SIM_EXIT_CODE_KEY = "sluice.io/sim-exit-code"
+MAX_EXIT_CODE = 255
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_FIELDS = ("name", "labels")
@@ -387,6 +392,11 @@ def _plain_pod_sets(value: object, owned: bool) -> tuple[PodSet, ...] | None:
         requests = _plain_requests(template.get("spec"))
         if requests is None:
             return None
+        if (annotations := _sim_annotations(template)) is not None:
+            values = (annotations.get(SIM_EXIT_CODE_KEY), annotations.get(SIM_DURATION_KEY))
+            if type(values[0]) not in (str, type(None)) or type(values[1]) not in (str, type(None)) or (
+                    values not in _SIM_VALUES and not _passes(_SIM_VALUES, _check_sim_values, values)):
+                return None  # the full checks word the error
         names.add(name)
         pods += count
         pod_sets.append(_new(PodSet, name=name, count=count, template=template if owned else json_copy(template),
@@ -459,6 +469,7 @@ _PLACEMENT_SET = frozenset(_PLACEMENT_FIELDS)
 _NAMES: set[str] = set()  # passed v.name
 _DNS_LABELS: set[str] = set()  # passed v.dns_label
 _LABEL_KEYS: set[str] = set()  # passed v.label_key
+_SIM_VALUES: set[tuple] = set()  # (exit code, duration) annotations that passed _check_sim_annotations
 
 
 # Kubernetes Job fields whose behaviour Sluice cannot give, refused rather than dropped (docs/api.md).
@@ -553,8 +564,49 @@ def _pod_sets(value: object, path: str, owned: bool = False) -> tuple[PodSet, ..
 
 
 def _pod_set(name: str, count: int, template: dict, path: str, owned: bool = False) -> PodSet:
+    _check_sim_annotations(template, path)
     return PodSet(name=name, count=count, template=template if owned else json_copy(template),
                   requests=pod_requests(template, path))
+
+
+def sim_exit_code(value: object) -> int:
+    """The exit code `sluice.io/sim-exit-code` asks for: an integer from 0 to MAX_EXIT_CODE (a string, as
+    annotations are, or an integer); raises ValueError saying what it must be."""
+    text = str(value).strip() if type(value) in (str, int) else ""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_EXIT_CODE:
+        raise ValueError(f"must be an integer from 0 to {MAX_EXIT_CODE}, got {value!r}")
+    return int(text)
+
+
+def _sim_annotations(template: dict) -> dict | None:
+    """The template's annotations when it has any the sim backend reads, else None."""
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if type(metadata) is dict else None
+    if type(annotations) is not dict or (SIM_EXIT_CODE_KEY not in annotations
+                                         and SIM_DURATION_KEY not in annotations):
+        return None
+    return annotations
+
+
+def _check_sim_values(values: tuple, path: str) -> None:
+    exit_code, duration = values
+    _check_sim_annotations({"metadata": {"annotations": {
+        **({} if exit_code is None else {SIM_EXIT_CODE_KEY: exit_code}),
+        **({} if duration is None else {SIM_DURATION_KEY: duration})}}}, path)
+
+
+def _check_sim_annotations(template: dict, path: str) -> None:
+    annotations = _sim_annotations(template)
+    if annotations is None:
+        return
+    where = f"{path}.metadata.annotations"
+    if SIM_EXIT_CODE_KEY in annotations:
+        try:
+            sim_exit_code(annotations[SIM_EXIT_CODE_KEY])
+        except ValueError as exc:
+            raise SpecError(f"{where}[{SIM_EXIT_CODE_KEY}]", str(exc)) from None
+    if SIM_DURATION_KEY in annotations:
+        v.duration(annotations[SIM_DURATION_KEY], f"{where}[{SIM_DURATION_KEY}]")
 
 
 def _placement(value: object, path: str) -> Placement:

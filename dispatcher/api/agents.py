@@ -21,6 +21,7 @@ from dispatcher.api.errors import translated
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
+from dispatcher.services import submitting
 from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import outbox as outbox_store
@@ -146,7 +147,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
         now = datetime.now(UTC)
         with self._sessions.begin() as session:
-            document = dict(cluster_store.get_cluster(session, hello.cluster).spec or {})
+            row = cluster_store.get_cluster(session, hello.cluster)
+            document, first_report = dict(row.spec or {}), row.capacity is None
             acked = outbox_store.acked_through(session, hello.cluster)
             # A new agent process reports from scratch: everything it acked before is in its report.
             cluster_store.record_capacity(session, hello.cluster, capacity_document(hello.capacity),
@@ -156,7 +158,21 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             channels.notify(session, channels.WAKE_CHANNEL)
+        if first_report:  # a scan of the queued jobs: off the hello's path
+            threading.Thread(target=self._refuse_impossible, args=(hello.cluster,), name="refuse-impossible",
+                             daemon=True).start()
         return who, hello.cluster, acked, document, hello.reads_batches
+
+    def _refuse_impossible(self, cluster: str) -> None:
+        """A cluster's first report may make every cluster known: the jobs accepted while it was not, and
+        that none can run, are refused, in a transaction of its own; a failure is logged."""
+        try:
+            with self._sessions.begin() as session:
+                refused = submitting.refuse_impossible(session)
+            if refused:
+                log.info("jobs no cluster could ever run refused", extra={"cluster": cluster, "jobs": len(refused)})
+        except Exception:
+            log.exception("refusing jobs no cluster could ever run failed", extra={"cluster": cluster})
 
     def _still_allowed(self, link: _Link) -> DispatcherError | None:
         """None while the link's token holds (as the cache knows it); else the error that ends the link."""

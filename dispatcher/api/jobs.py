@@ -51,14 +51,20 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     @translated
     def Submit(self, request, context):
         who = self._auth.require(context, *READERS)
-        ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
-        return jobs_pb2.SubmitResponse(ids=ids)  # acknowledged only after the commit that wrote them
+        if request.more:
+            raise InvalidRequest("more: a Submit call is a whole submit; send its parts on SubmitStream")
+        whole = self._submitter.whole(request.idempotency_key)
+        whole.add(list(request.specs_json), more=False)
+        done = self._submitter.submit_whole(who, whole)
+        return jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)  # only after the commit wrote them
 
     @translated
     def SubmitStream(self, request_iterator, context):
         """Submit, one request after another on one stream. Each request is authenticated as a Submit call
         is (a revoked token is refused within the same few seconds) and answered as Submit answers it; a
-        refused one ends the stream with its error. A message costs the server less than a call, but each
+        refused one ends the stream with its error. A submit may come in several requests (`more`): each but
+        the last is answered, with no ids, once parsed, and the last commits them all. A message costs the
+        server less than a call, but each
         open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and
         one more is refused at once, before its headers and before reading anything, so that its client
         sends the request by Submit instead."""
@@ -75,11 +81,20 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             release()
         self._auth.require(context, *READERS)
         context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
+        whole = None  # the submit under way
         for request in request_iterator:
             check_request(request)
             who = self._auth.require(context, *READERS)
-            ids = self._submitter.submit(who, self._submitter.parse(list(request.specs_json)))
-            yield jobs_pb2.SubmitResponse(ids=ids)
+            if whole is None:
+                whole = self._submitter.whole(request.idempotency_key)
+            elif request.idempotency_key != whole.key:
+                raise InvalidRequest("idempotency_key: every request of a submit carries the same key")
+            whole.add(list(request.specs_json), more=request.more)
+            if request.more:
+                yield jobs_pb2.SubmitResponse()
+                continue
+            done, whole = self._submitter.submit_whole(who, whole), None
+            yield jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)
 
     @translated
     def Get(self, request, context):

@@ -37,6 +37,9 @@ QUERIES = {
                  '(max by (namespace, pod) (kube_pod_status_phase{{{sel}, phase=~"Pending|Running"}}) == 1)'),
     "pods": 'kube_pod_labels{{{sel}, label_sluice_io_job_id!=""}}',
     "sample_time": 'max(timestamp(kube_node_status_allocatable{{{sel}}}))',
+    # Without any allocatable series (a cluster of no nodes: an elastic one at zero): the latest scrape of
+    # its kube-state-metrics that succeeded, which then reads as zero capacity.
+    "scraped_time": 'max(timestamp(up{{{sel}}} == 1))',
 }
 
 
@@ -139,14 +142,17 @@ def read(settings: PrometheusSettings) -> Reading:
     try:
         stamps = client.custom_query(settings.query("sample_time"))
         if not stamps:
-            raise PrometheusError(f"{settings.url}: no kube_node_status_allocatable series for "
-                                  f"{settings.selector or 'it'}")
+            scraped = client.custom_query(settings.query("scraped_time"))
+            if not scraped:
+                raise PrometheusError(f"{settings.url}: no kube_node_status_allocatable series for "
+                                      f"{settings.selector or 'it'}, nor a kube-state-metrics scrape that is up")
+            return compute([], [], [], [], [], datetime.fromtimestamp(float(scraped[0]["value"][1]), UTC))
         # Every other query is evaluated at the time of that latest sample, so all of them read one
         # and the same scrape: evaluated at "now" one by one, a scrape landing between two queries
         # would show an attempt's pods in `pods` but not yet in `requests`, counting it zero times.
         at = stamps[0]["value"][1]
         results = {name: client.custom_query(settings.query(name), params={"time": at})
-                   for name in QUERIES if name != "sample_time"}
+                   for name in QUERIES if name not in ("sample_time", "scraped_time")}
     except PrometheusError:
         raise
     except Exception as exc:  # requests' and the client's own errors alike: this reading fails

@@ -21,7 +21,7 @@ from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
-from dispatcher.store import channels
+from dispatcher.store import channels, submit_keys
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.leader import LeaderLock
 from dispatcher.store.listening import Notifier
@@ -110,13 +110,16 @@ class Scheduler:
                 self._stop.wait(1.0)
 
     def _prune_outbox(self) -> None:
-        """Between cycles, in a short transaction of its own; a failure is logged and tried again later."""
+        """Between cycles, in a short transaction of its own (the outbox's commands, then old submit keys);
+        a failure is logged and tried again later."""
         try:
             with self._sessions.begin() as session:
                 pruned = outbox_store.prune(session, self._settings.outbox_retention_s,
                                             self._settings.outbox_prune_limit)
-            if pruned:
-                log.info("outbox pruned", extra={"commands": pruned})
+                keys = submit_keys.prune(session, self._settings.submit_key_retention_s,
+                                         self._settings.submit_key_prune_limit)
+            if pruned or keys:
+                log.info("outbox pruned", extra={"commands": pruned, "submit_keys": keys})
         except StoreUnavailable:
             raise  # the cycle's own store is gone too: the loop waits for it
         except Exception:

@@ -30,5 +30,10 @@ class SchedulerSettings:
     outbox_retention_s: float = 3600.0
     outbox_prune_interval_s: float = 60.0
     outbox_prune_limit: int = 10_000
+    # Submit idempotency keys (store.submit_keys) are kept this long, far past any client's retries (a
+    # client retries for seconds; `sluice submit --idempotency-key` may be run again later), and pruned
+    # with the outbox, up to submit_key_prune_limit each time (one key per submit: as many as jobs, at worst).
+    submit_key_retention_s: float = 86_400.0
+    submit_key_prune_limit: int = 100_000
 
 

@@ -163,13 +163,23 @@ def create_token(session: Session, actor: str, role: str, subject: str, cluster:
     if not 0 <= expires_s <= MAX_EXPIRES_S:
         raise InvalidRequest(f"expires_seconds: must be from 0 (never) to {MAX_EXPIRES_S} (100 years)")
     if cluster:
-        cluster_store.get_cluster(session, cluster)
+        require_cluster(session, cluster)
     expires_at = now + timedelta(seconds=expires_s) if expires_s else None
     token_id, secret = tokens.issue(session, role, subject, cluster or None, expires_at)
     _record(session, actor, "create", "Token", str(token_id), {
         "role": role, "subject": subject, "cluster": cluster or None,
         "expiresAt": expires_at.isoformat() if expires_at else None})
     return token_id, secret
+
+
+def require_cluster(session: Session, cluster: str) -> None:
+    """The cluster an agent token is to be bound to exists; else NotFound naming the commands that define one."""
+    try:
+        cluster_store.get_cluster(session, cluster)
+    except NotFound as exc:
+        raise NotFound(f"cluster {cluster!r} not found: an agent token is bound to a defined cluster; define it "
+                       f"first with `sluice admin apply -f FILE` (a Cluster object) or `sluice up --config FILE`") \
+            from exc
 
 
 def revoke_token(session: Session, actor: str, token_id: int) -> tuple[ApiToken, bool]:

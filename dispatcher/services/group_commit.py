@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from dispatcher.errors import DispatcherError
-from dispatcher.services.submitting import SubmitConfig, parse
-from dispatcher.store import database, lifecycle
+from dispatcher.errors import Conflict, DispatcherError
+from dispatcher.services.submitting import SubmitConfig, Whole, parse
+from dispatcher.store import database, lifecycle, submit_keys
 from dispatcher.store.database import Sessions
 from dispatcher.store.tokens import Principal
 from sluice.spec import JobSpec
@@ -25,6 +26,14 @@ WRITES = 2  # write transactions under way at once: one's rows go to Postgres wh
 # Jobs in a write from which it hands on before its insert (see Submitter._write): the writes that go by
 # COPY, which draw their ids before it, so the groups' ids still follow their order.
 HAND_ON_EARLY_FROM = lifecycle.COPY_FROM
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A submit's answer: its jobs' ids; replayed: they are an earlier submit's with the same key."""
+
+    ids: list[int]
+    replayed: bool = False
 
 
 class Submitter:
@@ -51,13 +60,24 @@ class Submitter:
         self._parsing = threading.Lock()
         self._writes = threading.BoundedSemaphore(WRITES)
 
-    def parse(self, specs_json: list[str]) -> list[JobSpec]:
+    def parse(self, specs_json: list[str], **numbering) -> list[JobSpec]:
         """`parse`, one call at a time."""
         with self._parsing:
-            return parse(specs_json)
+            return parse(specs_json, **numbering)
+
+    def whole(self, key: str) -> Whole:
+        """A submit to gather from its requests, parsed one call at a time."""
+        return Whole(key, self.parse)
+
+    def submit_whole(self, principal: Principal, whole: Whole) -> Submitted:
+        """Write a gathered submit with its idempotency key: a key its user committed with before answers
+        that submit's ids and writes nothing."""
+        return self._submit(_Ticket(principal, whole.specs(), whole.key, whole.digest))
 
     def submit(self, principal: Principal, specs: list[JobSpec]) -> list[int]:
-        ticket = _Ticket(principal, specs)
+        return self._submit(_Ticket(principal, specs)).ids
+
+    def _submit(self, ticket: _Ticket) -> Submitted:
         with self._lock:
             self._queued.append(ticket)
             leads = not self._writing
@@ -80,7 +100,7 @@ class Submitter:
                     hand_on()
                     if not self._queued:  # no write follows at once: the kept connection goes back to the pool
                         self._kept.release_if_idle()
-        return ticket.result()
+        return ticket.submitted()
 
     def _hand_on(self) -> None:
         """The next write may begin: the first call still queued leads it, else no write is under way."""
@@ -101,7 +121,7 @@ class Submitter:
                 config = SubmitConfig.read(session, {s.queue for t in group for s in t.specs},
                                       self._config.seen if self._config else None)
                 self._config = config
-                rows = []
+                rows: list[lifecycle.NewJob] = []
                 for t in group:
                     try:
                         t.rows = config.rows(t.principal, t.specs)
@@ -110,13 +130,16 @@ class Submitter:
                         t.answer(error=exc)
                 if hand_on is not None and len(rows) >= HAND_ON_EARLY_FROM:
                     hand_on()  # a long insert: the next group validates meanwhile
-                ids = iter(lifecycle.submit(session, rows))
+                ids = iter(lifecycle.submit(session, rows, keys=_keys(t for t in group if not t.answered)))
             for t in group:
                 if not t.answered:
                     t.answer(ids=[next(ids) for _ in t.rows])
         except Exception as exc:
             if len(group) == 1:
-                group[0].answer(error=exc)
+                if isinstance(exc, submit_keys.KeyUsed):
+                    self._replay(group[0])
+                else:
+                    group[0].answer(error=exc)
                 return
             for t in group:  # one call's trouble must not fail the others: each alone, with its own error
                 if not t.answered:
@@ -147,7 +170,8 @@ class Submitter:
             return False
         config.forget_if_large()
         with self._kept as connection:
-            ids = lifecycle.submit_if_unchanged(connection, [row for t in group for row in t.rows], config.seen[0])
+            ids = lifecycle.submit_if_unchanged(connection, [row for t in group for row in t.rows], config.seen[0],
+                                                keys=_keys(group))
         if ids is None:
             return False
         it = iter(ids)
@@ -155,21 +179,50 @@ class Submitter:
             t.answer(ids=[next(it) for _ in t.rows])
         return True
 
+    def _replay(self, ticket: _Ticket) -> None:
+        """Answer a submit whose key its user committed with before: that submit's ids, if its documents
+        were the same."""
+        with self._sessions() as session:
+            found = submit_keys.find(session, ticket.principal.subject, ticket.key)
+        if found is None:  # pruned in between: past its retention
+            ticket.answer(error=Conflict(f"submit: idempotency key {ticket.key!r} is in use; retry"))
+        elif found[0] != ticket.digest:
+            ticket.answer(error=Conflict(f"submit: idempotency key {ticket.key!r} was used for other documents; "
+                                         f"give each submit a key of its own"))
+        else:
+            ticket.answer(ids=found[1], replayed=True)
+
+
+def _keys(tickets) -> list[submit_keys.NewKey]:
+    """The idempotency keys of the tickets whose rows a write inserts, in that order."""
+    keys, after = [], 0
+    for t in tickets:
+        if t.key:
+            keys.append(submit_keys.NewKey(t.principal.subject, t.key, t.digest, after, len(t.rows)))
+        after += len(t.rows)
+    return keys
+
 
 class _Ticket:
-    def __init__(self, principal: Principal, specs: list[JobSpec]):
+    def __init__(self, principal: Principal, specs: list[JobSpec], key: str = "", digest: str = ""):
         self.principal, self.specs = principal, specs
+        self.key, self.digest = key, digest
         self.rows: list[lifecycle.NewJob] = []
         self.turn = threading.Event()
         self.answered = False
         self._ids: list[int] = []
+        self._replayed = False
         self._error: BaseException | None = None
 
-    def answer(self, *, ids: list[int] | None = None, error: BaseException | None = None) -> None:
-        self._ids, self._error, self.answered = ids or [], error, True
+    def answer(self, *, ids: list[int] | None = None, error: BaseException | None = None,
+               replayed: bool = False) -> None:
+        self._ids, self._error, self._replayed, self.answered = ids or [], error, replayed, True
         self.turn.set()
 
     def result(self) -> list[int]:
+        return self.submitted().ids
+
+    def submitted(self) -> Submitted:
         if self._error is not None:
             raise self._error
-        return self._ids
+        return Submitted(self._ids, self._replayed)

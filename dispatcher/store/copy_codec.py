@@ -45,7 +45,7 @@ _json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> bytes:
-    """The jobs' rows (JOB_COLUMNS) in binary COPY format, each in `state` with `reason`."""
+    """The jobs' rows (JOB_COLUMNS) in binary COPY format, each in `state` with `reason` (or its own)."""
     texts: dict[str | None, bytes] = {None: _NULL}
     values: dict[int, bytes] = {}  # by id(): the small documents jobs of one batch share (submitting interns them)
 
@@ -63,7 +63,7 @@ def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> 
             field = values[id(value)] = _length(len(data) + 1) + b"\x01" + data
         return field
 
-    tail = text_field(state) + text_field(reason)
+    state_field, tail = text_field(state), text_field(state) + text_field(reason)
     out = [COPY_HEADER]
     for job_id, j in zip(ids, jobs):
         spec = dumps(j.spec)
@@ -72,7 +72,8 @@ def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> 
             text_field(j.service_class), _int4(4, j.class_priority), _int4(4, j.priority), _int4(4, j.max_retries),
             _length(len(spec) + 1), b"\x01", spec, jsonb_field(j.requests), jsonb_field(j.largest_pod),
             jsonb_field(j.placement), jsonb_field(j.labels), text_field(j.submitted_by),
-            _NULL if j.pods is None else jsonb_field(j.pods), tail)))
+            _NULL if j.pods is None else jsonb_field(j.pods),
+            tail if j.reason is None else state_field + text_field(j.reason))))
     out.append(COPY_TRAILER)
     return b"".join(out)
 

@@ -102,3 +102,10 @@ def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
 def active_on_cluster(session: Session, cluster: str) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
 
+
+
+def queued_shapes(session: Session) -> list[tuple[dict, dict, dict, list[int]]]:
+    """(requests, largest pod, placement, ids) of the queued jobs, one row per distinct shape and placement."""
+    return [tuple(row) for row in named(
+        session, f"""SELECT requests, largest_pod, placement, array_agg(id ORDER BY id) FROM jobs
+                     WHERE state = '{states.QUEUED}' GROUP BY requests, largest_pod, placement""")]

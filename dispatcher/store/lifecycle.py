@@ -9,19 +9,20 @@ flush, never commit (except `dispatch(commit=True)`, on the caller's word).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from sqlalchemy import func, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import Conflict, Unauthenticated
 from dispatcher.policy import states
 from dispatcher.policy.states import DISPATCHED, QUEUED, RUNNING
-from dispatcher.store import copy_codec, tokens
+from dispatcher.store import copy_codec, submit_keys, tokens
 from dispatcher.store.channels import (
     EVENTS_CHANNEL,
     NOTIFY_SQL,
@@ -53,13 +54,17 @@ class NewJob:
     labels: dict
     submitted_by: str
     pods: list | None = None  # [[count, per-pod requests], ...] per pod set; None for a job of one pod
+    reason: str | None = None  # its reason when not SUBMITTED (what submit found worth saying)
 
 
 COPY_FROM = 100  # jobs in one write from which they go by binary COPY; fewer go in one statement
 
 
-def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM) -> list[int]:
-    """Insert queued jobs with their first event; returns their ids, in order.
+def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM,
+           keys: list[submit_keys.NewKey] = ()) -> list[int]:
+    """Insert queued jobs with their first event, and the idempotency keys of the submits they came in;
+    returns their ids, in order. Raises submit_keys.KeyUsed, having written nothing the caller may commit,
+    when a key was used before.
 
     The ids are drawn from the jobs' identity sequence in the given order, so the jobs of one call keep
     it, and each job's `submitted` event takes its id in the same order. Both ways below write the same
@@ -68,33 +73,49 @@ def submit(session: Session, jobs: list[NewJob], *, copy_from: int = COPY_FROM) 
     if not jobs:
         return []
     if len(jobs) < copy_from:
-        return _insert(session, jobs)
-    return _copy(session, jobs)
+        return _insert(session, jobs, keys)
+    return _copy(session, jobs, keys)
 
 
-def _insert(session: Session, jobs: list[NewJob]) -> list[int]:
+def _insert(session: Session, jobs: list[NewJob], keys: list[submit_keys.NewKey]) -> list[int]:
     """One statement (one round trip), from one JSON array: for a few jobs, where COPY's four extra round
     trips would cost more than it saves."""
-    return [row[0] for row in driver(session).execute(_inserting(False), _insert_params(jobs))]
+    with _keys_checked():
+        return [row[0] for row in driver(session).execute(_inserting(False), _insert_params(jobs, keys))]
 
 
-def submit_if_unchanged(connection: psycopg.Connection, jobs: list[NewJob], version: int) -> list[int] | None:
+def submit_if_unchanged(connection: psycopg.Connection, jobs: list[NewJob], version: int,
+                        keys: list[submit_keys.NewKey] = ()) -> list[int] | None:
     """Insert a few queued jobs as `submit` does, in one statement that is its own transaction on an
     autocommit psycopg `connection` (one round trip in all, no BEGIN or COMMIT), but only if the version of
     the classes, queues and clusters (submit_config, kept by triggers) is still `version` in that
     statement's snapshot. None, and nothing written or notified, if it is not."""
-    return [row[0] for row in connection.execute(_inserting(True), {"version": version, **_insert_params(jobs)})] \
-        or None
+    with _keys_checked():
+        return [row[0] for row in connection.execute(_inserting(True),
+                                                     {"version": version, **_insert_params(jobs, keys)})] or None
 
 
-def _insert_params(jobs: list[NewJob]) -> dict:
+@contextlib.contextmanager
+def _keys_checked():
+    """A key used before fails the insert on submit_keys' primary key: raised as submit_keys.KeyUsed."""
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        if submit_keys.is_key_conflict(exc):
+            raise submit_keys.KeyUsed("submit: idempotency key already used") from exc
+        raise
+
+
+def _insert_params(jobs: list[NewJob], keys: list[submit_keys.NewKey]) -> dict:
     batch = copy_codec.dumps([{"name": j.name, "queue": j.queue, "service_class": j.service_class,
                                "class_priority": j.class_priority, "priority": j.priority,
                                "max_retries": j.max_retries, "spec": j.spec, "requests": j.requests,
                                "largest_pod": j.largest_pod, "placement": j.placement, "labels": j.labels,
                                "submitted_by": j.submitted_by,
-                               **({} if j.pods is None else {"pods": j.pods})} for j in jobs]).decode()
-    return {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL}
+                               **({} if j.pods is None else {"pods": j.pods}),
+                               **({} if j.reason is None else {"reason": j.reason})} for j in jobs]).decode()
+    return {"batch": batch, "reason": SUBMITTED, "wake": WAKE_CHANNEL, "events": EVENTS_CHANNEL,
+            "keys": submit_keys.params(keys)}
 
 
 @functools.lru_cache(maxsize=2)
@@ -109,16 +130,17 @@ def _inserting(checked: bool) -> str:
                    SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(%(batch)s AS jsonb)) AS (
                        name text, queue text, service_class text, class_priority int, priority int, max_retries int,
                        spec jsonb, requests jsonb, largest_pod jsonb, placement jsonb, labels jsonb, submitted_by text,
-                       pods jsonb))
+                       pods jsonb, reason text))
                    WITH ORDINALITY AS r(name, queue, service_class, class_priority, priority, max_retries, spec,
-                                        requests, largest_pod, placement, labels, submitted_by, pods, n)
+                                        requests, largest_pod, placement, labels, submitted_by, pods, job_reason, n)
                    WHERE """ + guard + f"""
                    ORDER BY n) u),
            made AS (
                INSERT INTO jobs (id, name, queue, service_class, class_priority, priority, max_retries, spec,
                                  requests, largest_pod, placement, labels, submitted_by, pods, state, reason)
                SELECT id, name, queue, service_class, class_priority, priority, max_retries, spec, requests,
-                      largest_pod, placement, labels, submitted_by, pods, '{QUEUED}', %(reason)s FROM new),
+                      largest_pod, placement, labels, submitted_by, pods, '{QUEUED}', coalesce(job_reason, %(reason)s)
+               FROM new),
            events AS (
                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
                SELECT id, 0, '', '{QUEUED}', %(reason)s FROM new),
@@ -128,11 +150,12 @@ def _inserting(checked: bool) -> str:
            notified AS (SELECT count(pg_notify(%(wake)s, concat_ws(' ', q.queue, q.class_priority, q.priority, q.id)))
                                + count(pg_notify(%(events)s, ''))
                         FROM (SELECT DISTINCT ON (queue) queue, class_priority, priority, id FROM new
-                              ORDER BY queue, class_priority DESC, priority DESC, id) q)
+                              ORDER BY queue, class_priority DESC, priority DESC, id) q),
+           keyed AS (""" + submit_keys.FROM_NEW + """)
            SELECT id FROM new, notified ORDER BY n""")
 
 
-def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
+def _copy(session: Session, jobs: list[NewJob], keys: list[submit_keys.NewKey]) -> list[int]:
     """One statement draws the ids and queues the notifications; the ids, ascending, go to the jobs in
     order. Then binary COPY writes the jobs and their events: Postgres parses each value once, with no
     batch document to take apart and no sort or CTE to spill past work_mem."""
@@ -155,6 +178,8 @@ def _copy(session: Session, jobs: list[NewJob]) -> list[int]:
             copy.write(copy_codec.encode_jobs(ids, jobs, QUEUED, SUBMITTED))
         with cursor.copy(f"COPY job_events ({', '.join(copy_codec.EVENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.write(copy_codec.encode_events(ids, QUEUED, SUBMITTED))
+    with _keys_checked():
+        submit_keys.record(conn, keys, ids)
     return ids
 
 
@@ -177,6 +202,18 @@ def transition(session: Session, job: Job, to: str, reason: str, **values) -> No
     session.flush()
     session.expire(job)
     notify(session, EVENTS_CHANNEL)
+
+
+def refuse_queued(session: Session, ids: list[int], reason: str) -> list[int]:
+    """Cancel those of these jobs still QUEUED (locked, in id order), each with its event and a wake-up of
+    its queue; the ids cancelled."""
+    jobs = list(session.scalars(select(Job).where(Job.id.in_(ids), Job.state == QUEUED).order_by(Job.id)
+                                .with_for_update()))
+    for job in jobs:
+        queue = job.queue
+        transition(session, job, states.CANCELLED, reason)
+        notify(session, WAKE_CHANNEL, queue)
+    return [job.id for job in jobs]
 
 
 def lock_for_reports(session: Session, ids: list[int], *, token_id: int | None = None) -> list[tuple]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Index, Integer, Text, text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # job_events, attempts and outbox name their job (job_id) with no foreign key (migration 0007). A key
@@ -174,6 +174,20 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime | None] = mapped_column(nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class SubmitKey(Base):
+    """A submit's idempotency key, per user: the ids it committed and a digest of its documents (a retry
+    with the same key is answered with these ids); pruned once older than the scheduler's retention."""
+
+    __tablename__ = "submit_keys"
+    subject: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    digest: Mapped[str] = mapped_column(Text)  # sha256 of the documents, as sent
+    ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (Index("ix_submit_keys_created_at", "created_at", postgresql_using="brin"),)
 
 
 class BurstPolicy(Base):

@@ -46,7 +46,13 @@ def acked_through(session: Session, cluster: str) -> int:
 
 
 def add_cancel(session: Session, cluster: str, job_id: int, attempt: int, reason: str) -> None:
+    """A cancel command for the attempt. Its dispatch command, if no agent has acked it, is withdrawn: a
+    link that has not sent it yet never will (no pods made after the cancel); one already on its way is
+    undone by the cancel, which is always sent."""
     lock_clusters(session, [cluster])
+    driver(session).execute("DELETE FROM outbox WHERE cluster = %(cluster)s AND acked_at IS NULL AND kind = 'dispatch' "
+                            "AND job_id = %(job)s AND attempt = %(attempt)s",
+                            {"cluster": cluster, "job": job_id, "attempt": attempt})
     session.execute(insert(OutboxCommand).values(cluster=cluster, kind="cancel", job_id=job_id, attempt=attempt,
                                                  payload={"reason": reason}))
     notify(session, OUTBOX_CHANNEL, cluster)

@@ -5,6 +5,7 @@ They import the client (grpc, the stubs) only inside their bodies.
 from __future__ import annotations
 
 import functools
+import re
 
 import typer
 
@@ -33,16 +34,21 @@ def submit(ctx: typer.Context,
            queue: str | None = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
            service_class: str | None = typer.Option(None, "--class", help="Service class (overrides)"),
            wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
+           key: str | None = typer.Option(None, "--idempotency-key",
+                                          help="Name this submit: run again with the same key (within a day), "
+                                               "it prints the same ids and creates nothing"),
            output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
-    """Submit jobs; prints their ids."""
-    from sluice.spec import load_jobs
+    """Submit jobs, all or none; prints their ids."""
+    from sluice.spec import job_from_document, parse_numbered_documents
     what = f"submit {file}"
-    specs = read_documents(what, file, lambda text: load_jobs(text, queue=queue, service_class=service_class,
-                                                              source=None))
-    if not specs:
+    numbered = read_documents(what, file, lambda text: [
+        (number, job_from_document(doc, queue=queue, service_class=service_class, document=number, source=None))
+        for number, doc in parse_numbered_documents(text, source=None)])
+    if not numbered:
         raise Failed(what, "the file holds no jobs")
     client = make_client(ctx, what)
-    ids = call(what, lambda: client.submit(specs))
+    ids = call(what, lambda: _in_file_terms([n for n, _ in numbered],
+                                            lambda: client.submit([s for _, s in numbered], key=key)))
     if output == Format.table:
         print("\n".join(str(i) for i in ids))
     else:
@@ -54,6 +60,20 @@ def submit(ctx: typer.Context,
             error(f"job {j['id']}", f"{j['state']}: {j['reason']}")
         if failed:
             raise typer.Exit(1)
+
+
+def _in_file_terms(numbers: list[int], submit):
+    """submit(), an error that names a document of the submit (`document 7: ...`) naming its place in the
+    file instead (they differ after an empty document)."""
+    from sluice.client import ClientError
+    try:
+        return submit()
+    except ClientError as exc:
+        found = re.match(r"document (\d+):", exc.message)
+        if found and 0 < int(found[1]) <= len(numbers):
+            raise ClientError(exc.code, f"document {numbers[int(found[1]) - 1]}:{exc.message[found.end():]}") \
+                from None
+        raise
 
 
 def _wait_for(client, ids: list[int], what: str) -> list[dict]:

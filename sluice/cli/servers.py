@@ -290,6 +290,7 @@ def dispatcher_token(
         database_url: str | None = typer.Option(None, "--database-url", envvar="SLUICE_DATABASE_URL"),
         data_dir: pathlib.Path | None = typer.Option(None, "--data-dir", envvar="SLUICE_DATA_DIR")) -> None:
     """Create an API token directly in the database (bootstrap); prints the secret once."""
+    from dispatcher.services import administering
     from dispatcher.store import database, tokens
     if role not in tokens.ROLES:
         raise typer.BadParameter(f"--role must be one of {', '.join(tokens.ROLES)}")
@@ -301,6 +302,8 @@ def dispatcher_token(
         try:
             database.check_schema(db.engine)
             with db.sessions().begin() as session:
+                if cluster:
+                    administering.require_cluster(session, cluster)
                 return tokens.create(session, role, subject, cluster)
         finally:
             db.close()

@@ -75,16 +75,22 @@ class JobEvent(_message.Message):
     def __init__(self, id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., from_state: _Optional[str] = ..., to_state: _Optional[str] = ..., reason: _Optional[str] = ..., cluster: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("specs_json",)
+    __slots__ = ("specs_json", "idempotency_key", "more")
     SPECS_JSON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     specs_json: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, specs_json: _Optional[_Iterable[str]] = ...) -> None: ...
+    idempotency_key: str
+    more: bool
+    def __init__(self, specs_json: _Optional[_Iterable[str]] = ..., idempotency_key: _Optional[str] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "replayed")
     IDS_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    replayed: bool
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("id",)

@@ -156,6 +156,59 @@ def test_commands_are_resent_until_acked_and_never_after(dispatcher):
     third.close()
 
 
+def test_a_dispatch_not_yet_sent_when_its_job_is_cancelled_is_never_sent(dispatcher):
+    """Cancelled right after submit, before its agent got the dispatch: the agent gets the cancel alone, and
+    creates no pods after the cancel."""
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    agent.next("welcome")
+    agent.close()  # it reported room and went away: alpha takes jobs for a few seconds more
+    [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
+    wait_for(lambda: dispatcher.client.get(job_id)["state"] == "DISPATCHED")
+    dispatcher.client.cancel([job_id])
+    back = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    command = back.next("command")
+    assert command.WhichOneof("kind") == "cancel" and command.cancel.job_id == job_id, command
+    with pytest.raises(queue.Empty):
+        back.next("command", timeout=1.0)
+    back.close()
+
+
+def test_an_impossible_job_is_accepted_while_a_cluster_has_not_reported_and_refused_once_all_have(db_url):
+    from dispatcher.store import clusters as cluster_store
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", schedule=False,  # no cycle rewrites the reason
+                                  database=DatabaseSettings(url=db_url))).start()
+    with d.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        admin = tokens.create(session, "admin", "admin")
+        agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in ("alpha", "beta")}
+    client = Client(ClientConfig(d.address, admin, timeout_s=10, insecure=True))
+    try:
+        alpha = ScriptedAgent(d.address, agent_tokens["alpha"], "alpha")  # 8 cpu
+        alpha.next("welcome")
+        [job_id] = client.submit([job_doc(cpu="100")])  # beta has not reported: it might fit there
+        reason = client.get(job_id)["reason"]
+        assert reason.startswith("no cluster that has reported could ever run it: alpha: ") and \
+            reason.endswith("; refused unless beta, which has not reported yet, can"), reason
+        [small] = client.submit([job_doc(cpu="1")])
+        many = client.submit([job_doc(cpu="100") for _ in range(120)])  # written by COPY: the same reasons
+        assert {client.get(i)["reason"] for i in many[::40]} == {reason}
+        beta = ScriptedAgent(d.address, agent_tokens["beta"], "beta")  # 8 cpu too
+        beta.next("welcome")
+        job = wait_for(lambda: (j := client.get(job_id))["state"] == "CANCELLED" and j)
+        assert job["reason"].startswith("refused once every cluster had reported: no cluster could ever run it: "), \
+            job
+        assert client.get(small)["state"] == "QUEUED"
+        assert {client.get(i)["state"] for i in many[::20]} == {"CANCELLED"}
+        with pytest.raises(ClientError) as err:  # as a submit is refused now
+            client.submit([job_doc(cpu="100")])
+        assert "no cluster could ever run it" in err.value.message
+        alpha.close()
+        beta.close()
+    finally:
+        client.close()
+        d.stop()
+
+
 def test_stale_attempts_are_fenced_off(dispatcher):
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     job_id, _ = dispatched_job(dispatcher, agent)
@@ -697,3 +750,77 @@ def test_an_agent_sends_what_is_queued_together_once_the_dispatcher_reads_batche
     out.put(None)
     sizes = [len(m.batch.messages) for m in agent._outgoing(out, batches)]
     assert sizes == [MAX_BATCH, MAX_BATCH, 50]
+
+
+def _alpha(db_url):
+    """A dispatcher with OBJECTS, its admin token and alpha's agent token."""
+    from dispatcher.store import clusters as cluster_store
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
+    with d.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        admin = tokens.create(session, "admin", "admin")
+        token = tokens.create(session, "agent", "agent-alpha", "alpha")
+    return d, admin, token
+
+
+def test_a_job_whose_sim_exit_code_is_no_exit_code_ends_failed_with_its_reason(db_url, tmp_path):
+    """Submit refuses such a job now; one accepted before (its document edited here, as an older dispatcher
+    stored it) ends FAILED through the real link, not RUNNING for ever."""
+    from sqlalchemy import text
+
+    from agent.backends.sim.cluster import SimCluster, SimConfig
+    from agent.connection import Agent, AgentSettings
+    d, admin, token = _alpha(db_url)
+    agent = None
+    try:
+        with Client(ClientConfig(d.address, admin, insecure=True)) as client:
+            [job_id] = client.submit([job_doc(cpu="1", duration="1s", maxRetries=0)])  # no agent: it stays queued
+            with d.sessions.begin() as session:
+                session.execute(text(
+                    """UPDATE jobs SET spec = jsonb_set(spec, '{spec,podSets,0,template,metadata,annotations}',
+                                                        '{"sluice.io/sim-exit-code": "4294967297"}')
+                       WHERE id = :id"""), {"id": job_id})
+            agent = Agent(AgentSettings("alpha", d.address, token, backoff_max_s=0.5, tls=PLAINTEXT),
+                          SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1))).start()
+            job = wait_for(lambda: (j := client.get(job_id))["state"] in ("SUCCEEDED", "FAILED") and j, timeout=20)
+            assert job["state"] == "FAILED", job
+            assert job["reason"].endswith(f"pod {job_id}-1-w-0 failed: sluice.io/sim-exit-code '4294967297': must "
+                                          f"be an integer from 0 to 255, got '4294967297'"), job["reason"]
+    finally:
+        if agent is not None:
+            agent.stop()
+        d.stop()
+
+
+def test_a_status_no_message_can_carry_is_fixed_and_the_agent_says_hello_after_a_restart(db_url, tmp_path, caplog):
+    """An earlier agent's ledger holds an attempt that ended with an exit code past int32: the restarted agent
+    replays it in its hello, fitted to the message (and says so in its log), and the link comes up."""
+    from sqlalchemy import text
+
+    from agent.backends.sim.cluster import SimCluster, SimConfig
+    from agent.connection import Agent, AgentSettings
+    d, admin, token = _alpha(db_url)
+    ledger = tmp_path / "alpha.ledger"
+    settings = AgentSettings("alpha", d.address, token, backoff_max_s=0.5, tls=PLAINTEXT)
+    agent = Agent(settings, SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1, ledger_path=ledger))).start()
+    try:
+        assert agent.connected.wait(10)
+        with Client(ClientConfig(d.address, admin, insecure=True)) as client:
+            [job_id] = client.submit([job_doc(cpu="1", duration="1000s", maxRetries=0)])
+            wait_for(lambda: client.get(job_id)["state"] == "RUNNING")
+            agent.stop()
+            with open(ledger, "a") as f:
+                f.write(f"ended {job_id} 1 FAILED 4294967297 {time.time()!r}\n")
+            agent = Agent(settings, SimCluster(SimConfig(nodes=1, node=CPU8, time_scale=0.1,
+                                                         ledger_path=ledger))).start()
+            assert agent.connected.wait(10), "the agent never said hello again"
+            job = wait_for(lambda: (j := client.get(job_id))["state"] == "FAILED" and j, timeout=20)
+            assert job["attempt"] == 1
+        with d.sessions.begin() as session:
+            code = session.execute(text("SELECT exit_code FROM attempts WHERE job_id = :id"), {"id": job_id}).scalar()
+        assert code == 2**31 - 1
+        assert any(r.getMessage() == "status fixed to fit its message" and r.job_id == job_id
+                   for r in caplog.records)
+    finally:
+        agent.stop()
+        d.stop()

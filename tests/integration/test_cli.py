@@ -247,6 +247,19 @@ def test_kubernetes_job_fields_sluice_cannot_honour_are_refused_and_the_rest_map
     wait_state(up, job_id, FINAL)
 
 
+def test_a_file_is_all_or_nothing_its_errors_name_the_document_in_the_file_and_a_key_submits_once(up):
+    before = list_jobs(up)
+    bad = job_yaml(name="a") + "---\n---\n" + job_yaml(name="b") + "---\n" + job_yaml(
+        name="c", queue_line="  queue: nowhere\n")
+    line = one_error_line(sluice(up, "submit", "-f", "-", input=bad))
+    assert line == "error: submit -: document 4: spec.queue: queue 'nowhere' not found", line
+    assert list_jobs(up) == before
+    good = job_yaml(name="a", duration="0.2s") + "---\n" + job_yaml(name="b", duration="0.2s")
+    first = submit(up, "-f", "-", "--idempotency-key", "nightly-1", input=good)
+    again = submit(up, "-f", "-", "--idempotency-key", "nightly-1", input=good)
+    assert len(first) == 2 and again == first and len(list_jobs(up)) == len(before) + 2
+
+
 def test_submit_from_stdin_and_queue_override(up):
     [job_id] = submit(up, "-f", "-", input=job_yaml(name="from-stdin", duration="0.2s"))
     job = get(up, job_id)

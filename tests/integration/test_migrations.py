@@ -20,7 +20,7 @@ from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.models import Base
 
 TABLES = {"alembic_version", "api_tokens", "attempts", "clusters", "job_events", "jobs", "outbox", "queues",
-          "service_classes", "burst_policies", "admin_audit", "submit_config"}
+          "service_classes", "burst_policies", "admin_audit", "submit_config", "submit_keys"}
 
 
 def plain_url(url: str) -> str:

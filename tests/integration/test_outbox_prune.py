@@ -108,3 +108,21 @@ def test_the_leader_prunes_acked_commands_between_cycles(db_url):
             time.sleep(0.05)
         # the newest acked command stays (the agent's watermark starts there), and the new, unacked one
         assert [tuple(r) for r in left] == [(ids[-1], False), (ids[-1] + 1, True)]
+
+
+def test_the_leader_prunes_submit_keys_past_their_retention_between_cycles(db_url):
+    settings = SchedulerSettings(idle_wait_s=60.0, outbox_prune_interval_s=0.0, submit_key_retention_s=3600.0)
+    with _leading(db_url, settings) as d:
+        with d.sessions.begin() as session:
+            session.execute(text("INSERT INTO submit_keys (subject, key, digest, ids, created_at) VALUES "
+                                 "('alice', 'old', '', '{1}', now() - interval '2 hours'), "
+                                 "('alice', 'new', '', '{2}', now())"))
+        _submit(d.sessions, 1)  # a wake-up: a cycle, then the pruning
+        deadline = time.monotonic() + 10
+        while True:
+            with d.sessions() as session:
+                left = session.execute(text("SELECT key FROM submit_keys ORDER BY key")).scalars().all()
+            if left == ["new"]:
+                break
+            assert time.monotonic() < deadline, left
+            time.sleep(0.05)

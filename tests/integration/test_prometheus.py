@@ -137,3 +137,31 @@ def test_up_says_clearly_when_prometheus_is_missing(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "error: up: the `prometheus` binary is not installed (Debian: apt-get install prometheus)")
     assert not (data / "postgres" / "postmaster.pid").exists()  # what it started, it stopped
+
+
+@needs_prometheus
+def test_up_with_an_elastic_cluster_at_zero_nodes_reads_zero_capacity(db_url, tmp_path):
+    """No allocatable series yet (no nodes) is zero capacity, not an error: `sluice up --prometheus` starts."""
+    from dispatcher.capacity.prometheus import PrometheusSettings, read
+    objects = OBJECTS + """---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: burst}
+spec:
+  tier: cloud
+  simulated: {nodes: 0, node: {cpu: "4", memory: 16Gi}}
+  elastic: {maxNodes: 4, provisioningDelay: 5s}
+"""
+    embedded = Embedded(UpSettings(data_dir=tmp_path / "data", listen="127.0.0.1:0", make_default=False,
+                                   database_url=db_url, sim_time_scale=0.05, prometheus=True),
+                        load_objects(objects)).start()
+    try:
+        embedded.wait_connected()
+        with Client(embedded.client_settings(timeout_s=10)) as client:
+            burst = wait_for(lambda: (v := views(client)["burst"])["capacitySource"] == "prometheus" and v,
+                             30, "the elastic cluster read from prometheus")
+            assert burst["allocatable"] == {} and burst["free"] == {}
+        reading = read(PrometheusSettings(embedded.prometheus.url, '{cluster="burst"}'))
+        assert reading.allocatable == {} and reading.free == {} and reading.attempts == frozenset()
+    finally:
+        embedded.stop()

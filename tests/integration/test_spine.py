@@ -88,7 +88,7 @@ def test_impossible_and_invalid_jobs_are_refused_and_change_nothing(system):
     before = system.client.list(limit=0)
     with pytest.raises(ClientError) as err:
         system.client.submit([job_doc(), job_doc(cpu="1000")])
-    assert err.value.code == "INVALID_ARGUMENT" and "job 2: no cluster could ever run it" in err.value.message
+    assert err.value.code == "INVALID_ARGUMENT" and "document 2: no cluster could ever run it" in err.value.message
     with pytest.raises(ClientError) as err:
         system.client.submit([job_doc(queue="nope")])
     assert err.value.code == "NOT_FOUND" and "queue 'nope' not found" in err.value.message

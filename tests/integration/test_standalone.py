@@ -109,3 +109,13 @@ def test_agent_run_refuses_bad_input(tmp_path):
                          "--token-file", str(tmp_path / "t"), "--backend", "kubernetes")
     assert backend.returncode == 1 and backend.stderr.startswith(
         "error: agent run --backend kubernetes: cannot load the default kubeconfig"), backend.stderr
+
+
+def test_an_agent_token_for_a_cluster_not_defined_says_which_command_defines_it(db_url, tmp_path):
+    url = db_url.replace("postgresql+psycopg://", "postgresql://")
+    result = run_sluice(base_env(tmp_path), "dispatcher", "token", "--database-url", url, "--role", "agent",
+                        "--subject", "agent-x", "--cluster", "nowhere")
+    assert result.returncode == 1 and result.stdout == "", result
+    assert result.stderr.strip() == (
+        "error: dispatcher token: cluster 'nowhere' not found: an agent token is bound to a defined cluster; "
+        "define it first with `sluice admin apply -f FILE` (a Cluster object) or `sluice up --config FILE`")

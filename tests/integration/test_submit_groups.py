@@ -113,7 +113,7 @@ def test_calls_waiting_together_share_one_transaction_and_keep_their_own_answers
     r = calls.results
     assert isinstance(r["denied"], PermissionDenied) and "bob may not submit to queue 'vision'" in str(r["denied"])
     assert isinstance(r["no-queue"], NotFound) and "queue 'nowhere' not found" in str(r["no-queue"])
-    assert isinstance(r["too-big"], InvalidRequest) and "job 1: no cluster could ever run it" in str(r["too-big"])
+    assert isinstance(r["too-big"], InvalidRequest) and "document 1: no cluster could ever run it" in str(r["too-big"])
     names = {"first": ["first"], "a": ["a-1", "a-2", "a-3"], "b": ["b-1", "b-2"], "c": ["c-1"]}
     for label, expected in names.items():
         ids = r[label]
@@ -224,7 +224,7 @@ def test_a_nul_character_is_refused_with_where_it_is(doc, where):
             base["metadata"].update(value)
     with pytest.raises(InvalidRequest) as err:
         submitting.parse([json.dumps(job_doc(name="fine")), json.dumps(base)])
-    assert str(err.value) == f"job 2: {where}: contains a NUL character (\\u0000)"
+    assert str(err.value) == f"document 2: {where}: contains a NUL character (\\u0000)"
 
 
 def test_a_write_wakes_the_scheduler_and_the_watchers_once(store):

@@ -57,7 +57,7 @@ def test_not_json_is_refused_with_jsons_own_words(document):
         json.loads(document)
     with pytest.raises(InvalidRequest) as err:
         submitting.parse([json.dumps(job_doc()), document])
-    assert str(err.value) == f"job 2: not JSON: {expected.value}"
+    assert str(err.value) == f"document 2: not JSON: {expected.value}"
 
 
 def test_dumps_falls_back_to_json_where_orjson_would_differ():

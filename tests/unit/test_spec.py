@@ -916,3 +916,31 @@ def test_any_text_is_read_or_refused_with_a_spec_error(pieces):
             load(text)
         except SpecError:
             pass
+
+
+SIM_ANNOTATIONS = "spec.podSets[0].template.metadata.annotations"
+
+
+@pytest.mark.parametrize(("annotations", "error"), [
+    ({"sluice.io/sim-exit-code": "4294967297"},
+     f"{SIM_ANNOTATIONS}[sluice.io/sim-exit-code]: must be an integer from 0 to 255, got '4294967297'"),
+    ({"sluice.io/sim-exit-code": "-1"},
+     f"{SIM_ANNOTATIONS}[sluice.io/sim-exit-code]: must be an integer from 0 to 255, got '-1'"),
+    ({"sluice.io/sim-exit-code": "three"},
+     f"{SIM_ANNOTATIONS}[sluice.io/sim-exit-code]: must be an integer from 0 to 255, got 'three'"),
+    ({"sluice.io/sim-duration": "soon"},
+     f"{SIM_ANNOTATIONS}[sluice.io/sim-duration]: 'soon' is not a duration (examples: '90s', '10m', '2h', '1d')"),
+])
+def test_annotations_the_sim_agent_reads_as_numbers_are_checked_at_submit(annotations, error):
+    """Both ways of reading a document (the server's plain fast path and the full checks) refuse them."""
+    doc = {"apiVersion": "sluice.io/v1", "kind": "Job", "spec": {"queue": "q", "podSets": [{
+        "name": "w", "count": 1, "template": {"metadata": {"annotations": annotations}, "spec": {
+            "containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}]}}
+    for owned in (False, True):
+        with pytest.raises(SpecError) as err:
+            job_from_document(copy.deepcopy(doc), owned=owned)
+        assert str(err.value) == error
+    doc["spec"]["podSets"][0]["template"]["metadata"]["annotations"] = {"sluice.io/sim-exit-code": " 255 ",
+                                                                         "sluice.io/sim-duration": "2m"}
+    assert job_from_document(doc).pod_sets[0].count == 1
+    assert spec_module.sim_exit_code(" 255 ") == 255 and spec_module.sim_exit_code(3) == 3

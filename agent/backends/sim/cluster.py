@@ -85,11 +85,12 @@ from agent.backends.sim.packing import first_fit_decreasing, gang_nodes_to_reque
 from agent.backends.sim.views import SimNodeView, SimPod, SimPodView, SimView
 from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S
 from sluice.quantity import QuantityError, add, format_duration, parse_duration, shortfall, subtract
+from sluice.spec import SIM_DURATION_KEY, SIM_EXIT_CODE_KEY, sim_exit_code
 
 logger = logging.getLogger(__name__)
 
-DURATION_ANNOTATION = "sluice.io/sim-duration"
-EXIT_CODE_ANNOTATION = "sluice.io/sim-exit-code"
+DURATION_ANNOTATION = SIM_DURATION_KEY
+EXIT_CODE_ANNOTATION = SIM_EXIT_CODE_KEY
 DEFAULT_DURATION = "1s"
 LOST_REASON = "simulated cluster restarted; its pods are gone"
 RESTORED_REASON = "recorded before the simulated cluster restarted"
@@ -159,11 +160,13 @@ def _seconds(value: object, default: float | None) -> float | None:
         return default
 
 
-def _exit_code(value: object) -> int:
+def _exit_code(value: object) -> tuple[int, str]:
+    """(the exit code a pod ends with, why it fails instead: '' unless the annotation asks for a code no
+    process can end with; submit refuses such a job, but one accepted before may still come)."""
     try:
-        return int(str(value).strip())
-    except ValueError:
-        return 1
+        return sim_exit_code(value), ""
+    except ValueError as exc:
+        return 1, f"{EXIT_CODE_ANNOTATION} {str(value)[:40]!r}: {exc}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,6 +180,7 @@ class _Pod:
     request: dict[str, int]
     duration: float  # scaled seconds from bind to exit
     exit_code: int
+    problem: str = ""  # why the pod fails at its exit, whatever its exit code (a bad annotation)
     phase: str = _POD_PENDING
     node: int | None = None
     ran_on: int | None = None  # the node it was bound to; kept after it ends (node is cleared)
@@ -485,7 +489,7 @@ class SimCluster:
             annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
             duration = _seconds(annotations.get(DURATION_ANNOTATION, DEFAULT_DURATION),
                                 parse_duration(DEFAULT_DURATION))
-            exit_code = _exit_code(annotations.get(EXIT_CODE_ANNOTATION, "0"))
+            exit_code, problem = _exit_code(annotations.get(EXIT_CODE_ANNOTATION, "0"))
             request = pod_requests(template.get("spec"))
             try:
                 count = max(int(pod_set.get("count", 1)), 0)
@@ -494,7 +498,7 @@ class SimCluster:
             name = str(pod_set.get("name", "pods"))
             for index in range(count):
                 record.pods.append(_Pod(f"{key[0]}-{key[1]}-{name}-{index}", record, request,
-                                        duration * scale, exit_code))
+                                        duration * scale, exit_code, problem=problem))
         return record
 
     def _usable_nodes(self) -> list[int]:
@@ -649,6 +653,9 @@ class SimCluster:
         if kind == _END_KILL:
             pod.phase = _POD_FAILED
             self._finish(record, FAILED, f"exceeded maxRuntime {record.max_runtime_text}", 0, now)
+        elif pod.problem:
+            pod.phase = _POD_FAILED
+            self._finish(record, FAILED, f"pod {pod.name} failed: {pod.problem}", pod.exit_code, now)
         elif pod.exit_code != 0:
             pod.phase = _POD_FAILED
             self._finish(record, FAILED, f"pod {pod.name} exited with code {pod.exit_code}",
