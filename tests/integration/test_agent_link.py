@@ -824,3 +824,20 @@ def test_a_status_no_message_can_carry_is_fixed_and_the_agent_says_hello_after_a
     finally:
         agent.stop()
         d.stop()
+
+
+def test_a_reason_holding_a_nul_is_stored_with_it_shown_and_the_link_goes_on(dispatcher):
+    """A Kubernetes termination message may hold a NUL, which Postgres cannot store: the report is applied
+    with the NUL shown as U+FFFD, acked, and the link carries on (it used to end, and the replay to block it)."""
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    try:
+        agent.next("welcome")
+        job_id, command = dispatched_job(dispatcher, agent)
+        agent.status(1, job_id, command.dispatch.attempt, "RUNNING")
+        agent.status(2, job_id, command.dispatch.attempt, "FAILED", reason="oom\x00killed")
+        job = wait_for(lambda: (j := dispatcher.client.get(job_id))["state"] == "FAILED" and j)
+        assert "oom\ufffdkilled" in job["reason"], job["reason"]
+        agent.send(heartbeat=agents_pb2.Heartbeat(capacity=agent.capacity(CPU8)))
+        agent.status(3, job_id, command.dispatch.attempt, "FAILED")  # still heard: the link is up
+    finally:
+        agent.close()

@@ -78,7 +78,8 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
 
 
 @pytest.mark.parametrize("bad_jobs", [lifecycle.COPY_FROM, 1], ids=["copy", "one-statement"])
-@pytest.mark.parametrize("bad_value", ["\ud800", float("nan")], ids=["lone-surrogate", "nan"])
+# (A lone surrogate, which Postgres refuses too, is now refused when the document is parsed: test_api_errors.)
+@pytest.mark.parametrize("bad_value", [float("nan")], ids=["nan"])
 def test_a_write_postgres_refuses_part_way_through_a_group_fails_only_its_call(store, bad_value, bad_jobs):
     """The group's write fails on one call's document (Python decodes it; Postgres' jsonb refuses it):
     every call is written again alone, the others succeed, and the failed call writes nothing. With a big
