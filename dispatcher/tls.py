@@ -7,7 +7,6 @@ that replaces them) and new connections get them; open connections keep theirs. 
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import pathlib
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from sluice.certs import CLUSTER_URI
+from sluice.transport import is_loopback_host
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,7 @@ class ServerTls:
 
 def is_loopback(listen: str) -> bool:
     """Whether HOST:PORT binds loopback only (127.0.0.0/8, ::1, localhost)."""
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(listen.rsplit(":", 1)[0].strip("[]"))
 
 
 def refuse_plaintext_off_loopback(listen: str) -> None:

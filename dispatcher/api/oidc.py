@@ -10,7 +10,6 @@ refetch_s: a flood of made-up kids cannot make the dispatcher hammer the issuer)
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import pathlib
@@ -26,6 +25,7 @@ import jwt
 
 from dispatcher.errors import Unauthenticated
 from dispatcher.store.tokens import Principal
+from sluice.transport import is_loopback_host
 
 log = logging.getLogger(__name__)
 MAX_JWKS_BYTES = 1 << 20
@@ -56,19 +56,9 @@ class OidcSettings:
             return []
         out = [f"{name} is required with an issuer" for name, value in
                (("audience", self.audience), ("jwks", self.jwks), ("user_claim", self.user_claim)) if not value]
-        if self.jwks.startswith("http://") and not _loopback(self.jwks):
+        if self.jwks.startswith("http://") and not is_loopback_host(urllib.parse.urlsplit(self.jwks).hostname or ""):
             out.append(f"jwks: {self.jwks} is plain http on a non-loopback host; use https://")
         return out
-
-
-def _loopback(url: str) -> bool:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def read_jwks(source: str) -> dict:
