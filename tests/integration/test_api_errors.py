@@ -63,14 +63,15 @@ def test_the_red_team_raw_calls_are_invalid_arguments_in_words(stubs):
         (lambda: jobs.List(jobs_pb2.ListJobsRequest(page_token=str(2 ** 63)), metadata=md),
          "page_token: not a token from a previous List"),
         (lambda: jobs.Submit(jobs_pb2.SubmitRequest(specs_json=[DEEP]), metadata=md),
-         "job 1: nested deeper than 100 levels"),
+         "document 1: nested deeper than 100 levels"),
         (lambda: jobs.Submit(jobs_pb2.SubmitRequest(specs_json=[job_json()[:-1] + f', "x": {DEEP}}}']), metadata=md),
-         "job 1: nested deeper than 100 levels"),
+         "document 1: nested deeper than 100 levels"),
         (lambda: admin.Apply(admin_pb2.ApplyRequest(documents_json=[DEEP]), metadata=md),
          "document 1: nested deeper than 100 levels"),
         (lambda: jobs.Submit(jobs_pb2.SubmitRequest(specs_json=[job_json().replace('"x"', '"\\ud800"', 1)]),
                              metadata=md),
-         "job 1: metadata.name: contains a lone surrogate (a \\ud800-\\udfff escape not in a pair): not Unicode text"),
+         "document 1: metadata.name: contains a lone surrogate (a \\ud800-\\udfff escape not in a pair): "
+         "not Unicode text"),
         (lambda: admin.Apply(admin_pb2.ApplyRequest(documents_json=[json.dumps({
             "apiVersion": "sluice.io/v1", "kind": "Cluster", "metadata": {"name": "c", "labels": {"\ud800": "x"}},
             "spec": {"tier": "onprem"}})]), metadata=md),
@@ -82,7 +83,7 @@ def test_the_red_team_raw_calls_are_invalid_arguments_in_words(stubs):
                                    metadata=md),
          "expires_seconds: must be from 0 (never) to 3153600000 (100 years)"),
         (lambda: jobs.SubmitStream(iter([jobs_pb2.SubmitRequest(specs_json=[DEEP])]), metadata=md),
-         "job 1: nested deeper than 100 levels"),
+         "document 1: nested deeper than 100 levels"),
     ]
     for call, message in cases:
         err = refused(call)
