@@ -133,18 +133,18 @@ class Dispatcher:
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.health_server: grpc.Server | None = None
         try:
             self.port = self._listen(settings.listen)
             self.address = f"{settings.listen.rsplit(':', 1)[0]}:{self.port}"
             self.agent_port = self._listen(settings.agent_listen, agents=True) if settings.agent_listen else 0
-            self.health_server: grpc.Server | None = None
             self.health_port = self._serve_health(settings.health_listen) if settings.health_listen else 0
             self.metrics_server: MetricsServer | None = None
             if settings.metrics_listen:
                 self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls)
         except OSError:
             self.server.stop(None)
-            if getattr(self, "health_server", None) is not None:
+            if self.health_server is not None:
                 self.health_server.stop(None)
             self.db.close()
             raise
@@ -161,25 +161,13 @@ class Dispatcher:
             if agents:
                 raise OSError(f"refusing plaintext on {listen}: the agent port needs TLS with a client CA")
             refuse_plaintext_off_loopback(listen)
-        try:
-            port = self.server.add_secure_port(listen, grpc_credentials(tls, agents=agents)) if tls \
-                else self.server.add_insecure_port(listen)
-        except RuntimeError:
-            port = 0
-        if not port:
-            raise OSError(f"cannot listen on {listen}: address in use or not valid")
-        return port
+        return _bound(listen, lambda: self.server.add_secure_port(listen, grpc_credentials(tls, agents=agents))
+                      if tls else self.server.add_insecure_port(listen))
 
     def _serve_health(self, listen: str) -> int:
         self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
-        try:
-            port = self.health_server.add_insecure_port(listen)
-        except RuntimeError:
-            port = 0
-        if not port:
-            raise OSError(f"cannot serve health on {listen}: address in use or not valid")
-        return port
+        return _bound(listen, lambda: self.health_server.add_insecure_port(listen))
 
     def start(self) -> Dispatcher:
         if self.settings.gil_switch_interval_s:
@@ -251,3 +239,14 @@ class Dispatcher:
         if self.metrics_server:
             self.metrics_server.stop()
         self.db.close()
+
+
+def _bound(listen: str, add) -> int:
+    """The port add() bound (a gRPC server's add_*_port for `listen`); OSError if it bound none."""
+    try:
+        port = add()
+    except RuntimeError:
+        port = 0
+    if not port:
+        raise OSError(f"cannot listen on {listen}: address in use or not valid")
+    return port

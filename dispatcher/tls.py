@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from sluice.certs import CLUSTER_URI
-from sluice.transport import is_loopback_host
+from sluice.transport import host_of, is_loopback_host
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class ServerTls:
 
 def is_loopback(listen: str) -> bool:
     """Whether HOST:PORT binds loopback only (127.0.0.0/8, ::1, localhost)."""
-    return is_loopback_host(listen.rsplit(":", 1)[0].strip("[]"))
+    return is_loopback_host(host_of(listen))
 
 
 def refuse_plaintext_off_loopback(listen: str) -> None:

@@ -25,8 +25,9 @@ from datetime import datetime
 from pathlib import Path
 
 from sluice._validate import NAME
+from sluice.documents import parse_numbered_documents
 from sluice.quantity import QuantityError, add, parse_duration
-from sluice.spec import JobSpec, SpecError, job_from_document, parse_numbered_documents
+from sluice.spec import JobSpec, SpecError, job_from_document
 
 __all__ = ["TraceJob", "Trace", "TraceError", "read_trace", "FORMATS", "GPU", "CPU", "PHILLY_GPUS_PER_NODE"]
 

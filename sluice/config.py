@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from sluice.spec import yaml_documents
+from sluice.documents import yaml_documents
 from sluice.transport import Tls
 
 

@@ -15,8 +15,9 @@ from typing import ClassVar
 
 from sluice import _validate as v
 from sluice._validate import SpecError
+from sluice.documents import parse_numbered_documents
 from sluice.quantity import format_duration_exact, format_quantity, format_resources, parse_resources
-from sluice.spec import API_VERSION, MAX_PRIORITY, MIN_PRIORITY, TIERS, parse_numbered_documents
+from sluice.spec import API_VERSION, MAX_PRIORITY, MIN_PRIORITY, TIERS
 
 __all__ = [
     "QueueObject", "ServiceClassObject", "SimulatedSpec", "ClusterObject", "BurstPolicyObject", "AdminObject",

@@ -25,9 +25,11 @@ from dispatcher.store import channels, tokens
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store.database import Session
 from dispatcher.store.models import ApiToken, AuditRecord
+from sluice._validate import unstorable_at
+from sluice.documents import json_document
 from sluice.objects import KINDS, AdminObject, kind_named, object_from_document
 from sluice.quantity import format_quantity
-from sluice.spec import SpecError, json_document, unstorable_at
+from sluice.spec import SpecError
 
 Key = tuple[str, str]  # (kind, name)
 

@@ -21,7 +21,8 @@ from dispatcher.store import clusters as cluster_store
 from dispatcher.store import copy_codec, job_reads, lifecycle
 from dispatcher.store.database import Session
 from dispatcher.store.tokens import Principal
-from sluice.spec import NESTED_TOO_DEEP, JobSpec, SpecError, check_depth, job_from_document, unstorable_at
+from sluice._validate import NESTED_TOO_DEEP, check_depth, unstorable_at
+from sluice.spec import JobSpec, SpecError, job_from_document
 
 MAX_BATCH = 10_000  # jobs per Submit request
 MAX_SUBMIT = 100_000  # jobs per submit, across its requests on a stream (held in memory until the last)

@@ -39,7 +39,8 @@ def submit(ctx: typer.Context,
                                                "it prints the same ids and creates nothing"),
            output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
     """Submit jobs, all or none; prints their ids."""
-    from sluice.spec import job_from_document, parse_numbered_documents
+    from sluice.documents import parse_numbered_documents
+    from sluice.spec import job_from_document
     what = f"submit {file}"
     numbered = read_documents(what, file, lambda text: [
         (number, job_from_document(doc, queue=queue, service_class=service_class, document=number, source=None))

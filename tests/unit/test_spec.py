@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice import spec as spec_module
+from sluice.documents import parse_documents, parse_numbered_documents
 from sluice.spec import (
     JobSpec,
     Placement,
@@ -16,8 +17,6 @@ from sluice.spec import (
     SpecError,
     job_from_document,
     load_jobs,
-    parse_documents,
-    parse_numbered_documents,
     pod_requests,
 )
 
