@@ -25,7 +25,6 @@ from bench.postgres import Postgres
 from sluice import process as tuning
 from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
-from sluice.transport import Tls
 
 SPAWN = multiprocessing.get_context("spawn")
 SPLIT = "the dispatcher alone in its own process; the sim agents (one per cluster) in another"
@@ -90,6 +89,7 @@ def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], obj
     tuning.apply()  # a process entry point: before it imports grpc
     from agent.connection import Agent, AgentSettings
     from devstack.embedded import sim_cluster
+    from sluice.transport import Tls
 
     logging.basicConfig(level=logging.WARNING)
     running = [Agent(AgentSettings(o.name, address, agents[o.name], tls=Tls(ca=ca)),

@@ -72,6 +72,22 @@ def test_the_operators_own_experiments_are_kept(own):
     assert seen == {"atGrpcImport": own, "after": own}
 
 
+def test_the_benchmarks_set_them_before_grpc_loads():
+    """`python -m bench` applies them first thing in main(), so that the dispatcher and clients it spawns
+    inherit them: importing the benchmark's modules must not load grpc before that."""
+    code = ENTRY.split("{before}")[0] + """
+import bench.__main__
+loaded = "grpc" in sys.modules
+try:
+    bench.__main__.main(["--help"])
+except SystemExit:
+    pass
+print("\\nPROBE " + json.dumps({"loadedByImport": loaded, "after": os.environ.get("GRPC_EXPERIMENTS", "<unset>")}))
+"""
+    seen = json.loads(_run(code).rpartition("PROBE ")[2])
+    assert seen == {"loadedByImport": False, "after": process.EXPERIMENTS}
+
+
 def test_nothing_is_set_once_grpc_is_imported_since_grpc_would_not_read_it():
     seen = _sluice(CALLS_A_DISPATCHER, before="import grpc")
     assert seen == {"atGrpcImport": "<unset>", "after": "<unset>"}
