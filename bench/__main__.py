@@ -1,4 +1,5 @@
-"""python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--profile FILE] [--doc FILE]
+"""python -m bench [NAME ...] [--quick] [--jobs N] [--no-record] [--plaintext] [--profile FILE]
+                  [--doc FILE]
 
 Runs the named benchmarks (all without names), prints each figure with its configuration, and records
 them in docs/performance.md (each figure's row replaced). Every run starts its own PostgreSQL (pgserver,
@@ -13,6 +14,7 @@ import pathlib
 import shlex
 import sys
 import time
+from dataclasses import replace
 
 from bench import dispatching, figures, simulating, systems
 from bench.postgres import Postgres
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="everything scaled down: a smoke run of a minute or two")
     parser.add_argument("--jobs", type=int, help="backlog size for dispatch/cycle/floor/memory (default 1,000,000)")
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument("--plaintext", action="store_true",
+                        help="submit, latency and e2e without TLS (loopback): what the code costs, apart from "
+                             "what encryption costs; never recorded")
     parser.add_argument("--profile", metavar="FILE",
                         help="pyinstrument profiles: the dispatch drain's cycles to FILE, the waiting cycles "
                              "at the largest size to FILE.wait")
@@ -51,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     wanted = set(args.names or BENCHMARKS)
+    if args.plaintext and not args.no_record:
+        parser.error("--plaintext figures are for comparing code, not the ones to record: add --no-record")
+
+    def over(config):
+        """The system benchmarks' configuration, in plaintext when asked."""
+        return replace(config, tls=False) if args.plaintext else config
     logging.basicConfig(level=logging.WARNING)
     given = list(argv if argv is not None else sys.argv[1:])
     if "--doc" in given:  # where it is recorded changes nothing measured
@@ -71,20 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"postgres: {postgres}", flush=True)
         if "submit" in wanted:
             section({"submit"}, "submit")
-            systems.submit(pg, systems.SubmitConfig.quick() if args.quick else systems.SubmitConfig(), run)
+            systems.submit(pg, over(systems.SubmitConfig.quick() if args.quick else systems.SubmitConfig()), run)
         if wanted & BACKLOG:
             section(wanted & BACKLOG, ", ".join(sorted(wanted & BACKLOG)))
             config = dispatching.BacklogConfig.quick() if args.quick else dispatching.BacklogConfig()
             if args.jobs:
-                from dataclasses import replace
                 config = replace(config, jobs=args.jobs)
             dispatching.run(pg, config, run, wanted, profile_path=args.profile)
         if "latency" in wanted:
             section({"latency"}, "latency")
-            systems.latency(pg, systems.LatencyConfig.quick() if args.quick else systems.LatencyConfig(), run)
+            systems.latency(pg, over(systems.LatencyConfig.quick() if args.quick else systems.LatencyConfig()), run)
         if "e2e" in wanted:
             section({"e2e"}, "e2e")
-            systems.end_to_end(pg, systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig(), run)
+            systems.end_to_end(pg, over(systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig()),
+                               run)
         if "simulate" in wanted:
             section({"simulate"}, "simulate")
             simulating.run(simulating.SimulateConfig.quick() if args.quick else simulating.SimulateConfig(), run)

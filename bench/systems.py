@@ -39,7 +39,7 @@ def objects(clusters: int, nodes: int) -> list:
 
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool,
-           schedule: bool = True) -> None:
+           schedule: bool = True, tls: bool = True) -> None:
     tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings, local_tls
     from dispatcher.server import Dispatcher, ServerSettings
@@ -50,22 +50,23 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
     logging.basicConfig(level=logging.WARNING)
     if split:  # the dispatcher alone, as `sluice dispatcher serve` runs it; the agents are another process's
         # over TLS as deployed, with certificates as `sluice up` makes them (every replica shares the CA)
-        tls = local_tls(pathlib.Path(data_dir) / "certs", "127.0.0.1:0")
-        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule, tls=tls,
-                                           database=DatabaseSettings(url=database_url))).start()
+        server_tls = local_tls(pathlib.Path(data_dir) / "certs", "127.0.0.1:0") if tls else None
+        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule,
+                                           tls=server_tls, database=DatabaseSettings(url=database_url))).start()
         with server.sessions.begin() as session:
             administering.apply(session, "bench", objs)
             admin = tokens.create(session, "admin", "bench")
             agents = {o.name: tokens.create(session, "agent", f"agent-{o.name}", o.name)
                       for o in objs if isinstance(o, ClusterObject)}
-        info = {"address": server.address, "token": admin, "agents": agents, "ca": str(tls.cert.parent / "ca.crt")}
+        info = {"address": server.address, "token": admin, "agents": agents,
+                "ca": str(server_tls.cert.parent / "ca.crt") if tls else None}
         stop = server.stop
     else:
         embedded = Embedded(UpSettings(data_dir=pathlib.Path(data_dir), listen="127.0.0.1:0", make_default=False,
-                                       database_url=database_url), objs).start()
+                                       database_url=database_url, insecure=not tls), objs).start()
         embedded.wait_connected()
         server, stop = embedded.dispatcher, embedded.stop
-        info = {"address": server.address, "token": embedded.admin_token, "ca": embedded.tls.ca}
+        info = {"address": server.address, "token": embedded.admin_token, "ca": embedded.tls.ca if tls else None}
     cpu = 0.0
     try:
         if cordon:  # jobs stay queued: only the submit path (and the cycles it wakes) is measured
@@ -84,7 +85,7 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
                "cycle_seconds": sample("sluice_scheduling_cycle_seconds_sum") or 0.0, "cpu_seconds": cpu})
 
 
-def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list, ca: str) -> None:
+def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], objs: list, ca: str | None) -> None:
     """One sim agent per cluster, in this process: what `sluice agent run --backend sim` runs per cluster."""
     tuning.apply()  # a process entry point: before it imports grpc
     from agent.connection import Agent, AgentSettings
@@ -92,7 +93,7 @@ def _serve_agents(pipe, data_dir: str, address: str, agents: dict[str, str], obj
     from sluice.transport import Tls
 
     logging.basicConfig(level=logging.WARNING)
-    running = [Agent(AgentSettings(o.name, address, agents[o.name], tls=Tls(ca=ca)),
+    running = [Agent(AgentSettings(o.name, address, agents[o.name], tls=Tls(ca=ca) if ca else Tls(insecure=True)),
                      sim_cluster(o, pathlib.Path(data_dir))).start()
                for o in objs if isinstance(o, ClusterObject)]
     try:
@@ -146,17 +147,19 @@ class System:
     """
 
     def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False,
-                 replicas: int = 1, apart: bool = False):
+                 replicas: int = 1, apart: bool = False, tls: bool = True):
         """replicas > 1 (split only): more dispatcher processes on the same database, started after the
         first (which therefore leads and serves the agents); clients call the last one.
         apart (split only): the first process only schedules; a second one, `schedule=False` (as
-        `sluice dispatcher serve --no-schedule`), serves the agents and the clients."""
+        `sluice dispatcher serve --no-schedule`), serves the agents and the clients.
+        tls=False: everything in plaintext on loopback (`python -m bench --plaintext`), to tell what the
+        code costs from what encryption costs."""
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
         self._children = []
         self.leader_stats: dict = {}
-        process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split),
+        process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split, True, tls),
                                      "bench-dispatcher")
         self._children.append((process, pipe))
         self.address, self.token, self.ca = info["address"], info["token"], info["ca"]
@@ -164,8 +167,8 @@ class System:
         if split:
             try:
                 if apart:
-                    process, pipe, api = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, False),
-                                                "bench-dispatcher-api")
+                    process, pipe, api = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, False,
+                                                         tls), "bench-dispatcher-api")
                     self._children.append((process, pipe))
                     self.address, self.token = api["address"], api["token"]
                     self.addresses.append(self.address)
@@ -173,8 +176,8 @@ class System:
                                                                      self.ca),
                                              "bench-agents")[:2])
                 for n in range(1, replicas):
-                    process, pipe, more = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True),
-                                                 f"bench-dispatcher-{n + 1}")
+                    process, pipe, more = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, True,
+                                                          tls), f"bench-dispatcher-{n + 1}")
                     self._children.append((process, pipe))
                     self.address, self.token = more["address"], more["token"]
                     self.addresses.append(self.address)
@@ -183,9 +186,10 @@ class System:
                 raise
 
     def config(self, timeout_s: float = 60.0):
-        """How a client reaches the system (TLS, with its CA): picklable, for the submitter processes."""
+        """How a client reaches the system (TLS with its CA, unless plaintext): picklable, for the submitter
+        processes."""
         from sluice.config import ClientConfig
-        return ClientConfig(self.address, self.token, timeout_s=timeout_s, ca=self.ca)
+        return ClientConfig(self.address, self.token, timeout_s=timeout_s, ca=self.ca, insecure=self.ca is None)
 
     def client(self, timeout_s: float = 60.0):
         from sluice.client import Client
@@ -219,6 +223,7 @@ class SubmitConfig:
     sim_clusters: int = 3
     nodes: int = 4
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
+    tls: bool = True  # as deployed; False: plaintext on loopback (--plaintext), the code's cost alone
 
     @classmethod
     def quick(cls) -> SubmitConfig:
@@ -259,7 +264,7 @@ def _submitter(pipe, config, batch: int, seconds: float, start) -> None:
 
 def _submit_once(pg: Postgres, config: SubmitConfig, clients: int, batch: int) -> dict:
     with System(pg, "submit", objects(config.sim_clusters, config.nodes), cordon=True,
-                split=config.split) as system:
+                split=config.split, tls=config.tls) as system:
         start = SPAWN.Event()
         pipes, processes = [], []
         for _ in range(clients):
@@ -323,6 +328,7 @@ class LatencyConfig:
     calm_interval_s: float = 0.100  # a second, calmer pass (no target): what one job sees with no queue
     settle_s: float = 60.0  # after the last submit, how long to wait for every job to run
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
+    tls: bool = True  # as deployed; False: plaintext on loopback (--plaintext), the code's cost alone
     replicas: int = 1  # dispatcher processes (split only): the first leads and serves the agents, clients call the last
     # (split only) the leader only schedules; an API replica (--no-schedule) serves agents and clients
     apart: bool = False
@@ -378,7 +384,7 @@ def latency(pg: Postgres, config: LatencyConfig, run: Run) -> None:
 
 def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float, target: bool) -> None:
     with System(pg, "latency", objects(config.sim_clusters, config.nodes), split=config.split,
-                replicas=config.replicas, apart=config.apart) as system:
+                replicas=config.replicas, apart=config.apart, tls=config.tls) as system:
         client = system.client()
         # The events are watched from a process of its own: time.monotonic() is the same clock across
         # processes, and the watcher's work (hundreds of events a second) then delays no submit.
@@ -496,6 +502,7 @@ class EndToEndConfig:
     duration: str = "1s"
     timeout_s: float = 900.0
     split: bool = True  # the agents in a process of their own (False: all in one `sluice up` process)
+    tls: bool = True  # as deployed; False: plaintext on loopback (--plaintext), the code's cost alone
 
     @classmethod
     def quick(cls) -> EndToEndConfig:
@@ -509,7 +516,7 @@ def end_to_end(pg: Postgres, config: EndToEndConfig, run: Run) -> None:
                           "server": SPLIT if config.split else
                           "sluice up (Embedded) in its own process, one in-process sim agent per cluster",
                           "measured": "first submit call -> last job SUCCEEDED (database polled every 0.25s)"}
-    with System(pg, "e2e", objects(config.sim_clusters, config.nodes), split=config.split) as system:
+    with System(pg, "e2e", objects(config.sim_clusters, config.nodes), split=config.split, tls=config.tls) as system:
         client = system.client()
         docs = [workload.job_document("default", workload.SHAPES[0], "standard", i % 10, duration=config.duration)
                 for i in range(config.jobs)]
