@@ -7,6 +7,7 @@ that replaces them) and new connections get them; open connections keep theirs. 
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pathlib
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from sluice.certs import CLUSTER_URI
+from sluice.certs import AgentIdentity, agent_identity
 from sluice.transport import host_of, is_loopback_host
 
 log = logging.getLogger(__name__)
@@ -145,14 +146,13 @@ class HttpTls:
         return self._context
 
 
-def cluster_of(context: grpc.ServicerContext) -> str | None:
-    """The cluster a verified agent certificate names (its `sluice://cluster/<name>` URI), or None.
+def agent_certificate(context: grpc.ServicerContext) -> AgentIdentity | None:
+    """What the client certificate of an agent on the agent port says, or None.
 
-    Only the agent port asks for client certificates, and gRPC hands over the peer's identity only after
+    Only the agent port asks for client certificates, and gRPC hands over the peer's certificate only after
     verifying it against that port's client CA; elsewhere there is none to read."""
-    auth = context.auth_context() or {}
-    for uri in auth.get("peer_uri", []) or auth.get("x509_subject_alternative_name", []):
-        text = uri.decode(errors="replace") if isinstance(uri, bytes) else str(uri)
-        if text.startswith(CLUSTER_URI) and len(text) > len(CLUSTER_URI):
-            return text[len(CLUSTER_URI):]
-    return None
+    pem = (context.auth_context() or {}).get("x509_pem_cert")
+    return _agent_identity(pem[0]) if pem else None
+
+
+_agent_identity = functools.lru_cache(maxsize=4096)(agent_identity)  # one parse per certificate, not per call

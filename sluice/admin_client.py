@@ -1,4 +1,5 @@
-"""The admin side of the Python client: admin objects, quotas, members, tokens, cluster states, audit.
+"""The admin side of the Python client: admin objects, quotas, members, tokens, agents' certificates,
+cluster states, audit.
 
 Every call needs an admin token. Results are plain dicts: objects are their docs/api.md documents, the rest
 camelCase like the rest of the client. As light as sluice.client: grpc and the stubs only.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 
 from sluice.client import Client, _time
 from sluice.config import ClientConfig
@@ -17,6 +19,11 @@ def token_dict(token: admin_pb2.Token) -> dict:
     return {"id": token.id, "role": token.role, "subject": token.subject, "cluster": token.cluster or None,
             "createdAt": _time(token.created_at), "expiresAt": _time(token.expires_at),
             "revokedAt": _time(token.revoked_at)}
+
+
+def certificate_dict(certificate: admin_pb2.RevokedCertificate) -> dict:
+    return {"serial": certificate.serial, "cluster": certificate.cluster or None,
+            "notAfter": _time(certificate.not_after), "revokedAt": _time(certificate.revoked_at)}
 
 
 def _change(reply: admin_pb2.ObjectChange) -> dict:
@@ -68,6 +75,19 @@ class AdminClient(Client):
         """Revoke a token; the result says whether it already was (alreadyRevoked)."""
         reply = self._call(self._admin.RevokeToken, admin_pb2.RevokeTokenRequest(id=token_id))
         return {**token_dict(reply.token), "alreadyRevoked": reply.already_revoked}
+
+    def revoke_certificate(self, serial: str, cluster: str | None = None, not_after: datetime | None = None) -> dict:
+        """Revoke an agent's client certificate by serial number (hex); the result says whether it already
+        was (alreadyRevoked)."""
+        request = admin_pb2.RevokeCertificateRequest(serial=serial, cluster=cluster or "")
+        if not_after is not None:
+            request.not_after.FromDatetime(not_after)
+        reply = self._call(self._admin.RevokeCertificate, request)
+        return {**certificate_dict(reply.certificate), "alreadyRevoked": reply.already_revoked}
+
+    def revoked_certificates(self) -> list[dict]:
+        reply = self._call(self._admin.ListRevokedCertificates, admin_pb2.ListRevokedCertificatesRequest())
+        return [certificate_dict(c) for c in reply.certificates]
 
     def set_cluster_state(self, name: str, state: str) -> str:
         """active (uncordon), cordoned or draining; returns the state it had."""

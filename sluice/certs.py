@@ -6,7 +6,7 @@ here too. All of it is the `cryptography` package's X.509 builder: ECDSA P-256 k
 
 An agent's certificate binds it to its cluster: its subject common name is the cluster's name and it
 carries the URI `sluice://cluster/<name>` as a subject alternative name, which the dispatcher reads
-(dispatcher.tls.cluster_of) instead of an agent token.
+(dispatcher.tls.agent_certificate) instead of an agent token.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def _alt_name(value: str) -> x509.GeneralName:
         return x509.DNSName(value)
 
 
-def _issue(ca: Issued, common_name: str, alt_names: list[str], usage: x509.ObjectIdentifier, days: int) -> Issued:
+def _issue(ca: Issued, common_name: str, alt_names: list[str], usage: x509.ObjectIdentifier, days: float) -> Issued:
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, password=None)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -103,18 +103,43 @@ def _issue(ca: Issued, common_name: str, alt_names: list[str], usage: x509.Objec
     return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def make_server(ca: Issued, hosts: list[str], days: int = LEAF_DAYS) -> Issued:
+def make_server(ca: Issued, hosts: list[str], days: float = LEAF_DAYS) -> Issued:
     """The dispatcher's certificate for the DNS names and IP addresses clients and agents dial."""
     if not hosts:
         raise ValueError("a server certificate needs at least one host name or IP address")
     return _issue(ca, hosts[0], hosts, ExtendedKeyUsageOID.SERVER_AUTH, days)
 
 
-def make_agent(ca: Issued, cluster: str, days: int = LEAF_DAYS) -> Issued:
+def make_agent(ca: Issued, cluster: str, days: float = LEAF_DAYS) -> Issued:
     """A client certificate that authenticates an agent as the agent of `cluster` (mTLS)."""
     if not cluster:
         raise ValueError("an agent certificate needs its cluster's name")
     return _issue(ca, cluster, [CLUSTER_URI + cluster], ExtendedKeyUsageOID.CLIENT_AUTH, days)
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    """What an agent certificate says: its cluster (its `sluice://cluster/<name>` URI), its serial number
+    (lowercase hex: how it is revoked, `sluice admin cert revoke`) and the end of its validity."""
+
+    cluster: str
+    serial: str
+    not_after: datetime.datetime
+
+
+def agent_identity(pem: bytes) -> AgentIdentity | None:
+    """The identity an agent certificate (PEM) carries; None for any other certificate or for bytes that are
+    not one."""
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+        uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.UniformResourceIdentifier)
+    except (ValueError, x509.ExtensionNotFound):
+        return None
+    for uri in uris:
+        if uri.startswith(CLUSTER_URI) and len(uri) > len(CLUSTER_URI):
+            return AgentIdentity(uri[len(CLUSTER_URI):], format(cert.serial_number, "x"), cert.not_valid_after_utc)
+    return None
 
 
 def load(cert_path: pathlib.Path, key_path: pathlib.Path) -> Issued:

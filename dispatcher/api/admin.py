@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from dispatcher.api import convert
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import translated
+from dispatcher.errors import InvalidRequest
 from dispatcher.services import administering
 from dispatcher.store import tokens
 from dispatcher.store.database import Sessions
@@ -88,6 +89,26 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             row, revoked = administering.revoke_token(session, actor, request.id)
         self._auth.forget()  # this process before the reply; the others when the NOTIFY reaches them
         return admin_pb2.RevokeTokenResponse(token=convert.token(row), already_revoked=not revoked)
+
+    @translated
+    def RevokeCertificate(self, request, context):
+        actor = self._actor(context)
+        try:
+            not_after = request.not_after.ToDatetime(UTC) if request.HasField("not_after") else None
+        except (ValueError, OverflowError):
+            raise InvalidRequest("not_after: not a valid time") from None
+        with self._sessions.begin() as session:
+            row, revoked = administering.revoke_certificate(session, actor, request.serial, request.cluster, not_after)
+        self._auth.forget()  # this process before the reply; the others when the NOTIFY reaches them
+        return admin_pb2.RevokeCertificateResponse(certificate=convert.revoked_certificate(row),
+                                                   already_revoked=not revoked)
+
+    @translated
+    def ListRevokedCertificates(self, request, context):
+        self._actor(context)
+        with self._sessions() as session:
+            return admin_pb2.ListRevokedCertificatesResponse(
+                certificates=[convert.revoked_certificate(r) for r in tokens.revoked_certificates(session)])
 
     @translated
     def SetClusterState(self, request, context):

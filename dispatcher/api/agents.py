@@ -269,7 +269,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             if statuses:
                 # A report sent after its token was revoked (on any replica) or expired is not applied.
                 self._auth.confirm(link.who)
-                reports.apply_many(session, cluster, statuses, self._metrics, token_id=link.who.token_id)
+                reports.apply_many(session, cluster, statuses, self._metrics, held_by=link.who)
             if ids:
                 outbox_store.ack(session, cluster, ids)
             if heartbeat is not None:

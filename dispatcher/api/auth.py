@@ -1,4 +1,5 @@
-"""Bearer-token authentication for every RPC but the health check; on the agent port, client certificates.
+"""Bearer-token authentication for every RPC but the health check; on the agent port, client certificates
+(refused once expired or revoked: store.tokens.revoke_certificate).
 
 Sluice's own tokens (`sl_...`) are looked up by their hash; with an identity provider configured
 (api/oidc.py), any other bearer token is verified as the provider's JWT. A verified token is cached for a
@@ -22,6 +23,7 @@ from dispatcher.store import channels, tokens
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
 from dispatcher.store.tokens import Principal
+from sluice.certs import AgentIdentity
 
 CACHE_SECONDS = 5.0
 RECHECK_S = 1.0  # an open stream's token is checked again at least this often
@@ -43,17 +45,17 @@ class Authenticator:
         for key, value in context.invocation_metadata():
             if key == "authorization" and value.lower().startswith("bearer "):
                 secret = value[7:].strip()
-        if not secret:
-            cluster = tls.cluster_of(context)  # an agent's client certificate, verified on the agent port
-            if cluster is not None:
-                return Principal(f"agent-{cluster}", "agent", cluster)
+        certificate = None if secret else tls.agent_certificate(context)  # verified, on the agent port only
+        if not secret and certificate is None:
             raise Unauthenticated("missing bearer token (metadata 'authorization: Bearer <token>')")
         now = time.monotonic()
         with self._lock:
-            hit = self._cache.get(secret)
+            hit = self._cache.get(secret or certificate)
         if hit and hit[0] > now:
             return hit[1]
-        if self._identity is not None and not secret.startswith("sl_"):
+        if certificate is not None:
+            found = self._certified(certificate)
+        elif self._identity is not None and not secret.startswith("sl_"):
             found = self._identity.principal(secret)
         else:
             with self._sessions() as session:
@@ -66,8 +68,20 @@ class Authenticator:
         with self._lock:
             if len(self._cache) >= MAX_CACHED:
                 self._cache.clear()
-            self._cache[secret] = (until, found)
+            self._cache[secret or certificate] = (until, found)
         return found
+
+    def _certified(self, certificate: AgentIdentity) -> Principal:
+        """The agent a client certificate names, unless it has expired (an open link outlives the handshake
+        that checked it) or is revoked."""
+        if certificate.not_after <= datetime.now(UTC):
+            raise Unauthenticated(f"the agent's client certificate (serial {certificate.serial}) expired at "
+                                  f"{certificate.not_after:%Y-%m-%d %H:%M:%S} UTC")
+        with self._sessions() as session:
+            if tokens.certificate_revoked(session, certificate.serial):
+                raise Unauthenticated(f"the agent's client certificate (serial {certificate.serial}) is revoked")
+        return Principal(f"agent-{certificate.cluster}", "agent", certificate.cluster, certificate=certificate.serial,
+                         expires_at=certificate.not_after)
 
     def forget(self) -> None:
         """Drop every cached token (after a revocation: this process refuses it at once)."""
@@ -82,7 +96,7 @@ class Authenticator:
 
     @staticmethod
     def confirm(who: Principal) -> None:
-        """Raise Unauthenticated if `who`'s identity-provider token has expired by now (a Sluice token is
-        checked against its row instead, in the transaction of the work it allows: tokens.HELD_SQL)."""
+        """Raise Unauthenticated if `who`'s identity-provider token or client certificate has expired by now (a
+        Sluice token is checked against its row instead, in the transaction of the work it allows: tokens.held)."""
         if who.token_id is None and who.expires_at is not None and who.expires_at <= datetime.now(UTC):
-            raise Unauthenticated(tokens.REFUSED)
+            raise Unauthenticated(tokens.CERTIFICATE_REFUSED if who.certificate else tokens.REFUSED)

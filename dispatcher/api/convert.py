@@ -6,7 +6,7 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent
+from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent, RevokedCertificate
 from sluice.quantity import format_resources
 from sluice.v1 import admin_pb2, jobs_pb2
 
@@ -44,6 +44,11 @@ def token(row: ApiToken) -> admin_pb2.Token:
     return admin_pb2.Token(id=row.id, role=row.role, subject=row.subject, cluster=row.cluster or "",
                            created_at=timestamp(row.created_at), expires_at=timestamp(row.expires_at),
                            revoked_at=timestamp(row.revoked_at))
+
+
+def revoked_certificate(row: RevokedCertificate) -> admin_pb2.RevokedCertificate:
+    return admin_pb2.RevokedCertificate(serial=row.serial, cluster=row.cluster or "",
+                                        not_after=timestamp(row.not_after), revoked_at=timestamp(row.revoked_at))
 
 
 def audit_record(row: AuditRecord) -> admin_pb2.AuditRecord:

@@ -24,7 +24,7 @@ from dispatcher.store import admin as admin_store
 from dispatcher.store import channels, tokens
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store.database import Session
-from dispatcher.store.models import ApiToken, AuditRecord
+from dispatcher.store.models import ApiToken, AuditRecord, RevokedCertificate
 from sluice._validate import unstorable_at
 from sluice.documents import json_document
 from sluice.objects import KINDS, AdminObject, kind_named, object_from_document
@@ -40,6 +40,7 @@ REFERRING = {"jobs": ("job", "jobs"), "attempts": ("attempt", "attempts"),
              "outbox": ("outbox command", "outbox commands"), "api_tokens": ("token", "tokens"),
              "queues": ("child queue", "child queues")}
 MAX_AUDIT = 1000
+MAX_SERIAL_DIGITS = 40  # a certificate serial number is at most 20 octets (RFC 5280)
 MAX_EXPIRES_S = 100 * 365 * 86400  # the longest life a token may be given (0: it never expires)
 
 
@@ -190,6 +191,22 @@ def revoke_token(session: Session, actor: str, token_id: int) -> tuple[ApiToken,
     row, revoked = tokens.revoke(session, token_id)
     if revoked:
         _record(session, actor, "revoke", "Token", str(token_id), {"role": row.role, "subject": row.subject})
+    return row, revoked
+
+
+def revoke_certificate(session: Session, actor: str, serial: str, cluster: str = "",
+                       not_after: datetime | None = None) -> tuple[RevokedCertificate, bool]:
+    """Revoke an agent's client certificate by serial number (hex, any case, colons allowed); (the
+    revocation, whether this call made it). Every replica refuses it within moments of the commit, and the
+    links open with it end (store.tokens.revoke_certificate notifies)."""
+    digits = serial.strip().lower().removeprefix("0x").replace(":", "")
+    if not digits or len(digits) > MAX_SERIAL_DIGITS or any(c not in "0123456789abcdef" for c in digits):
+        raise InvalidRequest(f"serial: {serial[:60]!r} is not a certificate serial number (hex digits, at most "
+                             f"{MAX_SERIAL_DIGITS}, colons allowed)")
+    digits = digits.lstrip("0") or "0"
+    row, revoked = tokens.revoke_certificate(session, digits, cluster or None, not_after)
+    if revoked:
+        _record(session, actor, "revoke", "Certificate", digits, {"cluster": cluster or None})
     return row, revoked
 
 

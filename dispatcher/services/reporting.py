@@ -37,15 +37,15 @@ def apply(session: Session, cluster: str, report: AttemptReport, metrics: Dispat
 
 
 def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
-               metrics: DispatcherMetrics | None = None, *, token_id: int | None = None) -> int:
+               metrics: DispatcherMetrics | None = None, *, held_by: Principal | None = None) -> int:
     """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
     all of them: the jobs are locked and read at once (in id order), each report is judged against its
     job as the reports before it left it, and the changes are written together: the jobs' new states,
     one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
-    capacity: the scheduler should look again). token_id: the agent's token, which must still hold
-    (Unauthenticated otherwise, and nothing is applied)."""
+    capacity: the scheduler should look again). held_by: the agent, whose token or certificate must still
+    hold (Unauthenticated otherwise, and nothing is applied)."""
     ids = sorted({r.job_id for r in reports})
-    views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids, token_id=token_id)}
+    views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids, held_by=held_by)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
     # (job, attempt) -> [started, end state, reason, exit code, when it started, when it ended (agent's)]

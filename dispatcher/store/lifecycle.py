@@ -35,6 +35,7 @@ from dispatcher.store.channels import (
 from dispatcher.store.database import at_once, driver
 from dispatcher.store.models import Job, JobEvent
 from dispatcher.store.outbox import lock_clusters
+from dispatcher.store.tokens import Principal
 
 SUBMITTED = "submitted"  # the reason of a job no scheduling cycle has looked at yet
 
@@ -216,15 +217,16 @@ def refuse_queued(session: Session, ids: list[int], reason: str) -> list[int]:
     return [job.id for job in jobs]
 
 
-def lock_for_reports(session: Session, ids: list[int], *, token_id: int | None = None) -> list[tuple]:
+def lock_for_reports(session: Session, ids: list[int], *, held_by: Principal | None = None) -> list[tuple]:
     """(id, state, attempt, cluster, max_retries) of these jobs, locked (in id order) until the transaction ends.
-    token_id: the reports are applied only while this token holds (tokens.HELD_SQL, in the same round trip);
-    Unauthenticated otherwise."""
-    if token_id is None:
+    held_by: the reports are applied only while this agent's token or certificate holds (tokens.held, in
+    the same round trip); Unauthenticated otherwise."""
+    check = tokens.held(held_by) if held_by is not None else None
+    if check is None:
         return driver(session).execute(_LOCK_FOR_REPORTS, {"ids": ids}).fetchall()
-    held, rows = at_once(session, (tokens.HELD_SQL, {"token": token_id}), (_LOCK_FOR_REPORTS, {"ids": ids}))
+    held, rows = at_once(session, check, (_LOCK_FOR_REPORTS, {"ids": ids}))
     if not held:
-        raise Unauthenticated(tokens.REFUSED)
+        raise Unauthenticated(tokens.REFUSED if held_by.token_id is not None else tokens.CERTIFICATE_REFUSED)
     return rows
 
 

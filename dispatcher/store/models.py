@@ -176,6 +176,17 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
+class RevokedCertificate(Base):
+    """An agent's client certificate that no longer authenticates it, by serial number (unique among the
+    certificates of the one client CA the agent port trusts)."""
+
+    __tablename__ = "revoked_certificates"
+    serial: Mapped[str] = mapped_column(Text, primary_key=True)  # lowercase hex, no separators
+    cluster: Mapped[str | None] = mapped_column(Text, nullable=True)  # as the certificate named it, when known
+    not_after: Mapped[datetime | None] = mapped_column(nullable=True)  # the certificate's own end, when known
+    revoked_at: Mapped[datetime] = _now()
+
+
 class SubmitKey(Base):
     """A submit's idempotency key, per user: the ids it committed and a digest of its documents (a retry
     with the same key is answered with these ids); pruned once older than the scheduler's retention."""

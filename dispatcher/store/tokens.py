@@ -1,5 +1,5 @@
-"""API tokens: random secrets handed out once, stored only as their SHA-256; and who a caller is (Principal),
-with the one rule of queue membership."""
+"""API tokens: random secrets handed out once, stored only as their SHA-256; agents' client certificates
+revoked by serial number; and who a caller is (Principal), with the one rule of queue membership."""
 from __future__ import annotations
 
 import hashlib
@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, or_, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
 from dispatcher.store import channels
-from dispatcher.store.models import ApiToken
+from dispatcher.store.models import ApiToken, RevokedCertificate
 
 ROLES = ("admin", "user", "agent")
 REFUSED = "invalid, expired or revoked token"  # the one answer to a token that does not hold, whatever the cause
+CERTIFICATE_REFUSED = "the agent's client certificate is revoked or expired"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Principal:
     cluster: str | None = None  # agent tokens are bound to one cluster
     queues: frozenset[str] = frozenset()  # queues an identity provider's groups make this user a member of
     token_id: int | None = None  # the api_tokens row of a Sluice token; None for an identity provider's
+    certificate: str | None = None  # the serial number (hex) of the client certificate an agent presented
     expires_at: datetime | None = None  # None: never expires
 
     def belongs(self, queue: str, members: Collection[str]) -> bool:
@@ -86,3 +89,34 @@ def authenticate(session: Session, secret: str) -> Principal | None:
 # the transaction ends: a revocation waits for the work it would have refused, or that work sees it.
 HELD_SQL = ("SELECT 1 FROM api_tokens WHERE id = %(token)s AND revoked_at IS NULL "
             "AND (expires_at IS NULL OR expires_at > now()) FOR SHARE")
+# A row when the client certificate with serial %(serial)s is not revoked (as this transaction sees it).
+CERTIFICATE_HELD_SQL = "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM revoked_certificates WHERE serial = %(serial)s)"
+
+
+def held(who: Principal) -> tuple[str, dict] | None:
+    """The statement and parameters that answer a row while `who`'s token or certificate still holds; None
+    for an identity provider's token (its expiry is all there is to check: Authenticator.confirm)."""
+    if who.token_id is not None:
+        return HELD_SQL, {"token": who.token_id}
+    if who.certificate is not None:
+        return CERTIFICATE_HELD_SQL, {"serial": who.certificate}
+    return None
+
+
+def revoke_certificate(session: Session, serial: str, cluster: str | None = None,
+                       not_after: datetime | None = None) -> tuple[RevokedCertificate, bool]:
+    """Revoke an agent's client certificate by serial number (lowercase hex); (the revocation, whether this
+    call made it). Every replica drops its cached identities when this commits, and links open with it end."""
+    made = session.execute(insert(RevokedCertificate).values(serial=serial, cluster=cluster, not_after=not_after)
+                           .on_conflict_do_nothing().returning(RevokedCertificate.serial)).first() is not None
+    if made:
+        channels.notify(session, channels.TOKENS_CHANNEL, f"certificate {serial}")
+    return session.get(RevokedCertificate, serial, populate_existing=True), made
+
+
+def certificate_revoked(session: Session, serial: str) -> bool:
+    return session.get(RevokedCertificate, serial) is not None
+
+
+def revoked_certificates(session: Session) -> list[RevokedCertificate]:
+    return list(session.scalars(select(RevokedCertificate).order_by(RevokedCertificate.revoked_at)))

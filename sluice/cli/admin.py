@@ -1,4 +1,5 @@
-"""`sluice admin`: manage admin objects, quotas, members, tokens and clusters, and read the audit log.
+"""`sluice admin`: manage admin objects, quotas, members, tokens, agents' certificates and clusters, and read
+the audit log.
 
 Needs an admin token. Like the rest of the CLI, it imports the client (grpc) only inside commands.
 """
@@ -13,10 +14,12 @@ app = typer.Typer(no_args_is_help=True, help="Administer objects, quotas, tokens
 quota_app = typer.Typer(no_args_is_help=True, help="Queue quotas.")
 queue_app = typer.Typer(no_args_is_help=True, help="Queue membership.")
 token_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+cert_app = typer.Typer(no_args_is_help=True, help="Agents' client certificates (mTLS): revoke one, list revoked.")
 cluster_app = typer.Typer(no_args_is_help=True, help="Cordon, drain and uncordon clusters.")
 app.add_typer(quota_app, name="quota")
 app.add_typer(queue_app, name="queue")
 app.add_typer(token_app, name="token")
+app.add_typer(cert_app, name="cert")
 app.add_typer(cluster_app, name="cluster")
 
 PAST = {"create": "created", "update": "updated", "unchanged": "unchanged"}
@@ -193,6 +196,39 @@ def token_revoke(ctx: typer.Context, token_id: int = typer.Argument(..., metavar
     client = _client(ctx, what)
     token = call(what, lambda: client.revoke_token(token_id))
     print(f"token {token_id}: {'already revoked' if token['alreadyRevoked'] else 'revoked'}")
+
+
+@cert_app.command("revoke")
+def cert_revoke(ctx: typer.Context, certificate: str = typer.Argument(
+        ..., metavar="FILE|SERIAL", help="The agent's certificate (PEM file), or its serial number in hex")) -> None:
+    """Revoke an agent's client certificate: refused at once, and its open link ends within seconds."""
+    import pathlib
+
+    from sluice.certs import agent_identity
+    what = f"admin cert revoke {certificate}"
+    serial, cluster, not_after = certificate, None, None
+    path = pathlib.Path(certificate)
+    if path.is_file():
+        try:
+            identity = agent_identity(path.read_bytes())
+        except OSError as exc:
+            raise Failed(what, f"cannot read {path}: {exc.strerror or exc}") from None
+        if identity is None:
+            raise Failed(what, f"{path} is not an agent certificate (a PEM certificate naming "
+                               f"sluice://cluster/NAME); give its serial number instead")
+        serial, cluster, not_after = identity.serial, identity.cluster, identity.not_after
+    client = _client(ctx, what)
+    revoked = call(what, lambda: client.revoke_certificate(serial, cluster, not_after))
+    named = f" (cluster {revoked['cluster']})" if revoked["cluster"] else ""
+    print(f"certificate {revoked['serial']}{named}: {'already revoked' if revoked['alreadyRevoked'] else 'revoked'}")
+
+
+@cert_app.command("list")
+def cert_list(ctx: typer.Context, output: Format = OutputOpt) -> None:
+    """Every revoked agent certificate."""
+    client = _client(ctx, "admin cert list")
+    emit(call("admin cert list", client.revoked_certificates), output,
+         [("SERIAL", "serial"), ("CLUSTER", "cluster"), ("NOT AFTER", "notAfter"), ("REVOKED", "revokedAt")])
 
 
 def _cluster_state(ctx: typer.Context, command: str, name: str, state: str) -> None:

@@ -165,6 +165,46 @@ class RevokeTokenResponse(_message.Message):
     already_revoked: bool
     def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., already_revoked: _Optional[bool] = ...) -> None: ...
 
+class RevokedCertificate(_message.Message):
+    __slots__ = ("serial", "cluster", "not_after", "revoked_at")
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    serial: str
+    cluster: str
+    not_after: _timestamp_pb2.Timestamp
+    revoked_at: _timestamp_pb2.Timestamp
+    def __init__(self, serial: _Optional[str] = ..., cluster: _Optional[str] = ..., not_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RevokeCertificateRequest(_message.Message):
+    __slots__ = ("serial", "cluster", "not_after")
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    serial: str
+    cluster: str
+    not_after: _timestamp_pb2.Timestamp
+    def __init__(self, serial: _Optional[str] = ..., cluster: _Optional[str] = ..., not_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RevokeCertificateResponse(_message.Message):
+    __slots__ = ("certificate", "already_revoked")
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_REVOKED_FIELD_NUMBER: _ClassVar[int]
+    certificate: RevokedCertificate
+    already_revoked: bool
+    def __init__(self, certificate: _Optional[_Union[RevokedCertificate, _Mapping]] = ..., already_revoked: _Optional[bool] = ...) -> None: ...
+
+class ListRevokedCertificatesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRevokedCertificatesResponse(_message.Message):
+    __slots__ = ("certificates",)
+    CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    certificates: _containers.RepeatedCompositeFieldContainer[RevokedCertificate]
+    def __init__(self, certificates: _Optional[_Iterable[_Union[RevokedCertificate, _Mapping]]] = ...) -> None: ...
+
 class SetClusterStateRequest(_message.Message):
     __slots__ = ("name", "state")
     NAME_FIELD_NUMBER: _ClassVar[int]

@@ -74,6 +74,16 @@ class AdminStub:
                 request_serializer=sluice_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_admin__pb2.RevokeTokenResponse.FromString,
                 _registered_method=True)
+        self.RevokeCertificate = channel.unary_unary(
+                '/sluice.v1.Admin/RevokeCertificate',
+                request_serializer=sluice_dot_v1_dot_admin__pb2.RevokeCertificateRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_admin__pb2.RevokeCertificateResponse.FromString,
+                _registered_method=True)
+        self.ListRevokedCertificates = channel.unary_unary(
+                '/sluice.v1.Admin/ListRevokedCertificates',
+                request_serializer=sluice_dot_v1_dot_admin__pb2.ListRevokedCertificatesRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_admin__pb2.ListRevokedCertificatesResponse.FromString,
+                _registered_method=True)
         self.SetClusterState = channel.unary_unary(
                 '/sluice.v1.Admin/SetClusterState',
                 request_serializer=sluice_dot_v1_dot_admin__pb2.SetClusterStateRequest.SerializeToString,
@@ -137,6 +147,19 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeCertificate(self, request, context):
+        """An agent's certificate: refused at its next handshake or call, and the links open with it end within seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRevokedCertificates(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetClusterState(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -191,6 +214,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RevokeToken,
                     request_deserializer=sluice_dot_v1_dot_admin__pb2.RevokeTokenRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_admin__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'RevokeCertificate': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeCertificate,
+                    request_deserializer=sluice_dot_v1_dot_admin__pb2.RevokeCertificateRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_admin__pb2.RevokeCertificateResponse.SerializeToString,
+            ),
+            'ListRevokedCertificates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRevokedCertificates,
+                    request_deserializer=sluice_dot_v1_dot_admin__pb2.ListRevokedCertificatesRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_admin__pb2.ListRevokedCertificatesResponse.SerializeToString,
             ),
             'SetClusterState': grpc.unary_unary_rpc_method_handler(
                     servicer.SetClusterState,
@@ -419,6 +452,60 @@ class Admin:
             '/sluice.v1.Admin/RevokeToken',
             sluice_dot_v1_dot_admin__pb2.RevokeTokenRequest.SerializeToString,
             sluice_dot_v1_dot_admin__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeCertificate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.v1.Admin/RevokeCertificate',
+            sluice_dot_v1_dot_admin__pb2.RevokeCertificateRequest.SerializeToString,
+            sluice_dot_v1_dot_admin__pb2.RevokeCertificateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRevokedCertificates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.v1.Admin/ListRevokedCertificates',
+            sluice_dot_v1_dot_admin__pb2.ListRevokedCertificatesRequest.SerializeToString,
+            sluice_dot_v1_dot_admin__pb2.ListRevokedCertificatesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -69,8 +69,12 @@ class ScriptedAgent:
     """A hand-driven agent: every message is sent by the test; replies are collected."""
 
     def __init__(self, address: str, token: str, cluster: str, capacity=CPU8, applied_through=0, inventory=(),
-                 reads_batches=False):
-        self.channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
+                 reads_batches=False, credentials: grpc.ChannelCredentials | None = None):
+        """credentials: TLS (with the agent's client certificate, on the agent port) instead of plaintext;
+        token "": none sent."""
+        options = [("grpc.max_receive_message_length", 64 << 20)]
+        self.channel = (grpc.secure_channel(address, credentials, options=options) if credentials
+                        else grpc.insecure_channel(address, options=options))
         self.outgoing: queue.Queue = queue.Queue()
         self.replies: queue.Queue = queue.Queue()  # a batch's messages one by one
         self.received: list[str] = []  # the kind of each stream message, a batch as "batch"
@@ -78,7 +82,7 @@ class ScriptedAgent:
                                          capacity=self.capacity(capacity, applied_through),
                                          reads_batches=reads_batches))
         self.call = agents_pb2_grpc.AgentsStub(self.channel).Connect(
-            iter(self.outgoing.get, None), metadata=[("authorization", f"Bearer {token}")])
+            iter(self.outgoing.get, None), metadata=[("authorization", f"Bearer {token}")] if token else None)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

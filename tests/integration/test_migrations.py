@@ -20,7 +20,8 @@ from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.models import Base
 
 TABLES = {"alembic_version", "api_tokens", "attempts", "clusters", "job_events", "jobs", "outbox", "queues",
-          "service_classes", "burst_policies", "admin_audit", "submit_config", "submit_keys"}
+          "service_classes", "burst_policies", "admin_audit", "submit_config", "submit_keys",
+          "revoked_certificates"}
 
 
 def plain_url(url: str) -> str:

@@ -4,26 +4,34 @@ without a restart, and agents bound to their cluster by their client certificate
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import ssl
+import subprocess
+import sys
+import time
 import urllib.request
+from datetime import UTC, datetime
 
 import grpc
 import pytest
 
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
+from dispatcher.errors import Unauthenticated
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import tokens
+from dispatcher.store import lifecycle, tokens
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.tls import ServerTls
 from sluice import certs
+from sluice.admin_client import AdminClient
 from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.transport import Tls
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+from tests.integration.test_agent_link import ScriptedAgent
 
 CLUSTERS = """
 apiVersion: sluice.io/v1
@@ -185,6 +193,110 @@ def test_a_certificate_from_another_ca_is_refused_on_the_agent_port(served, tmp_
         with pytest.raises(grpc.RpcError) as refused:
             jobs_pb2_grpc.JobsStub(channel).ListClusters(jobs_pb2.ListClustersRequest(), timeout=5)
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+BOUND_S = 3.0  # how long a revoked or expired certificate may keep an open link (RECHECK_S, and some slack)
+
+
+def _link(d, issued: certs.Issued, cluster: str) -> ScriptedAgent:
+    """A hand-driven agent on the agent port, authenticated by the client certificate `issued` alone."""
+    credentials = grpc.ssl_channel_credentials(d.ca.cert, issued.key, issued.cert)
+    return ScriptedAgent(f"127.0.0.1:{d.agent_port}", "", cluster, credentials=credentials)
+
+
+def _admin(d) -> AdminClient:
+    return AdminClient(ClientConfig(d.address, d.admin, timeout_s=10, ca=str(d.tls.client_ca)))
+
+
+def _ends_unauthenticated(agent: ScriptedAgent, within_s: float) -> str:
+    """The link's end: its status is UNAUTHENTICATED, within `within_s`; its details."""
+    with pytest.raises(grpc.RpcError) as ended:
+        agent.next("status_ack", timeout=within_s)
+    assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED, ended.value.details()
+    return ended.value.details()
+
+
+def test_a_revoked_agent_certificate_ends_its_link_and_is_refused_after(served):
+    issued, spare = certs.make_agent(served.ca, "alpha"), certs.make_agent(served.ca, "alpha")
+    identity = certs.agent_identity(issued.cert)
+    agent, other = _link(served, issued, "alpha"), _link(served, spare, "alpha")
+    agent.next("welcome")
+    other.next("welcome")
+    with _admin(served) as admin:
+        started = time.monotonic()
+        revoked = admin.revoke_certificate(identity.serial.upper(), "alpha", identity.not_after)
+        assert (revoked["serial"], revoked["cluster"], revoked["alreadyRevoked"]) == (identity.serial, "alpha", False)
+        assert revoked["notAfter"] and revoked["revokedAt"]
+        details = _ends_unauthenticated(agent, BOUND_S + 5)
+        assert time.monotonic() - started < BOUND_S
+        assert details == f"the agent's client certificate (serial {identity.serial}) is revoked"
+        # As `openssl x509 -serial` or a browser writes it: the same serial, already revoked.
+        with_colons = ":".join(identity.serial.zfill(40)[i:i + 2] for i in range(0, 40, 2))
+        assert admin.revoke_certificate(with_colons)["alreadyRevoked"]
+        assert [c["serial"] for c in admin.revoked_certificates()] == [identity.serial]
+        last = admin.audit()[-1]
+        assert (last["action"], last["kind"], last["name"]) == ("revoke", "Certificate", identity.serial)
+        for serial in ("", "xyz", "0x", "1" * 41):
+            with pytest.raises(ClientError) as refused:
+                admin.revoke_certificate(serial)
+            assert refused.value.code == "INVALID_ARGUMENT"
+            assert refused.value.message.startswith("serial: ") and "hex digits" in refused.value.message
+        assert len(admin.revoked_certificates()) == 1  # nothing changed
+    again = _link(served, issued, "alpha")  # the same certificate, a new connection: refused at its hello
+    assert "is revoked" in _ends_unauthenticated(again, 10)
+    with pytest.raises(queue.Empty):  # the cluster's other certificate still serves: its link holds
+        other.next("status_ack", timeout=BOUND_S)
+    for link in (agent, other, again):
+        link.close()
+
+
+def test_a_report_is_applied_only_while_its_certificate_holds(served):
+    """The reports of a batch are judged in the transaction that locks their jobs (tokens.held): a
+    revocation committed just before is seen there, whatever a replica's cache still believes."""
+    held = tokens.Principal("agent-alpha", "agent", "alpha", certificate="abc123")
+    with served.sessions.begin() as session:
+        assert lifecycle.lock_for_reports(session, [1], held_by=held) == []
+    with served.sessions.begin() as session:
+        tokens.revoke_certificate(session, "abc123", "alpha")
+    with served.sessions.begin() as session, pytest.raises(Unauthenticated) as refused:
+        lifecycle.lock_for_reports(session, [1], held_by=held)
+    assert str(refused.value) == tokens.CERTIFICATE_REFUSED
+
+
+def test_an_agent_certificate_that_expires_ends_its_open_link(served):
+    issued = certs.make_agent(served.ca, "alpha", days=4 / 86400)  # valid for 4 more seconds
+    identity = certs.agent_identity(issued.cert)
+    agent = _link(served, issued, "alpha")
+    agent.next("welcome")
+    left = (identity.not_after - datetime.now(UTC)).total_seconds()
+    details = _ends_unauthenticated(agent, left + BOUND_S + 5)
+    assert datetime.now(UTC) >= identity.not_after
+    assert (datetime.now(UTC) - identity.not_after).total_seconds() < BOUND_S
+    assert details.startswith(f"the agent's client certificate (serial {identity.serial}) expired at ")
+    agent.close()
+
+
+def test_sluice_admin_cert_revokes_a_certificate_file_and_lists_it(served, tmp_path):
+    issued = certs.make_agent(served.ca, "beta")
+    issued.write(tmp_path / "beta.crt", tmp_path / "beta.key")
+    env = {**os.environ, "SLUICE_ADDRESS": served.address, "SLUICE_TOKEN": served.admin,
+           "SLUICE_CA": str(served.tls.client_ca)}
+
+    def sluice(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sluice", "admin", "cert", *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    serial = certs.agent_identity(issued.cert).serial
+    done = sluice("revoke", str(tmp_path / "beta.crt"))
+    assert done.returncode == 0 and done.stdout == f"certificate {serial} (cluster beta): revoked\n", done.stderr
+    listed = sluice("list", "-o", "json")
+    assert listed.returncode == 0 and f'"serial": "{serial}"' in listed.stdout and '"cluster": "beta"' in listed.stdout
+    (tmp_path / "ca-only.crt").write_bytes(served.ca.cert)  # a certificate, but not an agent's
+    for args, says in [(("revoke", str(tmp_path / "ca-only.crt")), "is not an agent certificate"),
+                       (("revoke", "not-hex"), "serial: 'not-hex' is not a certificate serial number")]:
+        refused = sluice(*args)
+        assert refused.returncode == 1 and says in refused.stderr and "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
 def test_a_user_token_cannot_pass_for_an_agent_on_the_main_port(served):
