@@ -1,4 +1,4 @@
-"""The agent's own metrics, and a small /metrics HTTP server for any registry.
+"""The agent's own metrics (served at /metrics by sluice.serving.MetricsServer).
 
 Each Agent has its own private CollectorRegistry: `sluice up` runs several agents in one process, and
 the process-wide default registry would mix them (and refuse the second agent's metric names). Every
@@ -20,17 +20,14 @@ Series (prometheus_client also exposes a `_created` timestamp beside each `_tota
     sluice_agent_backend_errors_total{cluster}           backend calls that raised (create, delete,
                                                          inventory, capacity)
 
-The server binds to loopback unless told otherwise: metrics name clusters and job counts.
+`sluice agent run` serves them on loopback in plaintext, or on any address over HTTPS: metrics name
+clusters and job counts.
 """
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
 COMMAND_KINDS = ("dispatch", "cancel")
 
@@ -75,47 +72,3 @@ class AgentMetrics:
     def command_applied(self, kind: str | None) -> Counter:
         """The commands-applied counter of one command kind ("unknown" when the message has none)."""
         return self._commands_applied.labels(cluster=self._cluster, kind=kind or "unknown")
-
-
-class MetricsServer:
-    """A running /metrics endpoint (every path answers with the exposition)."""
-
-    def __init__(self, httpd: WSGIServer, thread: threading.Thread, host: str) -> None:
-        self._httpd = httpd
-        self._thread = thread
-        self.host = host
-        self.port: int = httpd.server_port
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
-
-    def stop(self) -> None:
-        """Stop serving and close the socket; waits for the serving thread."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a stuck scraper must not keep the process alive
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        """Scrapes every few seconds would flood stderr."""
-
-
-def serve(registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> tuple[MetricsServer, int]:
-    """Serve `registry` over HTTP on a daemon thread; port 0 picks a free port. Returns (server, port)."""
-    server_class = _Server6 if ":" in host else _Server
-    httpd = make_server(host, port, make_wsgi_app(registry), server_class, handler_class=_QuietHandler)
-    thread = threading.Thread(target=httpd.serve_forever, name=f"metrics-{httpd.server_port}", daemon=True)
-    thread.start()
-    server = MetricsServer(httpd, thread, host)
-    return server, server.port

@@ -22,10 +22,10 @@ from dispatcher.services import administering
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
-from dispatcher.tls import ServerTls, refuse_plaintext_off_loopback
 from sluice import certs
 from sluice import config as client_config
 from sluice.objects import default_objects, load_objects, object_from_document
+from sluice.serving import ServerTls, refuse_plaintext_off_loopback
 from sluice.transport import Tls
 
 log = logging.getLogger(__name__)

@@ -19,16 +19,11 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
-import ssl
-import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from dispatcher.capacity import snapshot
@@ -38,7 +33,6 @@ from dispatcher.store import database
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
-from dispatcher.tls import HttpTls, ServerTls, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -191,65 +185,3 @@ class StoreCollector(Collector):
                 g_capacity.add_metric([name, resource, "free"], base_units(milli))
             g_age.add_metric([name, c.source], c.age_seconds if c.age_seconds >= 0 else math.inf)
         return [g_queued, g_active, g_used, g_unacked, g_oldest, g_capacity, g_age]
-
-
-class _HttpServer(ThreadingWSGIServer):
-    """The /metrics server; with TLS, each connection's handshake runs on its own thread (a client that
-    never finishes one holds only that thread, not the accepting loop)."""
-
-    tls: HttpTls | None = None
-    handshake_timeout_s = 10.0
-
-    def finish_request(self, request, client_address) -> None:
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(self.handshake_timeout_s)
-        try:
-            secured = self.tls.context().wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return  # a plaintext or broken client: nothing can be answered
-        try:
-            super().finish_request(secured, client_address)
-        finally:
-            secured.close()
-
-
-class _HttpServer6(_HttpServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        """Scrapes every few seconds would flood the log."""
-
-
-class MetricsServer:
-    """/metrics for one registry on HOST:PORT (port 0 picks a free one), over TLS when `tls` is given."""
-
-    def __init__(self, listen: str, registry: CollectorRegistry, tls: ServerTls | None = None):
-        host, sep, port = listen.rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit():
-            raise OSError(f"cannot serve metrics on {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
-        if tls is None and not is_loopback(listen):
-            raise OSError(f"refusing plaintext /metrics on {listen}: not a loopback address (give a TLS "
-                          "certificate and key)")
-        https = HttpTls(tls) if tls is not None else None
-        try:
-            self._server = make_server(host, int(port), make_wsgi_app(registry),
-                                       _HttpServer6 if ":" in host else _HttpServer, handler_class=_QuietHandler)
-        except (OSError, OverflowError) as exc:
-            raise OSError(f"cannot serve metrics on {listen}: {exc}") from exc
-        self._server.tls = https
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
-        self._thread.start()
-        self.host = self._server.socket.getsockname()[0]  # as bound: tests check it is loopback
-        self.port = self._server.server_port
-        self.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
-        self.scheme = "https" if https else "http"
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)

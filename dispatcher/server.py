@@ -27,13 +27,14 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.capacity.prometheus import Refresher
-from dispatcher.metrics import DispatcherMetrics, MetricsServer, StoreCollector
+from dispatcher.metrics import DispatcherMetrics, StoreCollector
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.listening import Notifier, libpq_url
-from dispatcher.tls import ServerTls, grpc_credentials, refuse_plaintext_off_loopback
+from dispatcher.tls import grpc_credentials
+from sluice.serving import MetricsServer, ServerTls, refuse_plaintext_off_loopback
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)

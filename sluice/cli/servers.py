@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import tempfile
 
 import typer
 
@@ -184,7 +185,7 @@ def dispatcher_serve(
     from dispatcher.api.oidc import OidcSettings
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store.database import DatabaseSettings
-    from dispatcher.tls import ServerTls
+    from sluice.serving import ServerTls
     if insecure and (tls_cert or tls_key or client_ca):
         raise typer.BadParameter("--insecure is plaintext: give it without --tls-cert, --tls-key and --client-ca")
     if agent_listen and not client_ca:
@@ -335,6 +336,12 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
               metrics_listen: str = typer.Option("127.0.0.1:9465", "--metrics-listen",
                                                  envvar="SLUICE_AGENT_METRICS_LISTEN",
                                                  help="HOST:PORT for the agent's /metrics ('' turns it off)"),
+              metrics_tls_cert: pathlib.Path | None = typer.Option(
+                  None, "--metrics-tls-cert", envvar="SLUICE_AGENT_METRICS_TLS_CERT",
+                  help="Certificate to serve /metrics with over HTTPS (default off loopback: one of its own, "
+                       "made at start, which scrapers cannot verify)"),
+              metrics_tls_key: pathlib.Path | None = typer.Option(None, "--metrics-tls-key",
+                                                                  envvar="SLUICE_AGENT_METRICS_TLS_KEY"),
               verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Connect this cluster's agent to a dispatcher and run its jobs, until Ctrl-C."""
     _logging(verbose)
@@ -344,6 +351,8 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
         raise typer.BadParameter("--kubeconfig and --context are for --backend kubernetes")
     if bool(tls_cert) != bool(tls_key):
         raise typer.BadParameter("--tls-cert and --tls-key go together")
+    if bool(metrics_tls_cert) != bool(metrics_tls_key):
+        raise typer.BadParameter("--metrics-tls-cert and --metrics-tls-key go together")
     if token_file is None and tls_cert is None:
         raise typer.BadParameter("give --token-file, or --tls-cert and --tls-key (a certificate naming the cluster)")
     if insecure and (ca or tls_cert):
@@ -381,13 +390,17 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
     agent = Agent(AgentSettings(cluster, dispatcher, token, tls=tls), cluster_backend)
     server = None
     if metrics_listen:
-        from agent.metrics import serve
-        host, _, port = metrics_listen.rpartition(":")
+        from sluice import serving
+        from sluice.transport import host_of
         try:
-            server, bound = serve(agent.metrics.registry, host or "127.0.0.1", int(port))
-        except (OSError, ValueError) as exc:
+            metrics_tls = serving.ServerTls(metrics_tls_cert, metrics_tls_key) if metrics_tls_cert else None
+            if metrics_tls is None and not serving.is_loopback(metrics_listen):
+                metrics_tls = serving.self_signed(pathlib.Path(tempfile.mkdtemp(prefix="sluice-agent-metrics-")),
+                                                  host_of(metrics_listen))
+            server = serving.MetricsServer(metrics_listen, agent.metrics.registry, metrics_tls)
+        except OSError as exc:
             raise Failed(f"agent run --metrics-listen {metrics_listen}", str(exc)) from None
-        print(f"agent metrics on {host or '127.0.0.1'}:{bound}", file=sys.stderr, flush=True)
+        print(f"agent metrics on {server.url}", file=sys.stderr, flush=True)
     agent.start()
 
     def stop() -> None:

@@ -61,7 +61,8 @@ def test_dispatcher_serve_with_a_separate_sim_agent(db_url, tmp_path):
                               f"127.0.0.1:{agent_port}", "--ca", str(certs / "ca.crt"),
                               "--tls-cert", str(certs / "agent-solo.crt"), "--tls-key", str(certs / "agent-solo.key"),
                               "--backend", "sim", "--sim-nodes", "2", "--sim-node", "cpu=4,memory=8Gi",
-                              "--metrics-listen", "127.0.0.1:0"],
+                              "--metrics-listen", "127.0.0.1:0", "--metrics-tls-cert", str(certs / "dispatcher.crt"),
+                              "--metrics-tls-key", str(certs / "dispatcher.key")],
                              env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     client_env = {**env, "SLUICE_ADDRESS": f"127.0.0.1:{port}", "SLUICE_TOKEN": admin,
                   "SLUICE_CA": str(certs / "ca.crt")}
@@ -89,11 +90,15 @@ def test_dispatcher_serve_with_a_separate_sim_agent(db_url, tmp_path):
         trusting = ssl.create_default_context(cafile=str(certs / "ca.crt"))
         with urllib.request.urlopen(f"https://127.0.0.1:{metrics_port}/metrics", context=trusting, timeout=10) as r:
             assert b"sluice_database_up 1.0" in r.read()
+        # So is the agent's, with the certificate it was given.
+        said = agent.stderr.readline()
+        assert said.startswith("agent metrics on https://127.0.0.1:"), said
+        with urllib.request.urlopen(said.split()[-1], context=trusting, timeout=10) as r:
+            assert b'sluice_agent_connected{cluster="solo"} 1.0' in r.read()
     finally:
         for proc in (agent, serve):
             proc.send_signal(signal.SIGINT)
         assert agent.wait(15) == 0 and serve.wait(15) == 0
-    assert "agent metrics on 127.0.0.1:" in agent.stderr.read()
 
 
 def test_agent_run_refuses_bad_input(tmp_path):
@@ -105,6 +110,14 @@ def test_agent_run_refuses_bad_input(tmp_path):
     bad_node = run_sluice(env, "agent", "run", "--cluster", "c", "--dispatcher", "127.0.0.1:1",
                           "--token-file", str(tmp_path / "t"), "--sim-node", "cpu=lots")
     assert bad_node.returncode == 1 and "error: agent run --sim-node:" in bad_node.stderr
+    half = run_sluice(env, "agent", "run", "--cluster", "c", "--dispatcher", "127.0.0.1:1",
+                      "--token-file", str(tmp_path / "t"), "--metrics-tls-cert", str(tmp_path / "t"))
+    assert half.returncode == 2 and "--metrics-tls-cert and --metrics-tls-key go together" in half.stderr
+    not_pem = run_sluice(env, "agent", "run", "--cluster", "c", "--dispatcher", "127.0.0.1:1", "--token-file",
+                         str(tmp_path / "t"), "--metrics-tls-cert", str(tmp_path / "t"), "--metrics-tls-key",
+                         str(tmp_path / "t"))
+    assert not_pem.returncode == 1 and not_pem.stderr == (
+        f"error: agent run --metrics-listen 127.0.0.1:9465: certificate {tmp_path / 't'}: not a PEM file\n")
     backend = run_sluice(env, "agent", "run", "--cluster", "c", "--dispatcher", "127.0.0.1:1",
                          "--token-file", str(tmp_path / "t"), "--backend", "kubernetes")
     assert backend.returncode == 1 and backend.stderr.startswith(

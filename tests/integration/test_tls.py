@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
@@ -23,12 +24,12 @@ from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import lifecycle, tokens
 from dispatcher.store.database import DatabaseSettings
-from dispatcher.tls import ServerTls
 from sluice import certs
 from sluice.admin_client import AdminClient
 from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
+from sluice.serving import MetricsServer, ServerTls, self_signed
 from sluice.transport import Tls
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_agent_link import ScriptedAgent
@@ -126,6 +127,26 @@ def test_metrics_are_served_over_tls_and_a_plaintext_scrape_gets_nothing(served)
     assert b"sluice_database_up 1.0" in _metrics(served, str(served.tls.client_ca))
     with pytest.raises((OSError, urllib.error.URLError)):
         urllib.request.urlopen(f"http://127.0.0.1:{served.metrics_port}/metrics", timeout=5).read()
+
+
+def test_a_server_given_no_certificate_serves_metrics_over_tls_with_one_of_its_own(tmp_path):
+    """What an agent does off loopback without --metrics-tls-cert: encrypted, though not verifiable."""
+    registry = CollectorRegistry()
+    Gauge("sluice_probe", "a probe", registry=registry).set(7)
+    server = MetricsServer("127.0.0.1:0", registry, self_signed(tmp_path, "127.0.0.1"))
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        unverified = ssl.create_default_context()
+        unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+        with urllib.request.urlopen(server.url, context=unverified, timeout=5) as reply:
+            assert b"sluice_probe 7.0" in reply.read()
+        with pytest.raises(OSError):  # a plaintext scrape gets nothing
+            urllib.request.urlopen(server.url.replace("https:", "http:"), timeout=5).read()
+    finally:
+        server.stop()
+    assert (tmp_path / "tls.key").stat().st_mode & 0o077 == 0
+    with pytest.raises(OSError, match="refusing plaintext /metrics on 0.0.0.0:9"):
+        MetricsServer("0.0.0.0:9", registry)  # refused before anything binds
 
 
 def test_rotated_certificates_are_served_without_a_restart(served, tmp_path):

@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.connection import Agent, AgentSettings
-from agent.metrics import AgentMetrics, serve
+from agent.metrics import AgentMetrics
+from sluice.serving import MetricsServer
 from sluice.transport import PLAINTEXT
 from sluice.v1 import agents_pb2, agents_pb2_grpc
 
@@ -180,9 +181,9 @@ def test_agents_in_one_process_keep_their_own_registries():
 def test_served_on_loopback_with_conventional_names():
     metrics = AgentMetrics("c1", unacked=lambda: 3)
     metrics.command_applied("dispatch").inc()
-    server, port = serve(metrics.registry)
+    server = MetricsServer("127.0.0.1:0", metrics.registry)
     try:
-        assert server.url == f"http://127.0.0.1:{port}/metrics"
+        assert server.url == f"http://127.0.0.1:{server.port}/metrics"
         with urllib.request.urlopen(server.url, timeout=5) as response:
             families = list(text_string_to_metric_families(response.read().decode()))
     finally:

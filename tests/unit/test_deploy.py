@@ -412,6 +412,28 @@ def test_the_agent_verifies_the_dispatcher_by_a_mounted_ca(overlay):
     assert "SLUICE_TLS_CERT" not in _env(container)  # a client certificate is opt-in (mTLS)
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agent_serves_its_metrics_over_https(overlay):
+    agent, _, container = _deployment(install(overlay), "sluice-agent")
+    assert agent["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # No certificate given: `sluice agent run` makes one at start, since it listens off loopback.
+    assert "SLUICE_AGENT_METRICS_TLS_CERT" not in _env(container)
+
+
+def test_the_agent_serves_its_metrics_with_a_given_certificate_under_helm(tmp_path):
+    values = tmp_path / "metrics-tls.yaml"
+    values.write_text("agent: {metricsTlsSecret: sluice-agent-metrics-tls}\n")
+    objects = helm("ci/kind-values.yaml", values)
+    _assert_references_resolve(objects)
+    _, pod, container = _deployment(objects, "sluice-agent")
+    env = _env(container)
+    for var, name in (("SLUICE_AGENT_METRICS_TLS_CERT", "tls.crt"), ("SLUICE_AGENT_METRICS_TLS_KEY", "tls.key")):
+        assert env[var].rsplit("/", 1)[1] == name
+        assert _file_volume(pod, container, env[var])["secret"] == {"secretName": "sluice-agent-metrics-tls",
+                                                                    "defaultMode": 0o440}
+
+
 def _mtls_values(tmp_path: pathlib.Path) -> pathlib.Path:
     path = tmp_path / "mtls.yaml"
     path.write_text("dispatcher: {agentPort: {enabled: true}}\nagent: {clientCertSecret: sluice-agent-tls}\n")

@@ -47,7 +47,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from agent.backends.sim.cluster import SimCluster
 from agent.backends.sim.views import SimView
-from agent.metrics import MetricsServer, serve
+from sluice.serving import MetricsServer
 
 NAMESPACE = "sluice"
 CONTAINER = "main"
@@ -147,7 +147,8 @@ class SimMetricsServer:
         """Start serving (port 0 picks a free one); returns the bound port."""
         if self._server is not None:
             raise RuntimeError("SimMetricsServer.start called twice")
-        self._server, self._port = serve(self._registry, self._host, self._port)
+        self._server = MetricsServer(f"{self._host}:{self._port}", self._registry)
+        self._port = self._server.port
         return self._port
 
     def stop(self) -> None:
