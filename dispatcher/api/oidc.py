@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
+import ssl
 import threading
 import time
 import urllib.parse
@@ -38,6 +39,7 @@ class OidcSettings:
     issuer: str = ""  # the `iss` tokens must carry; "" accepts no identity provider's tokens (the default)
     audience: str = ""  # the `aud` tokens must carry (this dispatcher's client id at the issuer)
     jwks: str = ""  # the issuer's keys: a file path, or an https:// URL (http:// only on a loopback address)
+    ca: str = ""  # PEM file of the CA that signed the https JWKS URL's certificate; "": the system's roots
     user_claim: str = "sub"  # the claim that names the user (as queues' members and jobs' submitted_by)
     groups_claim: str = "groups"  # the claim listing the user's groups (a list of strings, or one string)
     group_queues: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # group -> queues its members join
@@ -58,14 +60,21 @@ class OidcSettings:
                (("audience", self.audience), ("jwks", self.jwks), ("user_claim", self.user_claim)) if not value]
         if self.jwks.startswith("http://") and not is_loopback_host(urllib.parse.urlsplit(self.jwks).hostname or ""):
             out.append(f"jwks: {self.jwks} is plain http on a non-loopback host; use https://")
+        if self.ca and not self.jwks.startswith("https://"):
+            out.append("ca: verifies an https:// JWKS URL; the jwks given is not one")
+        elif self.ca and not pathlib.Path(self.ca).is_file():
+            out.append(f"ca: {self.ca} is not a readable file")
         return out
 
 
-def read_jwks(source: str) -> dict:
-    """The JWKS document at `source` (a path or an http(s) URL); ValueError says why it cannot be read."""
+def read_jwks(source: str, ca: str = "") -> dict:
+    """The JWKS document at `source` (a path or an http(s) URL, https verified against `ca` or else the
+    system's roots); ValueError says why it cannot be read."""
     try:
         if source.startswith(("https://", "http://")):
-            with urllib.request.urlopen(source, timeout=FETCH_TIMEOUT_S) as reply:  # noqa: S310 - scheme checked
+            context = ssl.create_default_context(cafile=ca or None) if source.startswith("https://") else None
+            with urllib.request.urlopen(source, timeout=FETCH_TIMEOUT_S,  # noqa: S310 - scheme checked
+                                        context=context) as reply:
                 data = reply.read(MAX_JWKS_BYTES + 1)
         else:
             data = pathlib.Path(source).read_bytes()[:MAX_JWKS_BYTES + 1]
@@ -155,7 +164,7 @@ class IdentityProvider:
         """Read the keys (holding the lock); on failure keep those read before (if any), and say why."""
         self.attempts += 1
         try:
-            document = read_jwks(self.settings.jwks)
+            document = read_jwks(self.settings.jwks, self.settings.ca)
             keys = {}
             for entry in document["keys"]:
                 if not isinstance(entry, dict) or entry.get("kty") not in PUBLIC_KEY_TYPES:

@@ -167,6 +167,9 @@ def dispatcher_serve(
                                           help="The aud the issuer's tokens must carry"),
         oidc_jwks: str = typer.Option("", "--oidc-jwks", envvar="SLUICE_OIDC_JWKS",
                                       help="The issuer's keys (JWKS): a file, or an https:// URL"),
+        oidc_ca: str = typer.Option("", "--oidc-ca", envvar="SLUICE_OIDC_CA",
+                                    help="PEM file of the CA that signed an https --oidc-jwks URL's certificate "
+                                         "(default: the system's roots)"),
         oidc_user_claim: str = typer.Option("sub", "--oidc-user-claim", envvar="SLUICE_OIDC_USER_CLAIM",
                                             help="The claim naming the user"),
         oidc_groups_claim: str = typer.Option("groups", "--oidc-groups-claim", envvar="SLUICE_OIDC_GROUPS_CLAIM",
@@ -191,10 +194,10 @@ def dispatcher_serve(
     if agent_listen and not client_ca:
         raise typer.BadParameter("--agent-listen needs --client-ca (the CA that signs the agents' certificates)")
     tls = None if insecure else ServerTls(tls_cert, tls_key, client_ca)
-    identity = OidcSettings(issuer=oidc_issuer, audience=oidc_audience, jwks=oidc_jwks, user_claim=oidc_user_claim,
-                            groups_claim=oidc_groups_claim, group_queues=_group_queues(oidc_group_queues),
-                            admin_groups=tuple(oidc_admin_groups))
-    if not oidc_issuer and (oidc_audience or oidc_jwks or oidc_group_queues or oidc_admin_groups):
+    identity = OidcSettings(issuer=oidc_issuer, audience=oidc_audience, jwks=oidc_jwks, ca=oidc_ca,
+                            user_claim=oidc_user_claim, groups_claim=oidc_groups_claim,
+                            group_queues=_group_queues(oidc_group_queues), admin_groups=tuple(oidc_admin_groups))
+    if not oidc_issuer and (oidc_audience or oidc_jwks or oidc_ca or oidc_group_queues or oidc_admin_groups):
         raise typer.BadParameter("the other --oidc-* options need --oidc-issuer")
     if problems := identity.problems():
         raise typer.BadParameter("; ".join(problems))

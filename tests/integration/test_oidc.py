@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import pathlib
+import ssl
 import threading
 import time
 
@@ -20,6 +22,7 @@ from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
+from sluice import certs
 from sluice.admin_client import AdminClient
 from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
@@ -67,7 +70,8 @@ class Keys:
 class JwksServer:
     """The identity provider's JWKS over HTTP on loopback; counts the reads."""
 
-    def __init__(self, keys: Keys):
+    def __init__(self, keys: Keys, tls: tuple[pathlib.Path, pathlib.Path] | None = None):
+        """tls: (certificate, key) to serve https:// with."""
         served = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -85,7 +89,13 @@ class JwksServer:
 
         self.reads = 0
         self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/jwks.json"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*map(str, tls))
+            self.http.socket = context.wrap_socket(self.http.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.http.server_address[1]}/jwks.json"
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
     def stop(self):
@@ -257,11 +267,36 @@ def test_an_expiring_identity_token_ends_its_watch(start, keys, jwks_server):
     assert time.monotonic() - made < 2 + 5
 
 
+def test_the_keys_are_read_over_https_verified_against_the_given_ca(start, keys, tmp_path):
+    ca, stranger = certs.make_ca("identity provider CA"), certs.make_ca("someone else")
+    certs.make_server(ca, ["127.0.0.1"]).write(tmp_path / "idp.crt", tmp_path / "idp.key")
+    (tmp_path / "ca.pem").write_bytes(ca.cert)
+    (tmp_path / "stranger.pem").write_bytes(stranger.cert)
+    server = JwksServer(keys, tls=(tmp_path / "idp.crt", tmp_path / "idp.key"))
+    try:
+        assert server.url.startswith("https://")
+        d = start(_settings(server.url, ca=str(tmp_path / "ca.pem")))
+        with Client(plaintext(d.address, keys.token(sub="dave"), timeout_s=10)) as client:
+            assert client.list() == []
+        assert server.reads == 1
+        # Keys served by a certificate the configured CA did not sign are not read.
+        untrusted = start(_settings(server.url, ca=str(tmp_path / "stranger.pem")))
+        why = _refused(untrusted.address, keys.token(sub="dave"))
+        assert why.startswith(f"identity token: the issuer's keys could not be read (cannot read {server.url}: ")
+        assert "CERTIFICATE_VERIFY_FAILED" in why, why
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize(("settings", "why"), [
     (OidcSettings(issuer=ISSUER, jwks="/x"), "audience is required with an issuer"),
     (OidcSettings(issuer=ISSUER, audience=AUDIENCE), "jwks is required with an issuer"),
     (OidcSettings(issuer=ISSUER, audience=AUDIENCE, jwks="http://idp.example.test/jwks"),
      "jwks: http://idp.example.test/jwks is plain http on a non-loopback host; use https://"),
+    (OidcSettings(issuer=ISSUER, audience=AUDIENCE, jwks="/x", ca="/ca.pem"),
+     "ca: verifies an https:// JWKS URL; the jwks given is not one"),
+    (OidcSettings(issuer=ISSUER, audience=AUDIENCE, jwks="https://idp.example.test/jwks", ca="/no/such/ca.pem"),
+     "ca: /no/such/ca.pem is not a readable file"),
 ])
 def test_unusable_settings_are_refused_at_start(settings, why):
     with pytest.raises(ValueError, match=why):
