@@ -24,6 +24,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from sluice import certs
 from sluice.transport import host_of, is_loopback_host
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class TlsError(OSError):
 
 @dataclass(frozen=True)
 class ServerTls:
-    cert: pathlib.Path  # PEM: the dispatcher's certificate (chain)
+    cert: pathlib.Path  # PEM: the server's certificate (chain)
     key: pathlib.Path  # PEM: its private key
     # PEM: the CA whose client certificates authenticate agents (mTLS), on ServerSettings.agent_listen.
     client_ca: pathlib.Path | None = None
@@ -72,7 +73,7 @@ def _read(path: pathlib.Path, what: str) -> bytes:
 
 
 class TlsFiles:
-    """A certificate, its key and optionally a CA, read together; `changed` says whether any file moved."""
+    """A certificate, its key and optionally a CA, read together, and again by `reload` when a file moved."""
 
     def __init__(self, tls: ServerTls, *, with_ca: bool):
         self._paths = [tls.cert, tls.key] + ([tls.client_ca] if with_ca and tls.client_ca else [])
@@ -117,7 +118,6 @@ def self_signed(directory: pathlib.Path, host: str) -> ServerTls:
     """TLS files made now in `directory`, for a server given none: a certificate for `host` and this
     machine's name, signed by a CA made for it alone and then forgotten. The traffic is encrypted, though no
     client can verify who serves it (a scraper skips verification, or is given a real certificate instead)."""
-    from sluice import certs
     hosts = list(dict.fromkeys(h for h in (host, socket.gethostname(), *certs.local_hosts())
                                if h and h not in ("0.0.0.0", "::")))
     certs.make_server(certs.make_ca("Sluice self-signed"), hosts).write(directory / "tls.crt", directory / "tls.key")

@@ -392,16 +392,17 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
         cluster_backend = SimCluster(SimConfig(nodes=sim_nodes, node=node))
     agent = Agent(AgentSettings(cluster, dispatcher, token, tls=tls), cluster_backend)
     server = None
+    own_tls = tempfile.TemporaryDirectory(prefix="sluice-agent-metrics-")  # removed, key and all, at the end
     if metrics_listen:
         from sluice import serving
         from sluice.transport import host_of
         try:
             metrics_tls = serving.ServerTls(metrics_tls_cert, metrics_tls_key) if metrics_tls_cert else None
             if metrics_tls is None and not serving.is_loopback(metrics_listen):
-                metrics_tls = serving.self_signed(pathlib.Path(tempfile.mkdtemp(prefix="sluice-agent-metrics-")),
-                                                  host_of(metrics_listen))
+                metrics_tls = serving.self_signed(pathlib.Path(own_tls.name), host_of(metrics_listen))
             server = serving.MetricsServer(metrics_listen, agent.metrics.registry, metrics_tls)
         except OSError as exc:
+            own_tls.cleanup()
             raise Failed(f"agent run --metrics-listen {metrics_listen}", str(exc)) from None
         print(f"agent metrics on {server.url}", file=sys.stderr, flush=True)
     agent.start()
@@ -410,4 +411,5 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
         agent.stop()
         if server is not None:
             server.stop()
+        own_tls.cleanup()
     _serve_until_interrupted(stop)
