@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import replace
 
-from bench import dispatching, figures, simulating, systems
+from bench import dispatching, figures, simulating, swarm, systems
 from bench.postgres import Postgres
 from sluice import process
 
@@ -30,7 +30,10 @@ BENCHMARKS = {
     "latency": "submit->dispatched and submit->running p50/p99, a job every 10 ms (sluice up, sim agents)",
     "e2e": "jobs/s completing through gRPC agents with sim backends (sluice up)",
     "simulate": "seconds to replay whole public traces through the production cycle (sluice simulate)",
+    "swarm": ("1,000 simulated agents and 1,000 watch streams on one dispatcher: submit and list p99, heartbeats, "
+              "20,000 jobs dispatched across them (only when named)"),
 }
+ON_REQUEST = {"swarm"}  # not part of a run without names
 BACKLOG = {"dispatch", "cycle", "floor", "memory"}
 
 
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
-    wanted = set(args.names or BENCHMARKS)
+    wanted = set(args.names or set(BENCHMARKS) - ON_REQUEST)
     if args.plaintext and not args.no_record:
         parser.error("--plaintext figures are for comparing code, not the ones to record: add --no-record")
 
@@ -96,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             section({"e2e"}, "e2e")
             systems.end_to_end(pg, over(systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig()),
                                run)
+        if "swarm" in wanted:
+            section({"swarm"}, "swarm")
+            swarm.run(pg, over(swarm.SwarmConfig.quick() if args.quick else swarm.SwarmConfig()), run)
         if "simulate" in wanted:
             section({"simulate"}, "simulate")
             simulating.run(simulating.SimulateConfig.quick() if args.quick else simulating.SimulateConfig(), run)

@@ -28,9 +28,10 @@ class Target:
     value: float
 
     def verdict(self, measured: float) -> str:
-        ratio = measured / self.value if self.value else float("inf")
         met = measured >= self.value if self.op == ">=" else measured <= self.value
-        return f"{'met' if met else 'missed'} ({ratio:.2f}x)"
+        if not self.value:  # a target of none (jobs lost): no ratio to show
+            return "met" if met else "missed"
+        return f"{'met' if met else 'missed'} ({measured / self.value:.2f}x)"
 
 
 @dataclass

@@ -147,13 +147,15 @@ class System:
     """
 
     def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False,
-                 replicas: int = 1, apart: bool = False, tls: bool = True):
+                 replicas: int = 1, apart: bool = False, tls: bool = True, agents: bool = True):
         """replicas > 1 (split only): more dispatcher processes on the same database, started after the
         first (which therefore leads and serves the agents); clients call the last one.
         apart (split only): the first process only schedules; a second one, `schedule=False` (as
         `sluice dispatcher serve --no-schedule`), serves the agents and the clients.
         tls=False: everything in plaintext on loopback (`python -m bench --plaintext`), to tell what the
-        code costs from what encryption costs."""
+        code costs from what encryption costs.
+        agents=False (split only): no agent process; `agent_tokens` holds each cluster's token for agents the
+        caller runs (bench/swarm.py)."""
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
@@ -163,6 +165,8 @@ class System:
                                      "bench-dispatcher")
         self._children.append((process, pipe))
         self.address, self.token, self.ca = info["address"], info["token"], info["ca"]
+        self.agent_tokens: dict[str, str] = info.get("agents", {})
+        self.pid = process.pid  # the (first) dispatcher's process
         self.addresses = [self.address]  # every replica's, the leader first
         if split:
             try:
@@ -172,9 +176,9 @@ class System:
                     self._children.append((process, pipe))
                     self.address, self.token = api["address"], api["token"]
                     self.addresses.append(self.address)
-                self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"], objs,
-                                                                     self.ca),
-                                             "bench-agents")[:2])
+                if agents:
+                    self._children.append(_start(_serve_agents, (str(self.data_dir), self.address, info["agents"],
+                                                                 objs, self.ca), "bench-agents")[:2])
                 for n in range(1, replicas):
                     process, pipe, more = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, True,
                                                           tls), f"bench-dispatcher-{n + 1}")

@@ -1,0 +1,343 @@
+"""The swarm: many clusters and many watchers on one dispatcher (issue 26's targets).
+
+N simulated agents speak the real agent protocol over real gRPC and TLS: a hello with capacity, a heartbeat
+every `heartbeat_s`, an ack for every command, RUNNING then SUCCEEDED reports for every dispatch. They run
+as asyncio tasks, `agents_per_process` to a process, each on a connection of its own as a deployed agent
+has. Beside them, M Watch streams (WatchBatches, as `sluice watch` opens) in a process of their own.
+
+With all of them connected, single-job submits and `list` calls are timed, and the age of every
+cluster's last heartbeat is read from the database; then `jobs` one-pod jobs are submitted and each must
+reach SUCCEEDED, none dispatched twice. Everything binds loopback and stops by itself: a call that
+finds no answer counts as failed after its timeout, and an agent that cannot connect tries again with
+jittered backoff until the run ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import psutil
+import psycopg
+
+from bench import systems, workload
+from bench.figures import Figure, Run, Target
+from bench.postgres import Postgres
+from sluice import process as tuning
+from sluice.quantity import parse_resources
+
+NODE = parse_resources({"cpu": "64", "memory": "256Gi"})  # what each swarm cluster offers, milli-units
+JOB = parse_resources({"cpu": "1", "memory": "2Gi"})  # what each job takes (workload.SHAPES[0])
+
+
+@dataclass(frozen=True)
+class SwarmConfig:
+    clusters: int = 1000
+    watchers: int = 1000
+    agents_per_process: int = 250
+    heartbeat_s: float = 5.0
+    connect_s: float = 120.0  # how long every agent and watcher gets to connect
+    probe_s: float = 30.0  # submit and list timed for this long, everything connected
+    probe_interval_s: float = 0.1  # a probe submit and a probe list every this often
+    call_timeout_s: float = 10.0  # a probe call unanswered this long counts as failed
+    jobs: int = 20_000
+    job_s: float = 1.0  # each job's simulated run time
+    settle_s: float = 600.0  # how long the jobs get to finish
+    tls: bool = True
+
+    @classmethod
+    def quick(cls) -> SwarmConfig:
+        return cls(clusters=40, watchers=20, agents_per_process=20, probe_s=5.0, jobs=1000, settle_s=120.0)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+# -- the agents' processes -------------------------------------------------------------------------------
+
+def _agents(pipe, address: str, ca: str | None, tokens: dict[str, str], config: SwarmConfig) -> None:
+    """Run one process's swarm agents until told to stop; answer each message with their counts."""
+    tuning.apply()  # a process entry point: before it imports grpc
+    asyncio.run(_Agents(address, ca, tokens, config).run(pipe))
+
+
+class _Agents:
+    def __init__(self, address: str, ca: str | None, tokens: dict[str, str], config: SwarmConfig):
+        self.address, self.tokens, self.config = address, tokens, config
+        self.ca = open(ca, "rb").read() if ca else None
+        self.welcomed: set[str] = set()
+        self.created: collections.Counter = collections.Counter()  # job id -> dispatches applied (attempts)
+        self.errors: collections.Counter = collections.Counter()  # status code -> links that ended with it
+        self.heartbeats = 0
+        self.stop = asyncio.Event()
+
+    async def run(self, pipe) -> None:
+        tasks = [asyncio.create_task(self._agent(name, token)) for name, token in self.tokens.items()]
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, pipe.recv) != "stop":
+            pipe.send(self._counts())
+        self.stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        pipe.send(self._counts())
+
+    def _counts(self) -> dict:
+        return {"welcomed": len(self.welcomed), "created": dict(self.created), "errors": dict(self.errors),
+                "heartbeats": self.heartbeats}
+
+    async def _agent(self, name: str, token: str) -> None:
+        import grpc
+
+        from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
+
+        running: set[tuple[int, int]] = set()
+        link: list[asyncio.Queue] = [asyncio.Queue()]  # the current connection's outgoing messages
+        seq = 0
+        backoff = 0.5
+
+        def capacity() -> agents_pb2.Capacity:
+            free = {name: amount - JOB.get(name, 0) * len(running) for name, amount in NODE.items()}
+            return agents_pb2.Capacity(allocatable=jobs_pb2.Resources(milli=NODE),
+                                       free=jobs_pb2.Resources(milli=free),
+                                       largest_free_node=jobs_pb2.Resources(milli=free))
+
+        def send(**kind) -> None:
+            link[0].put_nowait(agents_pb2.AgentMessage(**kind))
+
+        async def report(job_id: int, attempt: int) -> None:
+            """RUNNING, then SUCCEEDED job_s later, on whichever connection is up then (as a real agent's
+            reports outlive a reconnect: the dispatcher acks them by seq and ignores a repeat)."""
+            nonlocal seq
+            for state in ("RUNNING", "SUCCEEDED"):
+                if state == "SUCCEEDED":
+                    await asyncio.sleep(self.config.job_s)
+                    running.discard((job_id, attempt))
+                seq += 1
+                send(status=agents_pb2.StatusReport(seq=seq, status=agents_pb2.AttemptStatus(
+                    job_id=job_id, attempt=attempt, state=state)))
+
+        async def heartbeats() -> None:
+            while True:
+                await asyncio.sleep(self.config.heartbeat_s * random.uniform(0.9, 1.0))
+                send(heartbeat=agents_pb2.Heartbeat(capacity=capacity()))
+                self.heartbeats += 1
+
+        reports: set[asyncio.Task] = set()
+        while not self.stop.is_set():
+            queue = link[0] = asyncio.Queue()
+            inventory = [agents_pb2.AttemptStatus(job_id=j, attempt=a, state="RUNNING") for j, a in running]
+            send(hello=agents_pb2.Hello(cluster=name, capacity=capacity(), inventory=inventory, reads_batches=True))
+
+            async def requests(queue=queue):
+                while (message := await queue.get()) is not None:
+                    yield message
+
+            credentials = grpc.ssl_channel_credentials(self.ca) if self.ca else None
+            channel = (grpc.aio.secure_channel(self.address, credentials) if credentials
+                       else grpc.aio.insecure_channel(self.address))
+            beating: asyncio.Task | None = None
+            try:
+                call = agents_pb2_grpc.AgentsStub(channel).Connect(
+                    requests(), metadata=[("authorization", f"Bearer {token}")])
+                async for message in call:
+                    for one in (message.batch.messages if message.WhichOneof("kind") == "batch" else (message,)):
+                        kind = one.WhichOneof("kind")
+                        if kind == "welcome":
+                            self.welcomed.add(name)
+                            backoff = 0.5
+                            beating = asyncio.create_task(heartbeats())
+                        elif kind == "command":
+                            command = one.command
+                            send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
+                            if command.WhichOneof("kind") == "dispatch":
+                                key = (command.dispatch.job_id, command.dispatch.attempt)
+                                if key not in running:  # a command sent again after a reconnect: applied once
+                                    running.add(key)
+                                    self.created[key[0]] += 1
+                                    task = asyncio.create_task(report(*key))
+                                    reports.add(task)
+                                    task.add_done_callback(reports.discard)
+            except grpc.aio.AioRpcError as exc:
+                self.errors[exc.code().name] += 1
+            except asyncio.CancelledError:
+                for task in reports:
+                    task.cancel()
+                raise
+            finally:
+                self.welcomed.discard(name)
+                if beating is not None:
+                    beating.cancel()
+                queue.put_nowait(None)
+                await channel.close()
+            if not self.stop.is_set():  # jittered, as a real agent's reconnect storm should be
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+                backoff = min(backoff * 2, 10.0)
+
+
+# -- the watchers' process -------------------------------------------------------------------------------
+
+def _watchers(pipe, address: str, ca: str | None, token: str, count: int) -> None:
+    tuning.apply()  # a process entry point: before it imports grpc
+    asyncio.run(_watch_all(pipe, address, ca, token, count))
+
+
+async def _watch_all(pipe, address: str, ca: str | None, token: str, count: int) -> None:
+    import grpc
+
+    from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+
+    credentials = grpc.ssl_channel_credentials(open(ca, "rb").read()) if ca else None
+    channel = grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
+    stub = jobs_pb2_grpc.JobsStub(channel)
+    counts = {"open": 0, "events": 0, "errors": collections.Counter()}
+
+    async def watch() -> None:
+        call = stub.WatchBatches(jobs_pb2.WatchRequest(), metadata=[("authorization", f"Bearer {token}")])
+        counts["open"] += 1
+        try:
+            async for batch in call:
+                counts["events"] += len(batch.events)
+        except grpc.aio.AioRpcError as exc:
+            counts["errors"][exc.code().name] += 1
+        finally:
+            counts["open"] -= 1
+
+    tasks = [asyncio.create_task(watch()) for _ in range(count)]
+    loop = asyncio.get_running_loop()
+    while await loop.run_in_executor(None, pipe.recv) != "stop":
+        pipe.send({**counts, "errors": dict(counts["errors"])})
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await channel.close()
+    pipe.send({**counts, "errors": dict(counts["errors"])})
+
+
+# -- the run ---------------------------------------------------------------------------------------------
+
+def _ask(pipes: list) -> list[dict]:
+    for pipe in pipes:
+        pipe.send("counts?")
+    return [pipe.recv() for pipe in pipes]
+
+
+def _probe(system: systems.System, config: SwarmConfig) -> tuple[list[float], list[float], int]:
+    """Single-job submit and list latencies (s) over probe_s, and how many calls failed."""
+    from sluice.client import Client, ClientError
+
+    doc = workload.job_document("default", workload.SHAPES[0], "standard", 0, duration="1s")
+    submits, lists, failed = [], [], 0
+    with Client(system.config(config.call_timeout_s)) as client:
+        until = time.monotonic() + config.probe_s
+        while time.monotonic() < until:
+            for call, into in ((lambda: client.submit([doc]), submits), (lambda: client.list(limit=100), lists)):
+                began = time.monotonic()
+                try:
+                    call()
+                    into.append(time.monotonic() - began)
+                except ClientError:
+                    failed += 1
+            time.sleep(config.probe_interval_s)
+    return submits, lists, failed
+
+
+def run(pg: Postgres, config: SwarmConfig, run_: Run) -> None:
+    run_.configs["swarm"] = {**asdict(config), "agents": "asyncio tasks on grpc.aio, a connection each",
+                             "watchers": "WatchBatches streams of the admin, one process"}
+    objs = [*workload.CLASSES, *systems.objects(config.clusters, 1)[len(workload.CLASSES):]]
+    with systems.System(pg, "swarm", objs, split=True, agents=False, tls=config.tls) as system:
+        names = sorted(system.agent_tokens)
+        chunks = [names[i:i + config.agents_per_process] for i in range(0, len(names), config.agents_per_process)]
+        began = time.monotonic()
+        children, pipes = [], []
+        for chunk in chunks:
+            parent, child = systems.SPAWN.Pipe()
+            tokens = {n: system.agent_tokens[n] for n in chunk}
+            children.append(systems.SPAWN.Process(target=_agents, args=(child, system.address, system.ca, tokens,
+                                                                         config), name="bench-swarm"))
+            children[-1].start()
+            pipes.append(parent)
+        parent, child = systems.SPAWN.Pipe()
+        watcher = systems.SPAWN.Process(target=_watchers, args=(child, system.address, system.ca, system.token,
+                                                                config.watchers), name="bench-watchers")
+        watcher.start()
+        try:
+            _measure(system, config, run_, pipes, parent, began)
+        finally:
+            for pipe in [*pipes, parent]:
+                try:
+                    pipe.send("stop")
+                except OSError:
+                    pass
+            for p in [*children, watcher]:
+                p.join(30)
+                if p.is_alive():
+                    p.terminate()
+
+
+def _measure(system: systems.System, config: SwarmConfig, run_: Run, pipes: list, watch_pipe, began: float) -> None:
+    deadline = began + config.connect_s
+    while True:
+        welcomed = sum(c["welcomed"] for c in _ask(pipes))
+        watch_pipe.send("counts?")
+        watching = watch_pipe.recv()["open"]
+        if welcomed >= config.clusters or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    connected_s = time.monotonic() - began
+    run_.add(Figure("swarm", "clusters connected", welcomed, "clusters", Target(">=", config.clusters),
+                    note=f"of {config.clusters} in {connected_s:.0f}s; {watching} watch streams open"))
+    time.sleep(config.heartbeat_s * 2)  # every agent heartbeats at least once more
+    submits, lists, failed = _probe(system, config)
+    with psycopg.connect(system.libpq) as conn:
+        age = conn.execute("SELECT extract(epoch FROM max(now() - capacity_at)), count(*) FILTER "
+                           "(WHERE capacity_at IS NULL) FROM clusters").fetchone()
+    rss = psutil.Process(system.pid).memory_info().rss / 2**30
+    run_.add(Figure("swarm", "single-job submit p99, swarm connected", _percentile(submits, 0.99) * 1000, "ms",
+                    Target("<=", 100), note=f"{len(submits)} calls, p50 {_percentile(submits, 0.5) * 1000:.0f} ms, "
+                                           f"{failed} calls failed in all"))
+    run_.add(Figure("swarm", "list p99, swarm connected", _percentile(lists, 0.99) * 1000, "ms", Target("<=", 200),
+                    note=f"{len(lists)} calls, p50 {_percentile(lists, 0.5) * 1000:.0f} ms"))
+    oldest = float("inf") if age[1] or age[0] is None else float(age[0])  # a cluster never heard from: no bound
+    run_.add(Figure("swarm", "oldest cluster heartbeat, swarm connected", oldest, "s",
+                    Target("<=", 2 * config.heartbeat_s), note=f"{age[1]} clusters never reported"))
+    run_.add(Figure("swarm", "dispatcher RSS, swarm connected", rss, "GiB", Target("<=", 1.0)))
+    _dispatch(system, config, run_, pipes)
+
+
+def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: list) -> None:
+    from sluice.client import Client, ClientError
+
+    doc = workload.job_document("default", workload.SHAPES[0], "standard", 0, duration=f"{config.job_s}s")
+    before = system.count("true")
+    began = time.monotonic()
+    ids: set[int] = set()
+    try:
+        with Client(system.config(60)) as client:
+            for start in range(0, config.jobs, 1000):
+                ids.update(client.submit([doc] * min(1000, config.jobs - start)))
+    except ClientError as exc:  # the dispatcher did not take them: every job not submitted counts as lost
+        run_.notes.append(f"swarm: submitting the jobs failed after {len(ids):,}: {exc}")
+        run_.add(Figure("swarm", "jobs lost or run twice", config.jobs - len(ids), "jobs", Target("<=", 0),
+                        note=f"submit failed: {exc.code}"))
+        return
+    deadline = began + config.settle_s
+    while system.count("state = 'SUCCEEDED'") < len(ids) + before and time.monotonic() < deadline:
+        time.sleep(1.0)
+    elapsed = time.monotonic() - began
+    with psycopg.connect(system.libpq) as conn:
+        done = conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s) AND state = 'SUCCEEDED'",
+                            (list(ids),)).fetchone()[0]
+    created: collections.Counter = collections.Counter()
+    for counts in _ask(pipes):
+        created.update({int(k): v for k, v in counts["created"].items()})
+    twice = sum(1 for job in ids if created[job] > 1)
+    run_.add(Figure("swarm", "one-pod jobs dispatched across the swarm", done / elapsed, "jobs/s",
+                    note=f"{done:,} of {len(ids):,} SUCCEEDED in {elapsed:.0f}s; {len(ids) - done} not, "
+                         f"{twice} dispatched twice"))
+    run_.add(Figure("swarm", "jobs lost or run twice", (len(ids) - done) + twice, "jobs", Target("<=", 0)))
