@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import queue
+import random
 import threading
 import time
 
@@ -34,6 +35,12 @@ MAX_BATCH = 100  # messages sent as one at most (the dispatcher applies up to 10
 
 # gRPC's own address-list targets ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv6:..."): passed through whole.
 _GRPC_LIST_SCHEMES = ("ipv4:", "ipv6:")
+
+
+def reconnect_delay(backoff: float, uniform=random.uniform) -> float:
+    """How long to wait before dialling again: between half the backoff and all of it, at random, so that
+    agents that lost the dispatcher together (a restart) do not all dial it again in the same instant."""
+    return backoff * uniform(0.5, 1.0)
 
 
 def dispatcher_addresses(value: str) -> tuple[str, ...]:
@@ -60,7 +67,8 @@ class AgentSettings:
     dispatcher: str
     token: str  # "": the agent authenticates with its client certificate (tls.cert, tls.key) alone
     heartbeat_s: float = 1.0  # capacity report interval
-    backoff_initial_s: float = 0.2  # first reconnect delay, doubled up to backoff_max_s
+    backoff_initial_s: float = 0.2  # first reconnect delay, doubled up to backoff_max_s (each wait: a random
+    # half to whole of it, reconnect_delay)
     backoff_max_s: float = 10.0
     # How the dispatcher is reached: TLS verified against tls.ca (or the system's roots), optionally with a
     # client certificate naming this cluster (mTLS, on the dispatcher's agent port); insecure: loopback only.
@@ -173,7 +181,7 @@ class Agent:
                 self.metrics.connected.set(0)
             if time.monotonic() - started > 5 * self.settings.heartbeat_s:
                 backoff = self.settings.backoff_initial_s  # the link was up for a while: start over
-            self._stop.wait(backoff)
+            self._stop.wait(reconnect_delay(backoff))
             backoff = min(backoff * 2, self.settings.backoff_max_s)
             if not self._stop.is_set():
                 self.metrics.reconnects.inc()  # the loop dials again

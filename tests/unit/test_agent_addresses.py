@@ -1,7 +1,8 @@
-"""The agent's --dispatcher value: one address, or a list of replicas tried in turn."""
+"""The agent's --dispatcher value: one address, or a list of replicas tried in turn; and how long it waits to
+dial again."""
 from __future__ import annotations
 
-from agent.connection import AgentSettings, dispatcher_addresses
+from agent.connection import AgentSettings, dispatcher_addresses, reconnect_delay
 
 
 def test_a_single_address_is_dialled_as_given():
@@ -24,3 +25,14 @@ def test_grpc_address_list_targets_pass_through_whole():
 def test_nothing_usable_is_dialled_as_given():
     assert dispatcher_addresses("") == ("",)
     assert dispatcher_addresses(" , ") == (" , ",)
+
+
+def test_agents_that_lost_the_dispatcher_together_do_not_dial_it_again_together():
+    """A reconnect storm after a dispatcher restart is spread: each wait is a random half to whole of the
+    backoff, so a thousand agents on the same backoff dial over half of it, not in one instant."""
+    waits = [reconnect_delay(4.0) for _ in range(1000)]
+    assert all(2.0 <= w <= 4.0 for w in waits)
+    assert max(waits) - min(waits) > 1.5  # spread over almost all of the two seconds between
+    assert len({round(w, 3) for w in waits}) > 500
+    assert reconnect_delay(4.0, uniform=lambda low, high: low) == 2.0
+    assert reconnect_delay(4.0, uniform=lambda low, high: high) == 4.0
