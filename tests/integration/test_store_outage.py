@@ -128,7 +128,9 @@ def test_external_postgres_killed_and_back(own_postgres, tmp_path):
         after = wait_for("a submit to be taken", lambda: _submit(client, job("after")), 30)
         jobs = wait_for("every job to end", lambda: all_final(client, before + after), 90)
         assert [j["state"] for j in jobs] == ["SUCCEEDED"] * len(jobs)
-        assert all(agent.connected.is_set() for agent in embedded.agents.values())
+        # Every agent is back, each after its own (jittered) backoff, at most backoff_max_s after the store.
+        assert wait_for("every agent to reconnect",
+                        lambda: all(agent.connected.is_set() for agent in embedded.agents.values()), 30)
         assert embedded.dispatcher.scheduler.is_leader.is_set()
     finally:
         client.close()
