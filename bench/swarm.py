@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import pathlib
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -52,11 +53,6 @@ class SwarmConfig:
         return cls(clusters=40, watchers=20, agents_per_process=20, probe_s=5.0, jobs=1000, settle_s=120.0)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 # -- the agents' processes -------------------------------------------------------------------------------
 
 def _agents(pipe, address: str, ca: str | None, tokens: dict[str, str], config: SwarmConfig) -> None:
@@ -68,7 +64,7 @@ def _agents(pipe, address: str, ca: str | None, tokens: dict[str, str], config: 
 class _Agents:
     def __init__(self, address: str, ca: str | None, tokens: dict[str, str], config: SwarmConfig):
         self.address, self.tokens, self.config = address, tokens, config
-        self.ca = open(ca, "rb").read() if ca else None
+        self.ca = pathlib.Path(ca).read_bytes() if ca else None
         self.welcomed: set[str] = set()
         self.created: collections.Counter = collections.Counter()  # job id -> dispatches applied (attempts)
         self.errors: collections.Counter = collections.Counter()  # status code -> links that ended with it
@@ -191,7 +187,7 @@ async def _watch_all(pipe, address: str, ca: str | None, token: str, count: int)
 
     from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
-    credentials = grpc.ssl_channel_credentials(open(ca, "rb").read()) if ca else None
+    credentials = grpc.ssl_channel_credentials(pathlib.Path(ca).read_bytes()) if ca else None
     channel = grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
     stub = jobs_pb2_grpc.JobsStub(channel)
     counts = {"open": 0, "events": 0, "errors": collections.Counter()}
@@ -298,11 +294,11 @@ def _measure(system: systems.System, config: SwarmConfig, run_: Run, pipes: list
         age = conn.execute("SELECT extract(epoch FROM max(now() - capacity_at)), count(*) FILTER "
                            "(WHERE capacity_at IS NULL) FROM clusters").fetchone()
     rss = psutil.Process(system.pid).memory_info().rss / 2**30
-    run_.add(Figure("swarm", "single-job submit p99, swarm connected", _percentile(submits, 0.99) * 1000, "ms",
-                    Target("<=", 100), note=f"{len(submits)} calls, p50 {_percentile(submits, 0.5) * 1000:.0f} ms, "
-                                           f"{failed} calls failed in all"))
-    run_.add(Figure("swarm", "list p99, swarm connected", _percentile(lists, 0.99) * 1000, "ms", Target("<=", 200),
-                    note=f"{len(lists)} calls, p50 {_percentile(lists, 0.5) * 1000:.0f} ms"))
+    (submit50, submit99), (list50, list99) = systems.percentiles(submits), systems.percentiles(lists)
+    run_.add(Figure("swarm", "single-job submit p99, swarm connected", submit99 * 1000, "ms", Target("<=", 100),
+                    note=f"{len(submits)} calls, p50 {submit50 * 1000:.0f} ms, {failed} calls failed in all"))
+    run_.add(Figure("swarm", "list p99, swarm connected", list99 * 1000, "ms", Target("<=", 200),
+                    note=f"{len(lists)} calls, p50 {list50 * 1000:.0f} ms"))
     oldest = float("inf") if age[1] or age[0] is None else float(age[0])  # a cluster never heard from: no bound
     run_.add(Figure("swarm", "oldest cluster heartbeat, swarm connected", oldest, "s",
                     Target("<=", 2 * config.heartbeat_s), note=f"{age[1]} clusters never reported"))

@@ -370,10 +370,11 @@ def _watch_events(pipe, config) -> None:
     client.close()
 
 
-def _percentiles(values: list[float]) -> tuple[float, float]:
+def percentiles(values: list[float]) -> tuple[float, float]:
+    """p50 and p99 of `values` (NaN for none)."""
     ordered = sorted(values)
     def at(q):
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
     return at(0.5), at(0.99)
 
 
@@ -448,8 +449,8 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
         if in_db:
             run.notes.append(f"latency ({pace}): the Watch stream skipped {in_db} DISPATCHED events that job_events "
                              "holds (events committed out of id order pass its cursor)")
-    d50, d99 = _percentiles(dispatched)
-    r50, r99 = _percentiles(running)
+    d50, d99 = percentiles(dispatched)
+    r50, r99 = percentiles(running)
     run.add(Figure("latency", f"submit->dispatched p50, {pace}", d50 * 1000, "ms", note=note))
     run.add(Figure("latency", f"submit->dispatched p99, {pace}", d99 * 1000, "ms",
                    Target("<=", 50) if target else None, note=note))
@@ -461,14 +462,14 @@ def _latency_at(pg: Postgres, config: LatencyConfig, run: Run, interval_s: float
     db_r = [float(r[1]) for r in db_rows if r[1] is not None]
     if db_d and db_r:
         print(f"  database clocks (transaction start times): submit->dispatched p50/p99 "
-              f"{_percentiles(db_d)[0] * 1000:.1f}/{_percentiles(db_d)[1] * 1000:.1f} ms, submit->running "
-              f"{_percentiles(db_r)[0] * 1000:.1f}/{_percentiles(db_r)[1] * 1000:.1f} ms", flush=True)
+              f"{percentiles(db_d)[0] * 1000:.1f}/{percentiles(db_d)[1] * 1000:.1f} ms, submit->running "
+              f"{percentiles(db_r)[0] * 1000:.1f}/{percentiles(db_r)[1] * 1000:.1f} ms", flush=True)
     # What the cycle's transaction, its commit and the Watch stream add after the dispatch began; and, to
     # compare, what a report's transaction (a few statements) and the stream add to RUNNING.
     for state, what in (("DISPATCHED", "dispatch"), ("RUNNING", "report")):
         if lags.get(state):
             print(f"  {what} transaction start -> {state} event on the stream p50/p99 "
-                  f"{_percentiles(lags[state])[0] * 1000:.1f}/{_percentiles(lags[state])[1] * 1000:.1f} ms", flush=True)
+                  f"{percentiles(lags[state])[0] * 1000:.1f}/{percentiles(lags[state])[1] * 1000:.1f} ms", flush=True)
     _anatomy(submitted, walls, seen, db_rows)
     if system.leader_stats.get("cycles"):
         n, total = system.leader_stats["cycles"], system.leader_stats["cycle_seconds"]
