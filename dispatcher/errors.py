@@ -28,6 +28,11 @@ class Unauthenticated(DispatcherError):
     pass
 
 
+class ResourceExhausted(DispatcherError):
+    """A limit of this dispatcher is reached (open watch streams, agents being admitted); try again later."""
+    retryable = True
+
+
 class StoreUnavailable(DispatcherError):
     retryable = True
 

@@ -11,6 +11,7 @@ gauges read from Postgres are served by every replica, each scrape being one sho
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import sys
@@ -22,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dispatcher.api.admin import AdminService
+from dispatcher.api.admission import AdmissionRate, StreamLimits
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
@@ -56,11 +58,22 @@ class ServerSettings:
     # host:port serving the gRPC health service alone, in plaintext on any address: the kubelet's gRPC probes
     # cannot speak TLS, and nothing secret crosses this port (no token, no job). None: no such port.
     health_listen: str | None = None
-    workers: int = 64  # threads for RPCs; every connected agent and watch holds one
-    # Submit streams (Jobs.SubmitStream) open at once; each holds one of `workers` while open, and a client
-    # keeps one only while it submits again and again (sluice.client). One more is refused, and its client
-    # submits by unary calls. 0: none (every client uses unary calls).
-    submit_streams: int = 16
+    # Threads for unary RPCs (each holds one while it runs). The streams (agent links, watches, submit streams)
+    # hold none: they wait on the event loop, and their database work runs on `stream_workers` threads.
+    workers: int = 64
+    stream_workers: int = 32
+    # Submit streams (Jobs.SubmitStream) open at once; a client keeps one only while it submits again and
+    # again (sluice.client). One more is refused, and its client submits by unary calls. 0: none.
+    submit_streams: int = 256
+    # Watch streams (Jobs.Watch, WatchBatches) open at once, in all and for one user; one more is refused with
+    # RESOURCE_EXHAUSTED. 0: no limit.
+    watch_streams: int = 10_000
+    watch_streams_per_user: int = 100
+    # Agent links admitted (hellos reconciled) a second after a burst of as many, so that every agent redialling
+    # a restarted dispatcher at once is taken in turn; a hello waiting longer than agent_admission_wait_s is
+    # refused with RESOURCE_EXHAUSTED and its agent redials after its backoff. 0: no limit.
+    agent_admissions_per_s: float = 200.0
+    agent_admission_wait_s: float = 20.0
     heartbeat_s: float = 1.0  # how often agents report capacity
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -122,18 +135,27 @@ class Dispatcher:
         self._stopping = False
         self.scheduler = Scheduler(self.engine, self.sessions, self.notifier, settings.scheduler,
                                    metrics=self.metrics, on_leadership=self._leadership)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="rpc"),
-                                  options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        # The gRPC server runs on an event loop of its own thread (ADR 0004): unary handlers on `workers`
+        # threads, streams as coroutines whose blocking work runs on the loop's executor.
+        self._loop = asyncio.new_event_loop()
+        self._stream_pool = futures.ThreadPoolExecutor(settings.stream_workers, thread_name_prefix="stream")
+        self._loop.set_default_executor(self._stream_pool)
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="rpc-loop", daemon=True)
+        self._loop_thread.start()
+        self.server = self._on_loop(_aio_server(settings.workers))
+        self.watch_streams = StreamLimits("watch streams", per_user=settings.watch_streams_per_user,
+                                          total=settings.watch_streams)
         jobs_pb2_grpc.add_JobsServicer_to_server(
             JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
-                        submit_streams=settings.submit_streams), self.server)
+                        submit_streams=settings.submit_streams, watches=self.watch_streams), self.server)
         agents_pb2_grpc.add_AgentsServicer_to_server(
-            AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
-                          metrics=self.metrics), self.server)
+            AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s, metrics=self.metrics,
+                          admission=AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
+                                                  burst=max(1, int(settings.agent_admissions_per_s)),
+                                                  max_wait_s=settings.agent_admission_wait_s)), self.server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.health = _Health(self._loop)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health.on_loop, self.server)
         self.health_server: grpc.Server | None = None
         try:
             self.port = self._listen(settings.listen)
@@ -144,7 +166,8 @@ class Dispatcher:
             if settings.metrics_listen:
                 self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls)
         except OSError:
-            self.server.stop(None)
+            self._on_loop(self.server.stop(None))
+            self._close_loop()
             if self.health_server is not None:
                 self.health_server.stop(None)
             self.db.close()
@@ -167,7 +190,7 @@ class Dispatcher:
 
     def _serve_health(self, listen: str) -> int:
         self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health.threaded, self.health_server)
         return _bound(listen, lambda: self.health_server.add_insecure_port(listen))
 
     def start(self) -> Dispatcher:
@@ -176,7 +199,7 @@ class Dispatcher:
         if self.settings.gc_thresholds:
             gc.set_threshold(*self.settings.gc_thresholds)
         self.notifier.start()
-        self.server.start()
+        self._on_loop(self.server.start())
         if self.health_server is not None:
             self.health_server.start()
         if self.settings.schedule:
@@ -233,13 +256,50 @@ class Dispatcher:
         if self.settings.schedule:
             self.scheduler.stop()  # ends leading, which stops the refresher
         self._leadership(False)  # in case the scheduler thread did not end in time
-        self.server.stop(grace).wait()
+        self._on_loop(self.server.stop(grace))
+        self._close_loop()
         if self.health_server is not None:
             self.health_server.stop(None)
         self.notifier.stop()
         if self.metrics_server:
             self.metrics_server.stop()
         self.db.close()
+
+
+    def _on_loop(self, coroutine, timeout_s: float | None = 60.0):
+        """Run a coroutine on the server's event loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(10)
+        self._loop.close()
+        self._stream_pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _aio_server(workers: int) -> grpc.aio.Server:
+    """The gRPC server, made on the loop that will run it."""
+    return grpc.aio.server(migration_thread_pool=futures.ThreadPoolExecutor(max_workers=workers,
+                                                                            thread_name_prefix="rpc"),
+                           options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+
+
+class _Health:
+    """The health statuses, served alike by the server on the loop and by the plaintext health port's server."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self.threaded = health.HealthServicer()
+        self.on_loop = health.aio.HealthServicer()
+
+    def set(self, service: str, status) -> None:
+        self.threaded.set(service, status)
+        asyncio.run_coroutine_threadsafe(self.on_loop.set(service, status), self._loop).result(10)
+
+    def enter_graceful_shutdown(self) -> None:
+        self.threaded.enter_graceful_shutdown()
+        asyncio.run_coroutine_threadsafe(self.on_loop.enter_graceful_shutdown(), self._loop).result(10)
 
 
 def _bound(listen: str, add) -> int:

@@ -6,16 +6,18 @@ on every new connection until acked, then new ones as NOTIFY says they exist (fr
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import grpc
 
 from dispatcher.api import streams
+from dispatcher.api.admission import AdmissionRate
+from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import translated
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
@@ -73,60 +75,62 @@ def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):
+    """The agent links, on the event loop (grpc.aio): a link holds no thread while it waits, and what many
+    links write or read alike is done together (heartbeats and acks in one transaction, outbox reads in one
+    query: asynchronous.Coalescer). What one link sends with status reports is applied in its own transaction,
+    as before, its messages in order."""
+
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float,
-                 metrics: DispatcherMetrics | None = None):
+                 metrics: DispatcherMetrics | None = None, admission: AdmissionRate | None = None):
         self._metrics = metrics
         self._sessions = sessions
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
         self._notifier = notifier
         self._heartbeat_s = heartbeat_s
+        self._admission = admission or AdmissionRate("agent links", per_s=0, burst=1, max_wait_s=0)
+        self._outbox = Coalescer(self._pending, name="outbox-reads")
+        self._recorder = Coalescer(self._record, name="heartbeats-and-acks")
 
     @translated
-    def Connect(self, request_iterator, context):
-        who, cluster, acked, document, batches = self._hello(request_iterator, context)
+    async def Connect(self, request_iterator, context):
+        await self._admission.admit()
+        who, cluster, acked, document, batches = await self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
-        out: queue.Queue = queue.Queue()
+        loop = asyncio.get_running_loop()
+        out: asyncio.Queue = asyncio.Queue()
         unsubscribe = self._notifier.subscribe(
-            channels.OUTBOX_CHANNEL, lambda payload: out.put(_POLL) if payload in ("", cluster) else None)
-        context.add_callback(lambda: out.put(_END))
+            channels.OUTBOX_CHANNEL,
+            lambda payload: loop.call_soon_threadsafe(out.put_nowait, _POLL) if payload in ("", cluster) else None)
         link = _Link(who, context, cluster)
-        reader = threading.Thread(target=self._read, args=(link, acked, request_iterator, out),
-                                  name=f"agent-{cluster}", daemon=True)
-        reader.start()
-        yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
-            cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
-            cluster_spec_json=json.dumps(document), reads_batches=True))
-        out.put(_POLL)
-        sent = 0
+        reader = asyncio.create_task(self._read(link, acked, request_iterator, out), name=f"agent-{cluster}")
         try:
+            yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
+                cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
+                cluster_spec_json=json.dumps(document), reads_batches=True))
+            out.put_nowait(_POLL)
+            sent = 0
             while True:
                 # Everything ready goes out together: status acks, and the commands of one outbox read.
                 try:
-                    ready = [out.get(timeout=RECHECK_S)]
-                except queue.Empty:  # a quiet link: its token is checked all the same
-                    ready = None
-                if ready is None:
-                    if (refused := self._still_allowed(link)) is not None:
-                        raise refused
+                    ready = [await asyncio.wait_for(out.get(), RECHECK_S)]
+                except TimeoutError:  # a quiet link: its token is checked all the same
+                    if (refused := await blocking(self._still_allowed, link)) is not None:
+                        raise refused from None
                     continue
-                while ready[-1] is not _END:
-                    try:
-                        ready.append(out.get_nowait())
-                    except queue.Empty:
-                        break
+                while ready[-1] is not _END and not out.empty():
+                    ready.append(out.get_nowait())
                 failed = [item for item in ready if isinstance(item, Exception)]
                 if failed:
                     raise failed[0]  # the reader's (a revoked token, the store gone): the stream ends with its status
                 messages = [item for item in ready if item is not _POLL and item is not _END]
                 if _POLL in ready:
-                    with self._one_statement() as session:
-                        commands = outbox_store.pending(session, cluster, after_id=sent, limit=BATCH)
+                    commands = await self._outbox((cluster, sent))
                     if commands:
                         sent = commands[-1].id
                         messages += [agents_pb2.DispatcherMessage(command=_command(c)) for c in commands]
                     if len(commands) == BATCH:
-                        out.put(_POLL)
+                        out.put_nowait(_POLL)
                 for run in streams.runs(messages) if batches else [[m] for m in messages]:
                     yield run[0] if len(run) == 1 else agents_pb2.DispatcherMessage(
                         batch=agents_pb2.DispatcherMessages(messages=run))
@@ -134,21 +138,30 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     return
         finally:
             unsubscribe()
+            reader.cancel()
             log.info("agent disconnected", extra={"cluster": cluster})
 
-    def _hello(self, request_iterator, context) -> tuple[Principal, str, int, dict, bool]:
+    async def _hello(self, request_iterator, context) -> tuple[Principal, str, int, dict, bool]:
         """Check and reconcile the hello; (who connected, cluster, highest acked command id, the Cluster
         object's document, whether the agent reads batches)."""
-        who = self._auth.require(context, "agent", "admin")
-        try:
-            first = next(request_iterator)
-        except StopIteration as exc:
-            raise InvalidRequest("connect: the stream closed before its hello") from exc
+        who = await blocking(self._auth.require, context, "agent", "admin")
+        first = await anext(aiter(request_iterator), None)  # the pump goes on reading the same iterator
+        if first is None:
+            raise InvalidRequest("connect: the stream closed before its hello")
         if first.WhichOneof("kind") != "hello":
             raise InvalidRequest("connect: the first message must be a hello")
         hello = first.hello
         if who.role == "agent" and who.cluster != hello.cluster:
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
+        document, acked, first_report = await blocking(self._reconcile, hello)
+        if first_report:  # a scan of the queued jobs: off the hello's path
+            threading.Thread(target=self._refuse_impossible, args=(hello.cluster,), name="refuse-impossible",
+                             daemon=True).start()
+        return who, hello.cluster, acked, document, hello.reads_batches
+
+    def _reconcile(self, hello: agents_pb2.Hello) -> tuple[dict, int, bool]:
+        """Record a hello's capacity and reconcile its inventory; (the Cluster object's document, the highest
+        command id the cluster acked, whether this is the cluster's first report ever)."""
         now = datetime.now(UTC)
         with self._sessions.begin() as session:
             row = cluster_store.get_cluster(session, hello.cluster)
@@ -162,10 +175,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             for job_id, attempt in orphans:
                 outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
             channels.notify(session, channels.WAKE_CHANNEL)
-        if first_report:  # a scan of the queued jobs: off the hello's path
-            threading.Thread(target=self._refuse_impossible, args=(hello.cluster,), name="refuse-impossible",
-                             daemon=True).start()
-        return who, hello.cluster, acked, document, hello.reads_batches
+        return document, acked, first_report
 
     def _refuse_impossible(self, cluster: str) -> None:
         """A cluster's first report may make every cluster known: the jobs accepted while it was not, and
@@ -186,50 +196,92 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             return exc
         return None
 
-    def _read(self, link: _Link, acked: int, request_iterator, out: queue.Queue) -> None:
-        """Apply what the agent sends, in order, several messages per transaction.
+    def _pending(self, wants: list[tuple[str, int]]) -> list[list]:
+        """The outbox commands after each (cluster, command id) of many links, in one query."""
+        with self._one_statement() as session:
+            return outbox_store.pending_many(session, wants, limit=BATCH)
 
-        A pump thread moves messages off the stream as they arrive; this thread takes everything waiting
-        (up to READ_BATCH messages) and applies it in one transaction. Under load that turns the agent's
-        acks, heartbeats and status reports (four or five small transactions per job) into one commit per
-        batch; when idle a batch is one message, as before. Replies (StatusAck) go out after the commit.
-        A batch is applied only while the link's token holds: a revoked or expired one ends the link, and a
-        batch with reports checks its token row in the round trip that locks their jobs (tokens.HELD_SQL).
+    def _record(self, records: list[_Record]) -> list[None]:
+        """The heartbeats and acks of many links in one transaction: one statement for the acks, one for the
+        heartbeats (a cluster's newest), and one wake of the scheduler if any of them shows more room."""
+        beats = {r.cluster: r for r in records if r.capacity is not None}
+        acks = [(r.cluster, i) for r in records for i in r.acks]
+        with self._one_statement() if not beats or not acks else self._sessions.begin() as session:
+            if acks:
+                outbox_store.ack_many(session, acks)
+            if beats:
+                cluster_store.record_heartbeats(session, [(r.cluster, r.capacity, r.applied_through)
+                                                          for r in beats.values()], datetime.now(UTC))
+                if any(r.more_room for r in beats.values()):
+                    channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+        return [None] * len(records)
+
+    async def _read(self, link: _Link, acked: int, request_iterator, out: asyncio.Queue) -> None:
+        """Apply what the agent sends, in order, several messages at a time.
+
+        A pump task moves messages off the stream as they arrive; this one takes everything waiting (up to
+        READ_BATCH messages) and applies it: heartbeats and acks alone with those of every other link
+        (_record), anything with status reports in one transaction of its own. Under load that turns the
+        agent's acks, heartbeats and status reports (four or five small transactions per job) into one commit
+        per batch. Replies (StatusAck) go out after the commit. A batch is applied only while the link's token
+        holds: a revoked or expired one ends the link, and a batch with reports checks its token row in the
+        round trip that locks their jobs (tokens.HELD_SQL).
         """
-        cluster = link.cluster
-        inbox = _Inbox()
-        pump = threading.Thread(target=_pump, args=(request_iterator, inbox), name=f"agent-{cluster}-in", daemon=True)
-        pump.start()
+        inbox: asyncio.Queue = asyncio.Queue(maxsize=5 * READ_BATCH)  # bounded: a slow reader slows the agent
+        pump = asyncio.create_task(_pump(request_iterator, inbox), name=f"agent-{link.cluster}-in")
         state = _LinkState(acked)
         try:
             ended = False
             while not ended:
-                batch = [inbox.get()]
-                while len(batch) < READ_BATCH and batch[-1] is not _END:
-                    try:
-                        batch.append(inbox.get_nowait())
-                    except queue.Empty:
-                        break
+                batch = [await inbox.get()]
+                while len(batch) < READ_BATCH and batch[-1] is not _END and not inbox.empty():
+                    batch.append(inbox.get_nowait())
                 if batch[-1] is _END:
                     batch.pop()
                     ended = True
                 if batch:
-                    if (refused := self._still_allowed(link)) is not None:
+                    if (refused := await blocking(self._still_allowed, link)) is not None:
                         raise refused
-                    self._apply(link, batch, state, out)
-            if inbox.error is not None:
-                raise inbox.error
-        except grpc.RpcError:
+                    await self._apply(link, batch, state, out)
+            if (error := await pump) is not None:
+                raise error
+        except (grpc.RpcError, grpc.aio.AioRpcError):
             pass  # the agent went away; it will reconnect and be reconciled
         except Exception as exc:  # the store unreachable too: unapplied reports stay unacked, sent again on redial
-            out.put(exc)  # Connect raises it, ending the stream as any failed call ends
+            out.put_nowait(exc)  # Connect raises it, ending the stream as any failed call ends
         finally:
-            inbox.closed.set()
-            out.put(_END)
+            pump.cancel()
+            out.put_nowait(_END)
 
-    def _apply(self, link: _Link, batch: list, state: _LinkState, out: queue.Queue) -> None:
+    async def _apply(self, link: _Link, batch: list, state: _LinkState, out: asyncio.Queue) -> None:
+        if all(message.WhichOneof("kind") in ("heartbeat", "ack") for message in batch):
+            await self._recorder(self._heartbeats_and_acks(link.cluster, batch, state))
+            return
+        seq = await blocking(self._apply_reports, link, batch, state)
+        if seq:  # cumulative: one ack covers every report of the batch
+            out.put_nowait(agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=seq)))
+
+    @staticmethod
+    def _heartbeats_and_acks(cluster: str, batch: list, state: _LinkState) -> _Record:
+        """What a batch of heartbeats and acks records (the newest heartbeat), with the link's state moved on."""
+        record = _Record(cluster)
+        for message in batch:
+            if message.WhichOneof("kind") == "ack":
+                record.acks.extend(message.ack.command_ids)
+                state.acked = max([state.acked, *message.ack.command_ids])
+            else:  # the acks before a heartbeat were applied before its snapshot: they raise its watermark
+                capacity = message.heartbeat.capacity
+                record.capacity = capacity_document(capacity)
+                record.applied_through = max(state.acked, capacity.applied_through)
+        if record.capacity is not None:
+            record.more_room = more_room(state.capacity, record.capacity)
+            state.capacity = record.capacity
+        return record
+
+    def _apply_reports(self, link: _Link, batch: list, state: _LinkState) -> int:
+        """Apply a batch with status reports in one transaction; the highest report seq it applied."""
         try:
-            self._apply_in_one_transaction(link, batch, state, out)
+            return self._apply_in_one_transaction(link, batch, state)
         except (Unauthenticated, StoreUnavailable):
             raise  # nothing of the batch may be applied (a revoked token), or one by one would fail the same way
         except Exception:
@@ -240,17 +292,13 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             # per transaction, as an unbatched link would, locks one job at a time.
             log.warning("agent batch failed; applying its messages one by one", exc_info=True,
                         extra={"cluster": link.cluster, "messages": len(batch)})
-            for message in batch:
-                self._apply_in_one_transaction(link, [message], state, out)
+            return max(self._apply_in_one_transaction(link, [message], state) for message in batch)
 
-    def _apply_in_one_transaction(self, link: _Link, batch: list, state: _LinkState, out: queue.Queue) -> None:
+    def _apply_in_one_transaction(self, link: _Link, batch: list, state: _LinkState) -> int:
         cluster = link.cluster
         acked, ids, seq, statuses = state.acked, [], 0, []
         heartbeat: tuple[dict, int] | None = None
-        # Acks alone (one per command, the commonest batch at light load) are one statement: autocommitted,
-        # without a BEGIN and a COMMIT round trip around it.
-        acks_only = all(message.WhichOneof("kind") == "ack" for message in batch)
-        with self._one_statement() if acks_only else self._sessions.begin() as session:
+        with self._sessions.begin() as session:
             for message in batch:
                 kind = message.WhichOneof("kind")
                 if kind == "heartbeat":
@@ -279,8 +327,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         state.acked = acked
         if heartbeat is not None:
             state.capacity = heartbeat[0]
-        if seq:  # cumulative: one ack covers every report of the batch
-            out.put(agents_pb2.DispatcherMessage(status_ack=agents_pb2.StatusAck(seq=seq)))
+        return seq
 
 
 @dataclass(frozen=True)
@@ -299,40 +346,28 @@ class _LinkState:
         self.capacity: dict | None = None  # the last capacity recorded (a change wakes the scheduler)
 
 
-class _Inbox(queue.Queue):
-    """The messages the pump took off the stream and the reader has not applied yet.
-
-    Bounded, so a reader that falls behind still slows the agent down through gRPC flow control rather
-    than piling its messages up here.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(maxsize=5 * READ_BATCH)
-        self.error: Exception | None = None  # why the stream ended, when it did not end cleanly
-        self.closed = threading.Event()  # the reader stopped: the pump stops too
-
-    def offer(self, item) -> bool:
-        """Put, waiting while full; False once the reader has stopped."""
-        while not self.closed.is_set():
-            try:
-                self.put(item, timeout=0.5)
-                return True
-            except queue.Full:
-                pass
-        return False
+@dataclass
+class _Record:
+    """What a link's batch of heartbeats and acks writes (AgentsService._record)."""
+    cluster: str
+    acks: list[int] = field(default_factory=list)
+    capacity: dict | None = None  # the newest heartbeat's
+    applied_through: int = 0
+    more_room: bool = False
 
 
-def _pump(request_iterator, inbox: _Inbox) -> None:
-    """Move the agent's messages off the stream as they arrive, those of a batch one by one; _END (and the
-    error, if any) when it ends."""
+async def _pump(request_iterator, inbox: asyncio.Queue) -> Exception | None:
+    """Move the agent's messages off the stream as they arrive, those of a batch one by one; _END when it
+    ends. Returns why it ended, when it did not end cleanly (the reader raises it)."""
+    error = None
     try:
-        for message in request_iterator:
+        async for message in request_iterator:
             for one in message.batch.messages if message.WhichOneof("kind") == "batch" else (message,):
-                if not inbox.offer(one):
-                    return
-    except Exception as exc:  # grpc.RpcError when the agent goes away: the reader re-raises it
-        inbox.error = exc
-    inbox.offer(_END)
+                await inbox.put(one)
+    except Exception as exc:  # the agent went away
+        error = exc
+    await inbox.put(_END)
+    return error
 
 
 def _command(row) -> agents_pb2.Command:

@@ -27,6 +27,7 @@ CODES = {
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.SchemaBehind: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
@@ -45,15 +46,30 @@ def internal(exc: BaseException, where: str) -> str:
     return f"internal error {error_id}: the dispatcher's log has the details"
 
 
+def _ending(context, exc: Exception, where: str) -> tuple[grpc.StatusCode, str] | None:
+    """The status and words that end the call for exc; None when it needs none (context.abort() raised exc,
+    or the client went away while the call read its stream: nobody to tell)."""
+    if isinstance(exc, grpc.aio.AbortError) or getattr(context, "code", lambda: None)() is not None:
+        return None
+    if isinstance(exc, errors.DispatcherError):  # its words may quote a lone surrogate: gRPC sends UTF-8 only
+        return status_for(exc), str(exc).encode("utf-8", "backslashreplace").decode()
+    if isinstance(exc, grpc.RpcError | grpc.aio.UsageError) and getattr(context, "is_active", lambda: True)() is False:
+        return None
+    return grpc.StatusCode.INTERNAL, internal(exc, where)
+
+
 def abort(context: grpc.ServicerContext, exc: Exception, where: str) -> None:
     """End the call for exc (raises): its status when a DispatcherError, INTERNAL with an error id otherwise."""
-    if context.code() is not None:  # context.abort() raised it: the call already has its status
+    if (ending := _ending(context, exc, where)) is None:
         raise exc
-    if isinstance(exc, errors.DispatcherError):  # its words may quote a lone surrogate: gRPC sends UTF-8 only
-        context.abort(status_for(exc), str(exc).encode("utf-8", "backslashreplace").decode())
-    if isinstance(exc, grpc.RpcError) and not context.is_active():
-        raise exc  # the client went away while the call read its stream: nobody to tell
-    context.abort(grpc.StatusCode.INTERNAL, internal(exc, where))
+    context.abort(*ending)
+
+
+async def abort_async(context: grpc.aio.ServicerContext, exc: Exception, where: str) -> None:
+    """abort() for a handler on the event loop (grpc.aio), whose context.abort is a coroutine."""
+    if (ending := _ending(context, exc, where)) is None:
+        raise exc
+    await context.abort(*ending)
 
 
 def check_request(message: Message) -> None:
@@ -87,9 +103,31 @@ def _nul_at(message: Message, path: str) -> str | None:
 
 
 def translated(method):
-    """Wrap a servicer method, unary or streaming (a generator): a request message (not a stream of them) is
-    first checked by check_request, and every exception the method raises ends the call as abort() says."""
+    """Wrap a servicer method, unary or streaming (a generator), plain or on the event loop (a coroutine or an
+    async generator): a request message (not a stream of them) is first checked by check_request, and every
+    exception the method raises ends the call as abort() says."""
     where = method.__qualname__
+    if inspect.isasyncgenfunction(method):
+        @functools.wraps(method)
+        async def streaming_async(self, request, context):
+            try:
+                if isinstance(request, Message):
+                    check_request(request)
+                async for response in method(self, request, context):
+                    yield response
+            except Exception as exc:
+                await abort_async(context, exc, where)
+        return streaming_async
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def unary_async(self, request, context):
+            try:
+                if isinstance(request, Message):
+                    check_request(request)
+                return await method(self, request, context)
+            except Exception as exc:
+                await abort_async(context, exc, where)
+        return unary_async
     if inspect.isgeneratorfunction(method):
         @functools.wraps(method)
         def streaming(self, request, context):

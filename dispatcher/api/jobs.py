@@ -1,24 +1,26 @@
 """The Jobs service: submit, read, cancel and watch jobs; read views of clusters and queues; usage."""
 from __future__ import annotations
 
+import asyncio
 import math
-import threading
 import time
 from datetime import UTC, datetime
 
-import grpc
-
 from dispatcher.api import convert, streams
+from dispatcher.api.admission import StreamLimits
+from dispatcher.api.asynchronous import blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, translated
+from dispatcher.api.event_feed import EventFeed
 from dispatcher.capacity import snapshot
-from dispatcher.errors import InvalidRequest
+from dispatcher.errors import InvalidRequest, ResourceExhausted
 from dispatcher.policy import accounting, states
 from dispatcher.scheduler.explaining import explain
 from dispatcher.services import budgets, group_commit, scoping
 from dispatcher.services import reporting as reports
-from dispatcher.store import channels, database, job_reads, lifecycle
+from dispatcher.services.submitting import Whole
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database, job_reads, lifecycle
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
@@ -32,21 +34,18 @@ MAX_LIST = 1000
 MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for (0 asks for all time)
 
 
-GAP_WAIT_S = 10.0  # how long Watch waits for an event id it skipped over to commit
-MAX_GAPS = 10_000  # a longer jump of ids (a resumed cursor far behind) is not waited for
-
-
 class JobsService(jobs_pb2_grpc.JobsServicer):
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
-                 submit_streams: int = 16):
+                 submit_streams: int = 16, watches: StreamLimits | None = None):
         self._sessions = sessions
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
-        self._notifier = notifier
         self._unreachable_after_s = unreachable_after_s
         self._submitter = group_commit.Submitter(sessions)
-        self._submit_streams = threading.BoundedSemaphore(submit_streams) if submit_streams > 0 else None
+        self._submit_streams = asyncio.Semaphore(submit_streams) if submit_streams > 0 else None
         self.submit_streams_limit = submit_streams
+        self._watches = watches or StreamLimits("watch streams", per_user=0, total=0)
+        self._feed = EventFeed(sessions, notifier)
 
     @translated
     def Submit(self, request, context):
@@ -59,42 +58,36 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         return jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)  # only after the commit wrote them
 
     @translated
-    def SubmitStream(self, request_iterator, context):
+    async def SubmitStream(self, request_iterator, context):
         """Submit, one request after another on one stream. Each request is authenticated as a Submit call
         is (a revoked token is refused within the same few seconds) and answered as Submit answers it; a
         refused one ends the stream with its error. A submit may come in several requests (`more`): each but
         the last is answered, with no ids, once parsed, and the last commits them all. A message costs the
-        server less than a call, but each
-        open stream holds one of the server's worker threads: at most `submit_streams` are open at once, and
-        one more is refused at once, before its headers and before reading anything, so that its client
-        sends the request by Submit instead."""
-        if self._submit_streams is None or not self._submit_streams.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"submit streams: all {self.submit_streams_limit} open; use Submit")
-        released = []
+        server less than a call. At most `submit_streams` are open at once; one more is refused at once,
+        before its headers and before reading anything, so that its client sends the request by Submit."""
+        if self._submit_streams is None or self._submit_streams.locked():
+            raise ResourceExhausted(f"submit streams: all {self.submit_streams_limit} open; use Submit")
+        async with self._submit_streams:
+            await blocking(self._auth.require, context, *READERS)
+            await context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
+            whole = None  # the submit under way
+            async for request in request_iterator:
+                check_request(request)
+                response, whole = await blocking(self._submit_part, context, request, whole)
+                yield response
 
-        def release() -> None:
-            if not released:
-                released.append(True)
-                self._submit_streams.release()
-        if not context.add_callback(release):  # the call has already ended
-            release()
-        self._auth.require(context, *READERS)
-        context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
-        whole = None  # the submit under way
-        for request in request_iterator:
-            check_request(request)
-            who = self._auth.require(context, *READERS)
-            if whole is None:
-                whole = self._submitter.whole(request.idempotency_key)
-            elif request.idempotency_key != whole.key:
-                raise InvalidRequest("idempotency_key: every request of a submit carries the same key")
-            whole.add(list(request.specs_json), more=request.more)
-            if request.more:
-                yield jobs_pb2.SubmitResponse()
-                continue
-            done, whole = self._submitter.submit_whole(who, whole), None
-            yield jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)
+    def _submit_part(self, context, request, whole: Whole | None) -> tuple[jobs_pb2.SubmitResponse, Whole | None]:
+        """One request of a submit stream: its answer, and the submit still being gathered (None once written)."""
+        who = self._auth.require(context, *READERS)
+        if whole is None:
+            whole = self._submitter.whole(request.idempotency_key)
+        elif request.idempotency_key != whole.key:
+            raise InvalidRequest("idempotency_key: every request of a submit carries the same key")
+        whole.add(list(request.specs_json), more=request.more)
+        if request.more:
+            return jobs_pb2.SubmitResponse(), whole
+        done = self._submitter.submit_whole(who, whole)
+        return jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed), None
 
     @translated
     def Get(self, request, context):
@@ -157,63 +150,96 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
 
     @translated
-    def Watch(self, request, context):
-        for batch in self._polls(request, context):
-            yield from batch
+    async def Watch(self, request, context):
+        async for batch in self._watched(request, context):
+            for event in batch:
+                yield event
 
     @translated
-    def WatchBatches(self, request, context):
-        for batch in self._polls(request, context):
+    async def WatchBatches(self, request, context):
+        async for batch in self._watched(request, context):
             for run in streams.runs(batch):
                 yield jobs_pb2.JobEvents(events=run)
 
-    def _polls(self, request, context):
-        """The events after request.after_event_id (of request.job_id, or every job), one list per poll
-        that found any, for as long as the stream is open. Watch sends them one message an event;
-        WatchBatches one message a poll (in runs of up to streams.RUN_BYTES): each message sent costs
-        the server's stream a round of thread hand-offs, so one an event queued them behind each other."""
-        who = self._auth.require(context, *READERS)
+    async def _watched(self, request, context):
+        """The events after request.after_event_id (of request.job_id, or every job the caller may see), one
+        list each time the feed (api.event_feed) brings some, for as long as the stream is open. Watch sends
+        them one message an event; WatchBatches one message a list (in runs of up to streams.RUN_BYTES).
+        At most `watch_streams` are open at once, and `watch_streams_per_user` for one subject."""
+        who = await blocking(self._auth.require, context, *READERS)
         if request.job_id:
-            with self._one_statement() as session:
-                scoping.visible_job(session, who, request.job_id)
+            await blocking(self._visible, who, request.job_id)
+        with self._watches.admitted(who.subject):
+            place = await self._feed.join()
+            try:
+                async for batch in self._following(request, context, who, place):
+                    yield batch
+            finally:
+                self._feed.leave()
+
+    async def _following(self, request, context, who, place):
+        job_id, floor = request.job_id, request.after_event_id  # the client has every event up to floor
         # A user watching every job gets the events of the jobs they may see (services.scoping); the queues
-        # they belong to are read again with each poll that found events (a member added sees at once).
-        scoped = who.role != "admin" and not request.job_id
-        wake = threading.Event()
-        unsubscribe = self._notifier.subscribe(channels.EVENTS_CHANNEL, lambda _p: wake.set())
-        cursor = request.after_event_id
-        # Event ids are taken when a transaction inserts, not when it commits, so an id below the cursor
-        # may still appear (a longer transaction commits after a shorter, later one). The ids skipped
-        # over are asked for again until GAP_WAIT_S has passed (an id of a rolled-back transaction never
-        # appears). One job's events are written under its row lock, so they commit in id order.
-        gaps: dict[int, float] = {}
-        try:
-            while context.is_active():
-                wake.clear()
+        # they belong to are read again at most every RECHECK_S while events come (a member added sees soon).
+        scoped = who.role != "admin" and not job_id
+        readable, readable_at = None, -math.inf
+        checked = time.monotonic()
+        seq, behind = place.seq, place
+        sent_through = floor  # the highest event id sent
+        skip: set[int] = set()  # read from the store while catching up, and still to come through the feed
+        while True:
+            if behind is not None:  # read from the store what the feed no longer (or never) had for this watch
+                cursor, head, gaps = sent_through, behind.head, behind.gaps
+                behind = None
+                while cursor < head:
+                    rows = [r for r in await blocking(self._events_after, job_id, cursor, scoped) if r.id <= head]
+                    if not rows:
+                        break
+                    cursor = rows[-1].id
+                    skip.update(r.id for r in rows if r.id in gaps)
+                    if scoped and time.monotonic() - readable_at > RECHECK_S:
+                        readable, readable_at = await blocking(self._readable, who), time.monotonic()
+                    sent_through = max(sent_through, cursor)
+                    if scoped:
+                        rows = [r for r in rows if scoping.sees(who, readable, r.queue, r.submitted_by)]
+                    if rows:
+                        yield [convert.event(r) for r in rows]
+            fed, seq, lost = self._feed.since(seq)
+            if lost:
+                behind = self._feed.place()
+                seq = behind.seq
+                continue
+            rows = []
+            for row, event in fed:
+                if row.id in skip:
+                    skip.discard(row.id)
+                elif row.id > floor and (not job_id or row.job_id == job_id):
+                    rows.append((row, event))
+            if scoped and rows:
+                if time.monotonic() - readable_at > RECHECK_S:
+                    readable, readable_at = await blocking(self._readable, who), time.monotonic()
+                rows = [(r, e) for r, e in rows if scoping.sees(who, readable, r.queue, r.submitted_by)]
+            if rows:
+                sent_through = max(sent_through, max(r.id for r, _ in rows))
+                yield [event for _, event in rows]
+            else:
+                await self._feed.wait(RECHECK_S)
+            if time.monotonic() - checked >= RECHECK_S:
                 # A token revoked or expired since ends the stream (at most RECHECK_S later): `translated` says so.
-                who = self._auth.require(context, *READERS)
-                with self._one_statement() as session:
-                    rows = job_reads.events(session, job_id=request.job_id, after_id=cursor, also=list(gaps),
-                                            with_owner=scoped)
-                    readable = scoping.readable_queues(session, who) if scoped and rows else None
-                now = time.monotonic()
-                for row in rows:
-                    if row.id in gaps:
-                        del gaps[row.id]
-                    else:
-                        if not request.job_id and row.id - cursor <= MAX_GAPS:
-                            gaps.update(dict.fromkeys(range(cursor + 1, row.id), now))
-                        cursor = row.id
-                for gap in [g for g, since in gaps.items() if now - since > GAP_WAIT_S]:
-                    del gaps[gap]
-                if scoped:
-                    rows = [row for row in rows if scoping.sees(who, readable, row.queue, row.submitted_by)]
-                if rows:
-                    yield [convert.event(row) for row in rows]
-                else:
-                    wake.wait(RECHECK_S if not gaps else 0.1)
-        finally:
-            unsubscribe()
+                who = await blocking(self._auth.require, context, *READERS)
+                checked = time.monotonic()
+
+    def _visible(self, who, job_id: int) -> None:
+        with self._one_statement() as session:
+            scoping.visible_job(session, who, job_id)
+
+    def _readable(self, who):
+        with self._one_statement() as session:
+            return scoping.readable_queues(session, who)
+
+    def _events_after(self, job_id: int, after: int, scoped: bool) -> list:
+        with self._one_statement() as session:
+            return job_reads.events(session, job_id=job_id, after_id=after, with_owner=scoped)
 
     @translated
     def ListClusters(self, request, context):

@@ -57,6 +57,10 @@ def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int =
                  {"after": after_id, "oldest": min(also, default=0), "also": list(also), "job": job_id, "limit": limit})
 
 
+def last_event_id(session: Session) -> int:
+    return session.scalar(text("SELECT coalesce(max(id), 0) FROM job_events")) or 0
+
+
 _EVENT_COLUMNS = "e.id, e.job_id, e.attempt, e.from_state, e.to_state, e.reason, e.cluster, e.at"
 
 

@@ -33,6 +33,31 @@ def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500)
                     ORDER BY o.id LIMIT %(limit)s""", {"cluster": cluster, "after": after_id, "limit": limit})
 
 
+def pending_many(session: Session, wants: list[tuple[str, int]], limit: int = 500) -> list[list]:
+    """pending() for many (cluster, after_id) at once, in one query: one list of rows per want, in order."""
+    out: list[list] = [[] for _ in wants]
+    for row in named(session,
+                     """SELECT w.n, o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                               j.spec::text AS spec_json
+                        FROM unnest(%(clusters)s::text[], %(afters)s::bigint[]) WITH ORDINALITY AS w(cluster, after, n)
+                        CROSS JOIN LATERAL (SELECT * FROM outbox o
+                                            WHERE o.cluster = w.cluster AND o.acked_at IS NULL AND o.id > w.after
+                                            ORDER BY o.id LIMIT %(limit)s) o
+                        JOIN jobs j ON j.id = o.job_id
+                        ORDER BY w.n, o.id""",
+                     {"clusters": [c for c, _ in wants], "afters": [a for _, a in wants], "limit": limit}):
+        out[row.n - 1].append(row)
+    return out
+
+
+def ack_many(session: Session, acks: list[tuple[str, int]]) -> None:
+    """ack() for many (cluster, command id) at once, in one statement."""
+    driver(session).execute("UPDATE outbox o SET acked_at = now() "
+                            "FROM unnest(%(clusters)s::text[], %(ids)s::bigint[]) AS a(cluster, id) "
+                            "WHERE o.id = a.id AND o.cluster = a.cluster AND o.acked_at IS NULL",
+                            {"clusters": [c for c, _ in acks], "ids": [i for _, i in acks]})
+
+
 def ack(session: Session, cluster: str, command_ids: list[int]) -> None:
     # Bound to the cluster: an agent can only ack its own commands.
     driver(session).execute("UPDATE outbox SET acked_at = now() "

@@ -1,0 +1,79 @@
+"""What the streaming handlers on the event loop (grpc.aio) share: blocking work off the loop, and blocking
+work of many streams done together.
+
+The loop only moves messages; every database call and every call that may wait runs on the loop's
+default executor (the dispatcher's `stream` threads, ServerSettings.stream_workers), through `blocking`.
+ADR 0004 says why.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def blocking(fn: Callable[..., Any], *args) -> asyncio.Future:
+    """fn(*args) on the loop's executor, awaited without holding the loop."""
+    return asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+class Coalescer:
+    """Calls from many coroutines done together: `await coalescer(item)` queues the item, and one blocking
+    `flush(items)` (on the executor) does every item queued while the one before it ran, returning one result
+    per item in order. One flush at a time: under load the batches grow by themselves, when idle a batch is
+    one item, at once.
+
+    A flush that raises is tried again one item at a time, so one bad item fails its own call only.
+    """
+
+    def __init__(self, flush: Callable[[list], list], *, most: int = 1000, name: str = "coalescer"):
+        self._flush = flush
+        self._most = most
+        self._name = name
+        self._waiting: list[tuple[Any, asyncio.Future]] = []
+        self._draining: asyncio.Task | None = None
+
+    async def __call__(self, item):
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        if self._draining is None:
+            self._draining = asyncio.create_task(self._drain(), name=self._name)
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting[:self._most], self._waiting[self._most:]
+                batch = [(item, future) for item, future in batch if not future.done()]  # a caller gone (cancelled)
+                if not batch:
+                    continue
+                try:
+                    results = await blocking(self._flush, [item for item, _ in batch])
+                except Exception as exc:
+                    if len(batch) == 1:
+                        _settle(batch[0][1], exception=exc)
+                        continue
+                    log.warning("%s: a batch of %d failed; trying its items one by one", self._name, len(batch),
+                                exc_info=True)
+                    for item, future in batch:
+                        try:
+                            _settle(future, (await blocking(self._flush, [item]))[0])
+                        except Exception as one:
+                            _settle(future, exception=one)
+                    continue
+                for (_, future), result in zip(batch, results, strict=True):
+                    _settle(future, result)
+        finally:
+            self._draining = None
+
+
+def _settle(future: asyncio.Future, result=None, *, exception: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)

@@ -1,0 +1,147 @@
+"""The job events every watch stream of this process sends, read from the store once for all of them.
+
+A thousand open watches (Jobs.Watch and WatchBatches) must not mean a thousand reads of job_events for
+every event written. One reader follows the table's tail while any watch is open; each watch takes the
+rows it wants from the feed's recent rows, in memory. A watch that resumes from an older event id, or
+falls more than KEEP rows behind (a client that does not read), reads what it missed from the store itself,
+then follows the feed again.
+
+Event ids are taken when a transaction inserts, not when it commits, so an id below the tail may still
+appear (a longer transaction commits after a shorter, later one). The ids skipped over are asked for again
+until GAP_WAIT_S has passed (an id of a rolled-back transaction never appears); the feed passes such a
+late row on like any other.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from dispatcher.api import convert
+from dispatcher.api.asynchronous import blocking
+from dispatcher.store import channels, database, job_reads
+from dispatcher.store.database import Sessions
+from dispatcher.store.listening import Notifier
+from sluice.v1 import jobs_pb2
+
+GAP_WAIT_S = 10.0  # how long an event id skipped over is waited for
+MAX_GAPS = 10_000  # a longer jump of ids is not waited for
+KEEP = 20_000  # recent rows kept for the watches following the feed
+READ = 1000  # rows read at once
+IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a watch joined the feed: rows after `seq` are new to it; everything up to event id `head` (and
+    the ids in `gaps`, which may still come) it reads from the store if it wants them."""
+    seq: int
+    head: int
+    gaps: frozenset[int]
+
+
+class EventFeed:
+    def __init__(self, sessions: Sessions, notifier: Notifier):
+        self._one_statement = database.autocommit(sessions)
+        self._notifier = notifier
+        self._rows: deque[tuple[int, object, jobs_pb2.JobEvent]] = deque(maxlen=KEEP)  # (seq, row with owner, as sent)
+        self._seq = 0
+        self._head = 0
+        self._gaps: dict[int, float] = {}
+        self._watching = 0
+        self._reader: asyncio.Task | None = None
+        self._starting = asyncio.Lock()
+        self._woken = asyncio.Event()  # a notification: events were committed
+        self._arrived = asyncio.Event()  # rows were added (set and cleared at once: wakes every waiter)
+        self._unsubscribe = None
+        self._failed: Exception | None = None
+
+    async def join(self) -> Place:
+        """Follow the feed from now on (leave() when done)."""
+        self._watching += 1
+        try:
+            async with self._starting:
+                if self._reader is None:
+                    loop = asyncio.get_running_loop()
+                    self._unsubscribe = self._notifier.subscribe(
+                        channels.EVENTS_CHANNEL, lambda _payload: loop.call_soon_threadsafe(self._woken.set))
+                    self._head = await blocking(self._last_id)
+                    self._gaps.clear()
+                    self._failed = None
+                    self._reader = asyncio.create_task(self._follow(), name="event-feed")
+        except BaseException:
+            self.leave()
+            raise
+        return self.place()
+
+    def leave(self) -> None:
+        self._watching -= 1
+
+    def place(self) -> Place:
+        """Where a watch that fell behind joins again."""
+        return Place(self._seq, self._head, frozenset(self._gaps))
+
+    def since(self, seq: int) -> tuple[list, int, bool]:
+        """The rows added after `seq` (each with its JobEvent, made once for every watch), the feed's seq now,
+        and whether some of the rows after `seq` are no longer kept (the caller must read the store from where it
+        was). Raises what stopped the feed's reader (the store unreachable): every watch ends with it, and the
+        next to join starts a reader again."""
+        if self._failed is not None:
+            raise self._failed
+        if seq >= self._seq:
+            return [], seq, False
+        lost = not self._rows or self._rows[0][0] > seq + 1
+        return [(row, sent) for n, row, sent in self._rows if n > seq], self._seq, lost
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until rows are added, or timeout_s."""
+        try:
+            await asyncio.wait_for(self._arrived.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    def _last_id(self) -> int:
+        with self._one_statement() as session:
+            return job_reads.last_event_id(session)
+
+    def _read(self, after: int, also: list[int]) -> list:
+        with self._one_statement() as session:
+            return job_reads.events(session, after_id=after, also=also, with_owner=True, limit=READ)
+
+    async def _follow(self) -> None:
+        try:
+            while self._watching > 0:
+                self._woken.clear()
+                rows = await blocking(self._read, self._head, list(self._gaps))
+                now = time.monotonic()
+                for row in rows:
+                    if row.id in self._gaps:
+                        del self._gaps[row.id]
+                    else:
+                        if row.id - self._head <= MAX_GAPS:
+                            self._gaps.update(dict.fromkeys(range(self._head + 1, row.id), now))
+                        self._head = row.id
+                for gap in [g for g, since in self._gaps.items() if now - since > GAP_WAIT_S]:
+                    del self._gaps[gap]
+                if rows:
+                    for row in rows:
+                        self._seq += 1
+                        self._rows.append((self._seq, row, convert.event(row)))
+                    self._arrived.set()
+                    self._arrived.clear()
+                if len(rows) == READ:
+                    continue
+                try:
+                    await asyncio.wait_for(self._woken.wait(), 0.1 if self._gaps else IDLE_READ_S)
+                except TimeoutError:
+                    pass
+        except Exception as exc:
+            self._failed = exc
+            self._arrived.set()
+            self._arrived.clear()
+        finally:
+            self._reader = None
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+                self._unsubscribe = None
