@@ -69,6 +69,8 @@ class ServerSettings:
     # RESOURCE_EXHAUSTED. 0: no limit.
     watch_streams: int = 10_000
     watch_streams_per_user: int = 100
+    # Recent job events kept in memory for the watches (api/event_feed.py); a watch further behind reads the store.
+    watch_feed_rows: int = 20_000
     # Agent links admitted (hellos reconciled) a second after a burst of as many, so that every agent redialling
     # a restarted dispatcher at once is taken in turn; a hello waiting longer than agent_admission_wait_s is
     # refused with RESOURCE_EXHAUSTED and its agent redials after its backoff. 0: no limit.
@@ -147,7 +149,8 @@ class Dispatcher:
                                           total=settings.watch_streams)
         jobs_pb2_grpc.add_JobsServicer_to_server(
             JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
-                        submit_streams=settings.submit_streams, watches=self.watch_streams), self.server)
+                        submit_streams=settings.submit_streams, watches=self.watch_streams,
+                        feed_rows=settings.watch_feed_rows), self.server)
         agents_pb2_grpc.add_AgentsServicer_to_server(
             AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s, metrics=self.metrics,
                           admission=AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
@@ -271,10 +274,22 @@ class Dispatcher:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
 
     def _close_loop(self) -> None:
+        try:
+            self._on_loop(_cancel_tasks(), timeout_s=10)
+        except TimeoutError:
+            log.warning("tasks on the gRPC loop did not end in 10 s")
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(10)
         self._loop.close()
         self._stream_pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _cancel_tasks() -> None:
+    """Cancel what still runs on the loop (an event feed's reader, a batch being flushed) and wait for it."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _aio_server(workers: int) -> grpc.aio.Server:

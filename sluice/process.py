@@ -4,6 +4,10 @@ benchmark's processes, the test session) before anything imports grpc, which rea
 `apply()` turns off gRPC's EventEngine listener: a server then reads the connections it accepted on the
 threads polling its completion queue instead of handing each read to EventEngine's thread pool first,
 which costs the dispatcher CPU per call (docs/performance.md). Clients' channels are not affected.
+
+It also turns off gRPC's fork support: Sluice's processes fork only to exec (subprocess) and start the
+benchmark's workers by spawn, so no child uses gRPC after a fork, and with it on, a fork while the server's
+event loop is inside gRPC logs a line ("skipping fork() handlers") on the user's terminal.
 """
 from __future__ import annotations
 
@@ -14,9 +18,13 @@ EXPERIMENTS = "-event_engine_listener"
 
 
 def apply() -> bool:
-    """Set GRPC_EXPERIMENTS for this process and its children, unless grpc is imported already (it would
-    not read it) or the environment names experiments of its own (the operator's choice wins); whether it did."""
-    if "grpc" in sys.modules or "GRPC_EXPERIMENTS" in os.environ:
+    """Set GRPC_EXPERIMENTS and GRPC_ENABLE_FORK_SUPPORT for this process and its children, unless grpc is
+    imported already (it would not read them); a variable the environment sets already is left alone (the
+    operator's choice wins). Whether it set GRPC_EXPERIMENTS."""
+    if "grpc" in sys.modules:
+        return False
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    if "GRPC_EXPERIMENTS" in os.environ:
         return False
     os.environ["GRPC_EXPERIMENTS"] = EXPERIMENTS
     return True

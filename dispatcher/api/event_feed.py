@@ -3,7 +3,7 @@
 A thousand open watches (Jobs.Watch and WatchBatches) must not mean a thousand reads of job_events for
 every event written. One reader follows the table's tail while any watch is open; each watch takes the
 rows it wants from the feed's recent rows, in memory. A watch that resumes from an older event id, or
-falls more than KEEP rows behind (a client that does not read), reads what it missed from the store itself,
+falls further behind than the rows kept (a client that does not read), reads what it missed from the store itself,
 then follows the feed again.
 
 Event ids are taken when a transaction inserts, not when it commits, so an id below the tail may still
@@ -27,7 +27,6 @@ from sluice.v1 import jobs_pb2
 
 GAP_WAIT_S = 10.0  # how long an event id skipped over is waited for
 MAX_GAPS = 10_000  # a longer jump of ids is not waited for
-KEEP = 20_000  # recent rows kept for the watches following the feed
 READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
 
@@ -42,10 +41,11 @@ class Place:
 
 
 class EventFeed:
-    def __init__(self, sessions: Sessions, notifier: Notifier):
+    def __init__(self, sessions: Sessions, notifier: Notifier, *, keep: int = 20_000):
+        """keep: the recent rows kept for the watches following the feed."""
         self._one_statement = database.autocommit(sessions)
         self._notifier = notifier
-        self._rows: deque[tuple[int, object, jobs_pb2.JobEvent]] = deque(maxlen=KEEP)  # (seq, row with owner, as sent)
+        self._rows: deque[tuple[int, object, jobs_pb2.JobEvent]] = deque(maxlen=keep)  # (seq, row with owner, as sent)
         self._seq = 0
         self._head = 0
         self._gaps: dict[int, float] = {}

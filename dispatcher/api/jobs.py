@@ -36,7 +36,7 @@ MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for
 
 class JobsService(jobs_pb2_grpc.JobsServicer):
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
-                 submit_streams: int = 16, watches: StreamLimits | None = None):
+                 submit_streams: int = 16, watches: StreamLimits | None = None, feed_rows: int = 20_000):
         self._sessions = sessions
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
@@ -45,7 +45,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self._submit_streams = asyncio.Semaphore(submit_streams) if submit_streams > 0 else None
         self.submit_streams_limit = submit_streams
         self._watches = watches or StreamLimits("watch streams", per_user=0, total=0)
-        self._feed = EventFeed(sessions, notifier)
+        self._feed = EventFeed(sessions, notifier, keep=feed_rows)
 
     @translated
     def Submit(self, request, context):
