@@ -163,7 +163,8 @@ def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
 
 def expire_leases(session: Session, now: datetime, clusters: list) -> int:
     """Jobs on clusters unheard of for longer than their lease are lost: each goes back to the queue as a
-    new attempt (or fails, past its retries). Before that an unreachable cluster only takes no new jobs.
+    new attempt (or fails, past its retries), and its cluster is sent a cancel of the lost attempt. Before
+    that an unreachable cluster only takes no new jobs.
     Returns how many attempts were given up. Every cycle runs this, on the cluster rows it read already
     (store.clusters.CLUSTER_ROWS)."""
     given_up = 0
@@ -176,6 +177,11 @@ def expire_leases(session: Session, now: datetime, clusters: list) -> int:
         if silent <= lease:
             continue
         reason = f"cluster {name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
-        given_up += apply_many(session, name, [AttemptReport(job.id, job.attempt, states.LOST, reason)
-                                               for job in job_reads.active_on_cluster(session, name)])
+        lost = [AttemptReport(job.id, job.attempt, states.LOST, reason)
+                for job in job_reads.active_on_cluster(session, name)]
+        given_up += apply_many(session, name, lost)
+        # The cluster may still run them: its link may be up again (an agent frozen, then resumed), or come back
+        # later. The cancel reaches it either way, at once on a live link, and its dispatch, if never sent, is not.
+        for report in lost:
+            outbox_store.add_cancel(session, name, report.job_id, report.attempt, f"lost: {reason}")
     return given_up
