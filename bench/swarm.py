@@ -246,7 +246,9 @@ def run(pg: Postgres, config: SwarmConfig, run_: Run) -> None:
     run_.configs["swarm"] = {**asdict(config), "agents": "asyncio tasks on grpc.aio, a connection each",
                              "watchers": "WatchBatches streams of the admin, one process"}
     objs = [*workload.CLASSES, *systems.objects(config.clusters, 1)[len(workload.CLASSES):]]
-    with systems.System(pg, "swarm", objs, split=True, agents=False, tls=config.tls) as system:
+    # The watchers are one admin's: no limit per user. Agents are told to heartbeat as the swarm's do.
+    server = {"heartbeat_s": config.heartbeat_s, "watch_streams_per_user": 0}
+    with systems.System(pg, "swarm", objs, split=True, agents=False, tls=config.tls, server=server) as system:
         names = sorted(system.agent_tokens)
         chunks = [names[i:i + config.agents_per_process] for i in range(0, len(names), config.agents_per_process)]
         began = time.monotonic()

@@ -39,7 +39,7 @@ def objects(clusters: int, nodes: int) -> list:
 
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool,
-           schedule: bool = True, tls: bool = True) -> None:
+           schedule: bool = True, tls: bool = True, server: dict | None = None) -> None:
     tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings, local_tls
     from dispatcher.server import Dispatcher, ServerSettings
@@ -52,7 +52,8 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
         # over TLS as deployed, with certificates as `sluice up` makes them (every replica shares the CA)
         server_tls = local_tls(pathlib.Path(data_dir) / "certs", "127.0.0.1:0") if tls else None
         server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule,
-                                           tls=server_tls, database=DatabaseSettings(url=database_url))).start()
+                                           tls=server_tls, database=DatabaseSettings(url=database_url),
+                                           **(server or {}))).start()
         with server.sessions.begin() as session:
             administering.apply(session, "bench", objs)
             admin = tokens.create(session, "admin", "bench")
@@ -147,7 +148,8 @@ class System:
     """
 
     def __init__(self, pg: Postgres, name: str, objs: list, *, cordon: bool = False, split: bool = False,
-                 replicas: int = 1, apart: bool = False, tls: bool = True, agents: bool = True):
+                 replicas: int = 1, apart: bool = False, tls: bool = True, agents: bool = True,
+                 server: dict | None = None):
         """replicas > 1 (split only): more dispatcher processes on the same database, started after the
         first (which therefore leads and serves the agents); clients call the last one.
         apart (split only): the first process only schedules; a second one, `schedule=False` (as
@@ -155,14 +157,15 @@ class System:
         tls=False: everything in plaintext on loopback (`python -m bench --plaintext`), to tell what the
         code costs from what encryption costs.
         agents=False (split only): no agent process; `agent_tokens` holds each cluster's token for agents the
-        caller runs (bench/swarm.py)."""
+        caller runs (bench/swarm.py).
+        server (split only): ServerSettings fields of the first dispatcher other than their defaults."""
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
         self._children = []
         self.leader_stats: dict = {}
-        process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split, True, tls),
-                                     "bench-dispatcher")
+        process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split, True, tls,
+                                              server), "bench-dispatcher")
         self._children.append((process, pipe))
         self.address, self.token, self.ca = info["address"], info["token"], info["ca"]
         self.agent_tokens: dict[str, str] = info.get("agents", {})

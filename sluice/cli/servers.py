@@ -179,6 +179,17 @@ def dispatcher_serve(
             help="Members of GROUP are members of these queues (repeatable)"),
         oidc_admin_groups: list[str] = typer.Option([], "--oidc-admin-group", metavar="GROUP",
                                                     help="Members of GROUP are admins (repeatable)"),
+        # The three defaults are ServerSettings' (tests/unit/test_cli_defaults.py holds them equal).
+        watch_streams: int = typer.Option(10_000, "--watch-streams", min=0,
+                                          envvar="SLUICE_WATCH_STREAMS",
+                                          help="Watch streams open at once, in all (0: no limit)"),
+        watch_streams_per_user: int = typer.Option(100, "--watch-streams-per-user",
+                                                   min=0, envvar="SLUICE_WATCH_STREAMS_PER_USER",
+                                                   help="Watch streams one user may have open (0: no limit)"),
+        agent_admissions: float = typer.Option(200.0, "--agent-admissions-per-s",
+                                               min=0, envvar="SLUICE_AGENT_ADMISSIONS_PER_S",
+                                               help="Agent connections admitted a second, after a burst of as "
+                                                    "many (0: no limit)"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Serve the API and run the scheduler (when this replica is the leader).
 
@@ -207,7 +218,8 @@ def dispatcher_serve(
     settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
                               tls=tls, agent_listen=agent_listen or None, health_listen=health_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)),
-                              identity=identity)
+                              identity=identity, watch_streams=watch_streams,
+                              watch_streams_per_user=watch_streams_per_user, agent_admissions_per_s=agent_admissions)
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
     metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""
     agents = f", agents with certificates on port {server.agent_port}" if server.agent_port else ""

@@ -92,9 +92,9 @@ class Replica:
         return None
 
 
-def start_replica(db_url: str, log: pathlib.Path) -> Replica:
+def start_replica(db_url: str, log: pathlib.Path, listen: str = "127.0.0.1:0") -> Replica:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", db_url, "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", db_url, "--listen", listen,
          "--metrics-listen", "127.0.0.1:0", "--insecure", "-v"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
     return Replica(proc, log)

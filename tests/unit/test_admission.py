@@ -1,0 +1,77 @@
+"""The limits streams meet (dispatcher/api/admission.py) and the batching of many streams' blocking work
+(dispatcher/api/asynchronous.py), on a real event loop and executor."""
+import asyncio
+import threading
+import time
+
+import pytest
+
+from dispatcher.api.admission import AdmissionRate, StreamLimits
+from dispatcher.api.asynchronous import Coalescer
+from dispatcher.errors import ResourceExhausted
+
+
+def test_stream_limits_count_per_user_and_in_all_and_free_a_place_when_one_closes():
+    limits = StreamLimits("watch streams", per_user=2, total=3)
+    with limits.admitted("ann"), limits.admitted("ann"):
+        with pytest.raises(ResourceExhausted, match="ann has 2 open, the most one user may have"):
+            with limits.admitted("ann"):
+                pass
+        with limits.admitted("bob"):
+            with pytest.raises(ResourceExhausted, match="all 3 this dispatcher allows are open"):
+                with limits.admitted("cat"):
+                    pass
+            assert limits.open() == 3
+        with limits.admitted("cat"):
+            assert limits.open() == 3
+    assert limits.open() == 0
+    unlimited = StreamLimits("watch streams", per_user=0, total=0)
+    with unlimited.admitted("ann"), unlimited.admitted("ann"), unlimited.admitted("ann"):
+        assert unlimited.open() == 3
+
+
+def test_admission_rate_lets_a_burst_through_then_spaces_the_rest_and_refuses_past_the_wait():
+    async def run() -> tuple[list[float], int]:
+        rate = AdmissionRate("agent links", per_s=20, burst=5, max_wait_s=0.3)
+        began, at, refused = time.monotonic(), [], 0
+
+        async def one() -> None:
+            nonlocal refused
+            try:
+                await rate.admit()
+                at.append(time.monotonic() - began)
+            except ResourceExhausted as exc:
+                assert "admits 20 a second" in str(exc)
+                refused += 1
+        await asyncio.gather(*(one() for _ in range(30)))
+        return sorted(at), refused
+    at, refused = asyncio.run(run())
+    # 5 at once, then one every 50 ms for up to 300 ms of waiting: 5 + 6 admitted, the other 19 refused
+    assert len(at) == 11 and refused == 19
+    assert all(t < 0.05 for t in at[:5]) and at[-1] >= 0.25
+
+
+def test_a_coalescer_does_what_waits_together_in_one_flush_and_a_bad_item_fails_alone():
+    flushes: list[list[int]] = []
+    gate = threading.Event()
+
+    def flush(items: list[int]) -> list[int]:
+        gate.wait(5)
+        flushes.append(items)
+        if -1 in items:
+            raise ValueError("no negative items")
+        return [i * 10 for i in items]
+
+    async def run():
+        coalescer = Coalescer(flush)
+        first = asyncio.create_task(coalescer(1))
+        await asyncio.sleep(0.05)  # the first flush is under way (held at the gate); these wait for the next
+        rest = [asyncio.create_task(coalescer(i)) for i in (2, 3, -1, 4)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(first, *rest, return_exceptions=True)
+        return results
+    results = asyncio.run(run())
+    assert results[:3] == [10, 20, 30] and isinstance(results[3], ValueError) and results[4] == 40
+    assert flushes[0] == [1] and flushes[1] == [2, 3, -1, 4]  # then one by one: [2], [3], [-1], [4]
+    assert flushes[2:] == [[2], [3], [-1], [4]]
