@@ -250,6 +250,9 @@ class Dispatcher:
             refresher.stop()
 
     def stop(self, grace: float = 1.0) -> None:
+        """Stop serving and release everything; a second call does nothing."""
+        if self._loop.is_closed():
+            return
         self.health.enter_graceful_shutdown()
         self._watch_stop.set()
         if self._watch.is_alive():
