@@ -839,8 +839,10 @@ def test_a_reason_holding_a_nul_is_stored_with_it_shown_and_the_link_goes_on(dis
         job_id, command = dispatched_job(dispatcher, agent)
         agent.status(1, job_id, command.dispatch.attempt, "RUNNING")
         agent.status(2, job_id, command.dispatch.attempt, "FAILED", reason="oom\x00killed")
-        job = wait_for(lambda: (j := dispatcher.client.get(job_id))["state"] != "RUNNING" and j)
-        assert "oom\ufffdkilled" in job["reason"], job
+        wait_for(lambda: dispatcher.client.get(job_id)["state"] != "RUNNING")
+        # The attempt's end, with its reason (the job itself may be queued again, or dispatched again, by now)
+        events = dispatcher.client.describe(job_id)["events"]
+        assert any("oom\ufffdkilled" in e["reason"] for e in events if e["from"] == "RUNNING"), events
         agent.send(heartbeat=agents_pb2.Heartbeat(capacity=agent.capacity(CPU8)))
         agent.status(3, job_id, command.dispatch.attempt, "FAILED")  # still heard: the link is up
     finally:
