@@ -115,7 +115,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 try:
                     ready = [await asyncio.wait_for(out.get(), RECHECK_S)]
                 except TimeoutError:  # a quiet link: its token is checked all the same
-                    if (refused := await blocking(self._still_allowed, link)) is not None:
+                    if (refused := await self._refusal(link)) is not None:
                         raise refused from None
                     continue
                 while ready[-1] is not _END and not out.empty():
@@ -144,7 +144,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
     async def _hello(self, request_iterator, context) -> tuple[Principal, str, int, dict, bool]:
         """Check and reconcile the hello; (who connected, cluster, highest acked command id, the Cluster
         object's document, whether the agent reads batches)."""
-        who = await blocking(self._auth.require, context, "agent", "admin")
+        who = await self._auth.require_on_loop(context, "agent", "admin")
         first = await anext(aiter(request_iterator), None)  # the pump goes on reading the same iterator
         if first is None:
             raise InvalidRequest("connect: the stream closed before its hello")
@@ -188,10 +188,10 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         except Exception:
             log.exception("refusing jobs no cluster could ever run failed", extra={"cluster": cluster})
 
-    def _still_allowed(self, link: _Link) -> DispatcherError | None:
+    async def _refusal(self, link: _Link) -> DispatcherError | None:
         """None while the link's token holds (as the cache knows it); else the error that ends the link."""
         try:
-            self._auth.require(link.context, "agent", "admin")
+            await self._auth.require_on_loop(link.context, "agent", "admin")
         except DispatcherError as exc:
             return exc
         return None
@@ -240,7 +240,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     batch.pop()
                     ended = True
                 if batch:
-                    if (refused := await blocking(self._still_allowed, link)) is not None:
+                    if (refused := await self._refusal(link)) is not None:
                         raise refused
                     await self._apply(link, batch, state, out)
             if (error := await pump) is not None:

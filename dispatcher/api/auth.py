@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import grpc
 
 from dispatcher import tls
+from dispatcher.api.asynchronous import blocking
 from dispatcher.api.oidc import IdentityProvider
 from dispatcher.errors import PermissionDenied, Unauthenticated
 from dispatcher.store import channels, tokens
@@ -25,7 +26,9 @@ from dispatcher.store.listening import Notifier
 from dispatcher.store.tokens import Principal
 from sluice.certs import AgentIdentity
 
-CACHE_SECONDS = 5.0
+# A revocation reaches every replica's cache at once (TOKENS_CHANNEL, and a forget() whenever the listener
+# reconnects), so the cache only bounds how often a thousand open links' and watches' tokens are read again.
+CACHE_SECONDS = 30.0
 RECHECK_S = 1.0  # an open stream's token is checked again at least this often
 MAX_CACHED = 10_000  # verified tokens kept at most (the cache starts over past it)
 
@@ -40,7 +43,9 @@ class Authenticator:
         if notifier is not None:  # a revocation on any replica; "" after the listener reconnected
             notifier.subscribe(channels.TOKENS_CHANNEL, lambda _payload: self.forget())
 
-    def principal(self, context: grpc.ServicerContext) -> Principal:
+    @staticmethod
+    def _credentials(context: grpc.ServicerContext) -> tuple[str, AgentIdentity | None]:
+        """The call's bearer token ("" if none) or, without one, its verified client certificate."""
         secret = ""
         for key, value in context.invocation_metadata():
             if key == "authorization" and value.lower().startswith("bearer "):
@@ -48,11 +53,26 @@ class Authenticator:
         certificate = None if secret else tls.agent_certificate(context)  # verified, on the agent port only
         if not secret and certificate is None:
             raise Unauthenticated("missing bearer token (metadata 'authorization: Bearer <token>')")
-        now = time.monotonic()
+        return secret, certificate
+
+    def _cached(self, key, now: float) -> Principal | None:
         with self._lock:
-            hit = self._cache.get(secret or certificate)
-        if hit and hit[0] > now:
-            return hit[1]
+            hit = self._cache.get(key)
+        return hit[1] if hit and hit[0] > now else None
+
+    def known(self, context: grpc.ServicerContext, *roles: str) -> Principal | None:
+        """require(), answered from the cache alone: None when that would need the store or the identity
+        provider (the caller then calls require() where it may block). For the event loop's open streams."""
+        secret, certificate = self._credentials(context)
+        if (who := self._cached(secret or certificate, time.monotonic())) is None:
+            return None
+        return self._allowed(who, roles)
+
+    def principal(self, context: grpc.ServicerContext) -> Principal:
+        secret, certificate = self._credentials(context)
+        now = time.monotonic()
+        if (hit := self._cached(secret or certificate, now)) is not None:
+            return hit
         if certificate is not None:
             found = self._certified(certificate)
         elif self._identity is not None and not secret.startswith("sl_"):
@@ -89,7 +109,14 @@ class Authenticator:
             self._cache.clear()
 
     def require(self, context: grpc.ServicerContext, *roles: str) -> Principal:
-        who = self.principal(context)
+        return self._allowed(self.principal(context), roles)
+
+    async def require_on_loop(self, context: grpc.ServicerContext, *roles: str) -> Principal:
+        """require() for a stream on the event loop: from the cache at once, else on the executor."""
+        return self.known(context, *roles) or await blocking(self.require, context, *roles)
+
+    @staticmethod
+    def _allowed(who: Principal, roles: tuple[str, ...]) -> Principal:
         if who.role not in roles:
             raise PermissionDenied(f"{who.subject} ({who.role}) may not call this; needs {' or '.join(roles)}")
         return who

@@ -14,11 +14,12 @@ late row on like any other.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass
 
-from dispatcher.api import convert
+from dispatcher.api import convert, streams
 from dispatcher.api.asynchronous import blocking
 from dispatcher.store import channels, database, job_reads
 from dispatcher.store.database import Sessions
@@ -29,6 +30,8 @@ GAP_WAIT_S = 10.0  # how long an event id skipped over is waited for
 MAX_GAPS = 10_000  # a longer jump of ids is not waited for
 READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
+PACE_S = 0.02  # after a read that found rows, the next waits this long (times 1 + watches / 100)...
+PACE_MOST_S = 0.25  # ...or this, at most
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,39 @@ class Place:
     gaps: frozenset[int]
 
 
+class Chunk:
+    """The rows one read brought (or the end of them): each with its JobEvent, made once for every watch, and
+    the JobEvents messages WatchBatches sends of them all, made once for every watch that takes them all."""
+
+    def __init__(self, first: int, rows: list[tuple[object, jobs_pb2.JobEvent]]):
+        self.first = first  # the feed's seq of the first row
+        self.rows = rows
+        self.lowest_id = min(row.id for row, _ in rows)
+        self._batches: list[jobs_pb2.JobEvents] | None = None
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.rows) - 1
+
+    def batches(self) -> list[jobs_pb2.JobEvents]:
+        if self._batches is None:
+            self._batches = batched([event for _, event in self.rows])
+        return self._batches
+
+
+def batched(events: list[jobs_pb2.JobEvent]) -> list[jobs_pb2.JobEvents]:
+    """Events as WatchBatches sends them: in runs of up to streams.RUN_BYTES, one message a run."""
+    return [jobs_pb2.JobEvents(events=run) for run in streams.runs(events)]
+
+
 class EventFeed:
     def __init__(self, sessions: Sessions, notifier: Notifier, *, keep: int = 20_000):
         """keep: the recent rows kept for the watches following the feed."""
         self._one_statement = database.autocommit(sessions)
         self._notifier = notifier
-        self._rows: deque[tuple[int, object, jobs_pb2.JobEvent]] = deque(maxlen=keep)  # (seq, row with owner, as sent)
+        self._keep = keep
+        self._chunks: deque[Chunk] = deque()  # the rows of each read, oldest first
+        self._kept = 0  # rows in _chunks
         self._seq = 0
         self._head = 0
         self._gaps: dict[int, float] = {}
@@ -82,17 +112,21 @@ class EventFeed:
         """Where a watch that fell behind joins again."""
         return Place(self._seq, self._head, frozenset(self._gaps))
 
-    def since(self, seq: int) -> tuple[list, int, bool]:
-        """The rows added after `seq` (each with its JobEvent, made once for every watch), the feed's seq now,
-        and whether some of the rows after `seq` are no longer kept (the caller must read the store from where it
-        was). Raises what stopped the feed's reader (the store unreachable): every watch ends with it, and the
-        next to join starts a reader again."""
+    def since(self, seq: int) -> tuple[list[Chunk], int, bool]:
+        """The rows added after `seq`, as the chunks they came in (the first one cut to them), the feed's seq
+        now, and whether some of the rows after `seq` are no longer kept (the caller must read the store from
+        where it was). Raises what stopped the feed's reader (the store unreachable): every watch ends with it,
+        and the next to join starts a reader again."""
         if self._failed is not None:
             raise self._failed
         if seq >= self._seq:
             return [], seq, False
-        lost = not self._rows or self._rows[0][0] > seq + 1
-        return [(row, sent) for n, row, sent in self._rows if n > seq], self._seq, lost
+        lost = not self._chunks or self._chunks[0].first > seq + 1
+        new = list(itertools.takewhile(lambda chunk: chunk.last > seq, reversed(self._chunks)))  # newest back
+        new.reverse()
+        if new and new[0].first <= seq:
+            new[0] = Chunk(seq + 1, new[0].rows[seq + 1 - new[0].first:])
+        return new, self._seq, lost
 
     async def wait(self, timeout_s: float) -> None:
         """Until rows are added, or timeout_s."""
@@ -108,6 +142,15 @@ class EventFeed:
     def _read(self, after: int, also: list[int]) -> list:
         with self._one_statement() as session:
             return job_reads.events(session, after_id=after, also=also, with_owner=True, limit=READ)
+
+    def _add(self, rows: list) -> None:
+        self._chunks.append(Chunk(self._seq + 1, [(row, convert.event(row)) for row in rows]))
+        self._seq += len(rows)
+        self._kept += len(rows)
+        while self._kept - len(self._chunks[0].rows) >= self._keep:
+            self._kept -= len(self._chunks.popleft().rows)
+        self._arrived.set()
+        self._arrived.clear()
 
     async def _follow(self) -> None:
         try:
@@ -125,11 +168,10 @@ class EventFeed:
                 for gap in [g for g, since in self._gaps.items() if now - since > GAP_WAIT_S]:
                     del self._gaps[gap]
                 if rows:
-                    for row in rows:
-                        self._seq += 1
-                        self._rows.append((self._seq, row, convert.event(row)))
-                    self._arrived.set()
-                    self._arrived.clear()
+                    self._add(rows)
+                    # Every watch sends what each read brings: reads far apart send more at a time. With many
+                    # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second.
+                    await asyncio.sleep(min(PACE_MOST_S, PACE_S * (1 + self._watching / 100)))
                 if len(rows) == READ:
                     continue
                 try:

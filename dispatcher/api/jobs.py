@@ -6,12 +6,12 @@ import math
 import time
 from datetime import UTC, datetime
 
-from dispatcher.api import convert, streams
+from dispatcher.api import convert
 from dispatcher.api.admission import StreamLimits
 from dispatcher.api.asynchronous import blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, translated
-from dispatcher.api.event_feed import EventFeed
+from dispatcher.api.event_feed import EventFeed, batched
 from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, ResourceExhausted
 from dispatcher.policy import accounting, states
@@ -68,7 +68,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         if self._submit_streams is None or self._submit_streams.locked():
             raise ResourceExhausted(f"submit streams: all {self.submit_streams_limit} open; use Submit")
         async with self._submit_streams:
-            await blocking(self._auth.require, context, *READERS)
+            await self._auth.require_on_loop(context, *READERS)
             await context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
             whole = None  # the submit under way
             async for request in request_iterator:
@@ -151,29 +151,30 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
 
     @translated
     async def Watch(self, request, context):
-        async for batch in self._watched(request, context):
-            for event in batch:
-                yield event
+        async for batches in self._watched(request, context):
+            for batch in batches:
+                for event in batch.events:
+                    yield event
 
     @translated
     async def WatchBatches(self, request, context):
-        async for batch in self._watched(request, context):
-            for run in streams.runs(batch):
-                yield jobs_pb2.JobEvents(events=run)
+        async for batches in self._watched(request, context):
+            for batch in batches:
+                yield batch
 
     async def _watched(self, request, context):
-        """The events after request.after_event_id (of request.job_id, or every job the caller may see), one
-        list each time the feed (api.event_feed) brings some, for as long as the stream is open. Watch sends
-        them one message an event; WatchBatches one message a list (in runs of up to streams.RUN_BYTES).
+        """The events after request.after_event_id (of request.job_id, or every job the caller may see), as
+        JobEvents messages (in runs of up to streams.RUN_BYTES), each time the feed (api.event_feed) brings
+        some, for as long as the stream is open. Watch sends them one message an event; WatchBatches one a run.
         At most `watch_streams` are open at once, and `watch_streams_per_user` for one subject."""
-        who = await blocking(self._auth.require, context, *READERS)
+        who = await self._auth.require_on_loop(context, *READERS)
         if request.job_id:
             await blocking(self._visible, who, request.job_id)
         with self._watches.admitted(who.subject):
             place = await self._feed.join()
             try:
-                async for batch in self._following(request, context, who, place):
-                    yield batch
+                async for batches in self._following(request, context, who, place):
+                    yield batches
             finally:
                 self._feed.leave()
 
@@ -187,6 +188,16 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         seq, behind = place.seq, place
         sent_through = floor  # the highest event id sent
         skip: set[int] = set()  # read from the store while catching up, and still to come through the feed
+
+        async def seen(rows: list) -> list:
+            """The rows (each with its owner) this watch may see."""
+            nonlocal readable, readable_at
+            if not scoped or not rows:
+                return rows
+            if time.monotonic() - readable_at > RECHECK_S:
+                readable, readable_at = await blocking(self._readable, who), time.monotonic()
+            return [r for r in rows if scoping.sees(who, readable, r.queue, r.submitted_by)]
+
         while True:
             if behind is not None:  # read from the store what the feed no longer (or never) had for this watch
                 cursor, head, gaps = sent_through, behind.head, behind.gaps
@@ -195,38 +206,39 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     rows = [r for r in await blocking(self._events_after, job_id, cursor, scoped) if r.id <= head]
                     if not rows:
                         break
-                    cursor = rows[-1].id
+                    cursor = sent_through = max(sent_through, rows[-1].id)
                     skip.update(r.id for r in rows if r.id in gaps)
-                    if scoped and time.monotonic() - readable_at > RECHECK_S:
-                        readable, readable_at = await blocking(self._readable, who), time.monotonic()
-                    sent_through = max(sent_through, cursor)
-                    if scoped:
-                        rows = [r for r in rows if scoping.sees(who, readable, r.queue, r.submitted_by)]
-                    if rows:
-                        yield [convert.event(r) for r in rows]
-            fed, seq, lost = self._feed.since(seq)
+                    if rows := await seen(rows):
+                        yield batched([convert.event(r) for r in rows])
+            chunks, seq, lost = self._feed.since(seq)
             if lost:
                 behind = self._feed.place()
                 seq = behind.seq
                 continue
-            rows = []
-            for row, event in fed:
-                if row.id in skip:
-                    skip.discard(row.id)
-                elif row.id > floor and (not job_id or row.job_id == job_id):
-                    rows.append((row, event))
-            if scoped and rows:
-                if time.monotonic() - readable_at > RECHECK_S:
-                    readable, readable_at = await blocking(self._readable, who), time.monotonic()
-                rows = [(r, e) for r, e in rows if scoping.sees(who, readable, r.queue, r.submitted_by)]
-            if rows:
-                sent_through = max(sent_through, max(r.id for r, _ in rows))
-                yield [event for _, event in rows]
+            batches = []
+            for chunk in chunks:
+                sent_through = max(sent_through, max(row.id for row, _ in chunk.rows))
+                if not (job_id or scoped or skip) and chunk.lowest_id > floor:
+                    batches += chunk.batches()  # every row of it, as every such watch sends it
+                    continue
+                rows = []
+                for row, event in chunk.rows:
+                    if row.id in skip:
+                        skip.discard(row.id)
+                    elif row.id > floor and (not job_id or row.job_id == job_id):
+                        rows.append((row, event))
+                if scoped and rows:
+                    allowed = {id(r) for r in await seen([r for r, _ in rows])}
+                    rows = [(r, e) for r, e in rows if id(r) in allowed]
+                if rows:
+                    batches += batched([event for _, event in rows])
+            if batches:
+                yield batches
             else:
                 await self._feed.wait(RECHECK_S)
             if time.monotonic() - checked >= RECHECK_S:
                 # A token revoked or expired since ends the stream (at most RECHECK_S later): `translated` says so.
-                who = await blocking(self._auth.require, context, *READERS)
+                who = await self._auth.require_on_loop(context, *READERS)
                 checked = time.monotonic()
 
     def _visible(self, who, job_id: int) -> None:
