@@ -284,7 +284,7 @@ def _measure(system: systems.System, config: SwarmConfig, run_: Run, pipes: list
         welcomed = sum(c["welcomed"] for c in _ask(pipes))
         watch_pipe.send("counts?")
         watching = watch_pipe.recv()["open"]
-        if welcomed >= config.clusters or time.monotonic() > deadline:
+        if welcomed >= config.clusters and watching >= config.watchers or time.monotonic() > deadline:
             break
         time.sleep(1.0)
     connected_s = time.monotonic() - began

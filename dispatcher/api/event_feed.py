@@ -51,6 +51,7 @@ class Chunk:
         self.first = first  # the feed's seq of the first row
         self.rows = rows
         self.lowest_id = min(row.id for row, _ in rows)
+        self.highest_id = max(row.id for row, _ in rows)
         self._batches: list[jobs_pb2.JobEvents] | None = None
 
     @property

@@ -217,7 +217,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 continue
             batches = []
             for chunk in chunks:
-                sent_through = max(sent_through, max(row.id for row, _ in chunk.rows))
+                sent_through = max(sent_through, chunk.highest_id)
                 if not (job_id or scoped or skip) and chunk.lowest_id > floor:
                     batches += chunk.batches()  # every row of it, as every such watch sends it
                     continue
