@@ -283,13 +283,15 @@ def _measure(system: systems.System, config: SwarmConfig, run_: Run, pipes: list
     while True:
         welcomed = sum(c["welcomed"] for c in _ask(pipes))
         watch_pipe.send("counts?")
-        watching = watch_pipe.recv()["open"]
+        watched = watch_pipe.recv()
+        watching = watched["open"]
         if welcomed >= config.clusters and watching >= config.watchers or time.monotonic() > deadline:
             break
         time.sleep(1.0)
     connected_s = time.monotonic() - began
     run_.add(Figure("swarm", "clusters connected", welcomed, "clusters", Target(">=", config.clusters),
-                    note=f"of {config.clusters} in {connected_s:.0f}s; {watching} watch streams open"))
+                    note=f"of {config.clusters} in {connected_s:.0f}s; {watching} watch streams open, "
+                         f"ended: {watched['errors'] or 'none'}"))
     time.sleep(config.heartbeat_s * 2)  # every agent heartbeats at least once more
     submits, lists, failed = _probe(system, config)
     with psycopg.connect(system.libpq) as conn:

@@ -32,6 +32,7 @@ READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
 PACE_S = 0.02  # after a read that found rows, the next waits this long (times 1 + watches / 100)...
 PACE_MOST_S = 0.25  # ...or this, at most
+WAKE_AT_ONCE = 50  # watches woken in one turn of the event loop
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class EventFeed:
         self._reader: asyncio.Task | None = None
         self._starting = asyncio.Lock()
         self._woken = asyncio.Event()  # a notification: events were committed
-        self._arrived = asyncio.Event()  # rows were added (set and cleared at once: wakes every waiter)
+        self._waiting: set[asyncio.Future] = set()  # the watches waiting for rows (wait())
         self._unsubscribe = None
         self._failed: Exception | None = None
 
@@ -131,10 +132,24 @@ class EventFeed:
 
     async def wait(self, timeout_s: float) -> None:
         """Until rows are added, or timeout_s."""
+        arrived = asyncio.get_running_loop().create_future()
+        self._waiting.add(arrived)
         try:
-            await asyncio.wait_for(self._arrived.wait(), timeout_s)
+            await asyncio.wait_for(arrived, timeout_s)
         except TimeoutError:
             pass
+        finally:
+            self._waiting.discard(arrived)
+
+    async def _wake_watches(self) -> None:
+        """Wake the waiting watches WAKE_AT_ONCE at a time, letting the loop take other calls' messages between:
+        a thousand watches sending at once would hold every unary call's reply behind them."""
+        waiting, self._waiting = self._waiting, set()
+        for n, arrived in enumerate(waiting, 1):
+            if not arrived.done():
+                arrived.set_result(None)
+            if n % WAKE_AT_ONCE == 0:
+                await asyncio.sleep(0)
 
     def _last_id(self) -> int:
         with self._one_statement() as session:
@@ -150,8 +165,6 @@ class EventFeed:
         self._kept += len(rows)
         while self._kept - len(self._chunks[0].rows) >= self._keep:
             self._kept -= len(self._chunks.popleft().rows)
-        self._arrived.set()
-        self._arrived.clear()
 
     async def _follow(self) -> None:
         try:
@@ -170,6 +183,7 @@ class EventFeed:
                     del self._gaps[gap]
                 if rows:
                     self._add(rows)
+                    await self._wake_watches()
                     # Every watch sends what each read brings: reads far apart send more at a time. With many
                     # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second.
                     await asyncio.sleep(min(PACE_MOST_S, PACE_S * (1 + self._watching / 100)))
@@ -181,8 +195,7 @@ class EventFeed:
                     pass
         except Exception as exc:
             self._failed = exc
-            self._arrived.set()
-            self._arrived.clear()
+            await self._wake_watches()
         finally:
             self._reader = None
             if self._unsubscribe is not None:
