@@ -199,7 +199,7 @@ async def _watch_all(pipe, address: str, ca: str | None, token: str, count: int)
             async for batch in call:
                 counts["events"] += len(batch.events)
         except grpc.aio.AioRpcError as exc:
-            counts["errors"][exc.code().name] += 1
+            counts["errors"][f"{exc.code().name}: {exc.details()}"[:100]] += 1
         finally:
             counts["open"] -= 1
 
