@@ -30,8 +30,8 @@ GAP_WAIT_S = 10.0  # how long an event id skipped over is waited for
 MAX_GAPS = 10_000  # a longer jump of ids is not waited for
 READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
-PACE_S = 0.02  # after a read that found rows, the next waits this long (times 1 + watches / 100)...
-PACE_MOST_S = 0.25  # ...or this, at most
+PACE_PER_WATCH_S = 0.00025  # after a read that found rows, the next waits this long per open watch...
+PACE_MOST_S = 0.25  # ...or this, at most (from 1,000 watches on)
 WAKE_AT_ONCE = 50  # watches woken in one turn of the event loop
 
 
@@ -186,7 +186,7 @@ class EventFeed:
                     await self._wake_watches()
                     # Every watch sends what each read brings: reads far apart send more at a time. With many
                     # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second.
-                    await asyncio.sleep(min(PACE_MOST_S, PACE_S * (1 + self._watching / 100)))
+                    await asyncio.sleep(min(PACE_MOST_S, PACE_PER_WATCH_S * self._watching))
                 if len(rows) == READ:
                     continue
                 try:
