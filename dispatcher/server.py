@@ -271,7 +271,6 @@ class Dispatcher:
             self.metrics_server.stop()
         self.db.close()
 
-
     def _on_loop(self, coroutine, timeout_s: float | None = 60.0):
         """Run a coroutine on the server's event loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)

@@ -24,9 +24,17 @@ from agent.backends.sim.ledger import ledger_duplicates
 from agent.connection import Agent, AgentSettings
 from sluice.client import Client
 from sluice.config import ClientConfig
-from sluice.objects import load_objects
 from sluice.transport import PLAINTEXT
-from tests.e2e.test_replicas import counts, libpq, start_replica, stop_replicas, wait_ready
+from tests.e2e.test_replicas import (
+    CLASS_AND_QUEUE,
+    assert_every_job_once,
+    counts,
+    libpq,
+    seed,
+    start_replica,
+    stop_replicas,
+    wait_ready,
+)
 from tests.integration.test_cli import free_port
 
 N_CLUSTERS = 200
@@ -35,17 +43,7 @@ KILL_AFTER_FINAL = 500
 BACK_LIMIT_S = 60.0
 RUN_LIMIT_S = 240.0
 CLUSTERS = [f"site-{n:03d}" for n in range(N_CLUSTERS)]
-OBJECTS = """
-apiVersion: sluice.io/v1
-kind: ServiceClass
-metadata: {name: standard}
-spec: {priority: 500}
----
-apiVersion: sluice.io/v1
-kind: Queue
-metadata: {name: default}
-spec: {serviceClasses: [standard]}
-""" + "".join(f"""---
+OBJECTS = CLASS_AND_QUEUE + "".join(f"""---
 apiVersion: sluice.io/v1
 kind: Cluster
 metadata: {{name: {name}}}
@@ -68,17 +66,7 @@ def connected(conn: psycopg.Connection, since: float) -> int:
 
 @pytest.mark.slow
 def test_kill_9_with_200_clusters_connected_every_agent_back_and_every_job_once(db_url, tmp_path):
-    from sqlalchemy.orm import Session
-
-    from dispatcher.store import clusters as cluster_store
-    from dispatcher.store import database, tokens
-
-    db = database.connect(database.DatabaseSettings(url=db_url))
-    with Session(db.engine) as session, session.begin():
-        cluster_store.apply_objects(session, load_objects(OBJECTS))
-        admin = tokens.create(session, "admin", "admin")
-        agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in CLUSTERS}
-    db.close()
+    admin, agent_tokens = seed(db_url, OBJECTS, CLUSTERS)
 
     port = free_port()
     replicas = [start_replica(db_url, tmp_path / "dispatcher-0.log", listen=f"127.0.0.1:{port}")]
@@ -123,17 +111,7 @@ def test_kill_9_with_200_clusters_connected_every_agent_back_and_every_job_once(
                 time.sleep(0.2)
             run_s = time.monotonic() - started
 
-            assert counts(conn) == (N_JOBS, N_JOBS)
-            assert conn.execute("SELECT count(*) FROM jobs "
-                                "WHERE state <> 'SUCCEEDED' OR attempt <> 1").fetchone()[0] == 0
-            assert conn.execute("SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED') "
-                                "FROM attempts").fetchone() == (N_JOBS, N_JOBS)
-            dispatched = conn.execute("SELECT count(*), count(DISTINCT (job_id, attempt)) FROM job_events "
-                                      "WHERE to_state = 'DISPATCHED'").fetchone()
-            assert dispatched == (N_JOBS, N_JOBS)
-            ended = conn.execute("SELECT count(*), count(DISTINCT job_id) FROM job_events "
-                                 "WHERE to_state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')").fetchone()
-            assert ended == (N_JOBS, N_JOBS)
+            assert_every_job_once(conn, N_JOBS)
         assert sum(s.duplicates for s in sims.values()) == 0
         assert sum(ledger_duplicates(tmp_path / f"{c}.ledger") for c in CLUSTERS) == 0
         assert sum(s.pods_created for s in sims.values()) == N_JOBS

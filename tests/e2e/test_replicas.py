@@ -44,7 +44,7 @@ KILL_AFTER_FINAL = 1000  # the leader is killed once this many jobs have ended
 TAKEOVER_LIMIT_S = 5.0
 RUN_LIMIT_S = 150.0
 CLUSTERS = ("east", "west", "north")
-OBJECTS = """
+CLASS_AND_QUEUE = """
 apiVersion: sluice.io/v1
 kind: ServiceClass
 metadata: {name: standard}
@@ -54,7 +54,8 @@ apiVersion: sluice.io/v1
 kind: Queue
 metadata: {name: default}
 spec: {serviceClasses: [standard]}
-""" + "".join(f"""---
+"""
+OBJECTS = CLASS_AND_QUEUE + "".join(f"""---
 apiVersion: sluice.io/v1
 kind: Cluster
 metadata: {{name: {name}}}
@@ -140,6 +141,38 @@ def counts(conn: psycopg.Connection) -> tuple[int, int]:
                         "FROM jobs").fetchone()
 
 
+def seed(db_url: str, objects: str, clusters) -> tuple[str, dict[str, str]]:
+    """Apply the objects (YAML) to the database; an admin token and each cluster's agent token."""
+    from sqlalchemy.orm import Session
+
+    from dispatcher.store import clusters as cluster_store
+    from dispatcher.store import database, tokens
+
+    db = database.connect(database.DatabaseSettings(url=db_url))
+    try:
+        with Session(db.engine) as session, session.begin():
+            cluster_store.apply_objects(session, load_objects(objects))
+            admin = tokens.create(session, "admin", "admin")
+            return admin, {c: tokens.create(session, "agent", f"agent-{c}", c) for c in clusters}
+    finally:
+        db.close()
+
+
+def assert_every_job_once(conn: psycopg.Connection, n_jobs: int) -> None:
+    """Every job ended once, with one successful attempt, and none was dispatched twice (one DISPATCHED event
+    per (job, attempt))."""
+    assert counts(conn) == (n_jobs, n_jobs)
+    assert conn.execute("SELECT count(*) FROM jobs WHERE state <> 'SUCCEEDED' OR attempt <> 1").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED') "
+                        "FROM attempts").fetchone() == (n_jobs, n_jobs)
+    ended = conn.execute("SELECT count(*), count(DISTINCT job_id) FROM job_events "
+                         "WHERE to_state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')").fetchone()
+    assert ended == (n_jobs, n_jobs)
+    dispatched = conn.execute("SELECT count(*), count(DISTINCT (job_id, attempt)) FROM job_events "
+                              "WHERE to_state = 'DISPATCHED'").fetchone()
+    assert dispatched == (n_jobs, n_jobs)
+
+
 def reconnects(agent: Agent) -> float:
     return agent.metrics.registry.get_sample_value("sluice_agent_reconnects_total",
                                                    {"cluster": agent.settings.cluster})
@@ -174,17 +207,7 @@ class LeaderWatch:
 
 @pytest.mark.slow
 def test_three_replicas_survive_the_leader_being_killed(db_url, tmp_path):
-    from sqlalchemy.orm import Session
-
-    from dispatcher.store import clusters as cluster_store
-    from dispatcher.store import database, tokens
-
-    db = database.connect(database.DatabaseSettings(url=db_url))
-    with Session(db.engine) as session, session.begin():
-        cluster_store.apply_objects(session, load_objects(OBJECTS))
-        admin = tokens.create(session, "admin", "admin")
-        agent_tokens = {c: tokens.create(session, "agent", f"agent-{c}", c) for c in CLUSTERS}
-    db.close()
+    admin, agent_tokens = seed(db_url, OBJECTS, CLUSTERS)
 
     begun = time.monotonic()
     replicas: list[Replica] = []
@@ -253,19 +276,7 @@ def test_three_replicas_survive_the_leader_being_killed(db_url, tmp_path):
                 time.sleep(0.1)
             run_s = time.monotonic() - started
 
-            # Every job ended once, with one successful attempt.
-            assert counts(conn) == (N_JOBS, N_JOBS)
-            assert conn.execute("SELECT count(*) FROM jobs "
-                                "WHERE state <> 'SUCCEEDED' OR attempt <> 1").fetchone()[0] == 0
-            assert conn.execute("SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED') "
-                                "FROM attempts").fetchone() == (N_JOBS, N_JOBS)
-            ended = conn.execute("SELECT count(*), count(DISTINCT job_id) FROM job_events "
-                                 "WHERE to_state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')").fetchone()
-            assert ended == (N_JOBS, N_JOBS)
-            # None dispatched twice: one DISPATCHED event and one dispatch command per (job, attempt).
-            dispatched = conn.execute("SELECT count(*), count(DISTINCT (job_id, attempt)) FROM job_events "
-                                      "WHERE to_state = 'DISPATCHED'").fetchone()
-            assert dispatched == (N_JOBS, N_JOBS)
+            assert_every_job_once(conn, N_JOBS)
             commands = conn.execute("SELECT count(*), count(DISTINCT (job_id, attempt)), "
                                     "count(*) FILTER (WHERE kind <> 'dispatch') FROM outbox").fetchone()
             assert commands == (N_JOBS, N_JOBS, 0)

@@ -19,16 +19,17 @@ from sluice.objects import load_objects
 from tests.integration.test_spine import job_doc
 
 LEASE_S = 8
-OBJECTS = f"""
+CLASS_AND_QUEUE = """
 apiVersion: sluice.io/v1
 kind: ServiceClass
-metadata: {{name: standard}}
-spec: {{priority: 500}}
+metadata: {name: standard}
+spec: {priority: 500}
 ---
 apiVersion: sluice.io/v1
 kind: Queue
-metadata: {{name: default}}
----
+metadata: {name: default}
+"""
+OBJECTS = CLASS_AND_QUEUE + f"""---
 apiVersion: sluice.io/v1
 kind: Cluster
 metadata: {{name: onprem}}
@@ -108,16 +109,7 @@ def test_a_cut_longer_than_the_lease_reruns_elsewhere_and_cancels_the_stale_atte
     assert len(finals) == 1 and finals[0]["attempt"] == 2
 
 
-FROZEN_OBJECTS = """
-apiVersion: sluice.io/v1
-kind: ServiceClass
-metadata: {name: standard}
-spec: {priority: 500}
----
-apiVersion: sluice.io/v1
-kind: Queue
-metadata: {name: default}
----
+FROZEN_OBJECTS = CLASS_AND_QUEUE + """---
 apiVersion: sluice.io/v1
 kind: Cluster
 metadata: {name: onprem}
