@@ -180,14 +180,16 @@ def watch(ctx: typer.Context, job: str | None = typer.Argument(None, help="Only 
     import json
     job_id = _job_id(job) if job else 0
     client = make_client(ctx, "watch")
-    try:
-        for event in call("watch", lambda: client.watch(job_id, after)):
+    def follow() -> None:  # the stream's errors come while it is read: each one line, as a call's
+        for event in client.watch(job_id, after):
             if output == Format.table:
                 print(f"{event['at']}  #{event['id']}  job {event['jobId']} attempt {event['attempt']}  "
                       f"{event['from'] or '-'} -> {event['to']}  {event['cluster'] or ''}  {event['reason']}",
                       flush=True)
             else:
                 print(json.dumps(event), flush=True)
+    try:
+        call("watch", follow)
     except KeyboardInterrupt:
         pass
 

@@ -23,6 +23,7 @@ from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_agent_link import OBJECTS, ScriptedAgent, wait_for
+from tests.integration.test_cli import base_env, run_sluice
 from tests.integration.test_spine import job_doc
 
 CLUSTERS = [f"site-{n:02d}" for n in range(30)]
@@ -98,13 +99,18 @@ def test_unary_calls_and_new_agents_are_served_while_hundreds_of_streams_are_ope
             link.close()
 
 
-def test_watches_past_a_users_limit_or_the_total_are_refused_in_words_until_one_closes(serve):
+def test_watches_past_a_users_limit_or_the_total_are_refused_in_words_until_one_closes(serve, tmp_path):
     d = serve(watch_streams_per_user=3, watch_streams=5)
     first = [_watch(d, d.users[0]) for _ in range(3)]
     wait_for(lambda: d.watch_streams.open() == 3)
     err = _refused(lambda: next(_watch(d, d.users[0])))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.details() == "watch streams: user-0 has 3 open, the most one user may have; close one first"
+    # `sluice watch` says it in one line, as any refused call
+    env = {**base_env(tmp_path), "SLUICE_ADDRESS": d.address, "SLUICE_TOKEN": d.users[0], "SLUICE_INSECURE": "1"}
+    shown = run_sluice(env, "watch")
+    assert shown.returncode == 1 and shown.stderr == (
+        "error: watch: watch streams: user-0 has 3 open, the most one user may have; close one first\n"), shown.stderr
     second = [_watch(d, d.users[1]) for _ in range(2)]
     wait_for(lambda: d.watch_streams.open() == 5)
     err = _refused(lambda: next(_watch(d, d.users[2])))
