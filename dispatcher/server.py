@@ -301,8 +301,8 @@ async def _aio_server(workers: int) -> grpc.aio.Server:
                            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                     # A call waits this long (s) for the server to take it up before gRPC
-                                    # cancels it (30 by default): a thousand agents and watches dialling at
-                                    # once were taken up in about 40 s, and a hundred watches were cancelled.
+                                    # cancels it (30 by default): a storm of streams dialling at once must
+                                    # all be taken up (ADR 0004).
                                     ("grpc.server_max_unrequested_time_in_server", 300)])
 
 
