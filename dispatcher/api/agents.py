@@ -185,6 +185,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 refused = submitting.refuse_impossible(session)
             if refused:
                 log.info("jobs no cluster could ever run refused", extra={"cluster": cluster, "jobs": len(refused)})
+        except StoreUnavailable as exc:  # the next cluster's first report tries again
+            log.warning("refusing jobs no cluster could ever run failed: %s", exc, extra={"cluster": cluster})
         except Exception:
             log.exception("refusing jobs no cluster could ever run failed", extra={"cluster": cluster})
 

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from dispatcher.errors import StoreUnavailable
+
 log = logging.getLogger(__name__)
 
 
@@ -26,7 +28,8 @@ class Coalescer:
     per item in order. One flush at a time: under load the batches grow by themselves, when idle a batch is
     one item, at once.
 
-    A flush that raises is tried again one item at a time, so one bad item fails its own call only.
+    A flush that raises is tried again one item at a time, so one bad item fails its own call only; except
+    when the store is unreachable, which every item would meet alike: that fails the whole batch at once.
     """
 
     def __init__(self, flush: Callable[[list], list], *, most: int = 1000, name: str = "coalescer"):
@@ -53,8 +56,9 @@ class Coalescer:
                 try:
                     results = await blocking(self._flush, [item for item, _ in batch])
                 except Exception as exc:
-                    if len(batch) == 1:
-                        _settle(batch[0][1], exception=exc)
+                    if len(batch) == 1 or isinstance(exc, StoreUnavailable):
+                        for _, future in batch:
+                            _settle(future, exception=exc)
                         continue
                     log.warning("%s: a batch of %d failed; trying its items one by one", self._name, len(batch),
                                 exc_info=True)

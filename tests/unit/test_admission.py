@@ -8,7 +8,7 @@ import pytest
 
 from dispatcher.api.admission import AdmissionRate, StreamLimits
 from dispatcher.api.asynchronous import Coalescer
-from dispatcher.errors import ResourceExhausted
+from dispatcher.errors import ResourceExhausted, StoreUnavailable
 
 
 def test_stream_limits_count_per_user_and_in_all_and_free_a_place_when_one_closes():
@@ -75,3 +75,29 @@ def test_a_coalescer_does_what_waits_together_in_one_flush_and_a_bad_item_fails_
     assert results[:3] == [10, 20, 30] and isinstance(results[3], ValueError) and results[4] == 40
     assert flushes[0] == [1] and flushes[1] == [2, 3, -1, 4]  # then one by one: [2], [3], [-1], [4]
     assert flushes[2:] == [[2], [3], [-1], [4]]
+
+
+def test_coalescer_store_unreachable_fails_the_whole_batch_at_once(caplog):
+    """Every item would meet an unreachable store alike: no retry one by one, and no traceback in the log."""
+    flushes: list[list[int]] = []
+    gate = threading.Event()
+
+    def flush(items: list[int]) -> list[int]:
+        gate.wait(5)
+        flushes.append(items)
+        if len(flushes) > 1:
+            raise StoreUnavailable("the database is unreachable; try again shortly")
+        return items
+
+    async def run():
+        coalescer = Coalescer(flush)
+        first = asyncio.create_task(coalescer(1))
+        await asyncio.sleep(0.05)
+        rest = [asyncio.create_task(coalescer(i)) for i in (2, 3, 4)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+    results = asyncio.run(run())
+    assert results[0] == 1 and all(isinstance(r, StoreUnavailable) for r in results[1:])
+    assert flushes == [[1], [2, 3, 4]]
+    assert "Traceback" not in caplog.text and not caplog.records
