@@ -197,7 +197,9 @@ class MetricsServer:
         except (OSError, OverflowError) as exc:
             raise OSError(f"cannot serve metrics on {listen}: {exc}") from exc
         self._server.tls = https
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+        # serve_forever checks for a stop this often: stop() waits up to as long
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="metrics-http",
+                                        daemon=True)
         self._thread.start()
         self.host = self._server.socket.getsockname()[0]  # as bound: tests check it is loopback
         self.port = self._server.server_port

@@ -26,6 +26,10 @@ def pg_server():
     root = pathlib.Path(tempfile.mkdtemp(prefix="sl-pg-", dir="/tmp"))
     url, server = database.start_embedded(root, cleanup="delete")
     host = root.resolve() / "postgres"
+    # A throw-away server: nothing in it need outlive a crash of the machine, so no commit waits for a disk flush
+    # (a killed postgres process loses nothing either way); each test's CREATE DATABASE would flush the template.
+    server.psql("ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
+                "ALTER SYSTEM SET full_page_writes = off; SELECT pg_reload_conf();")
     server.psql("CREATE DATABASE sluice_template;")
     template = f"postgresql+psycopg://postgres@/sluice_template?host={host}"
     db = database.connect(database.DatabaseSettings(url=template))

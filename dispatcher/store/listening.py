@@ -15,6 +15,7 @@ import psycopg
 from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
+STOP_CHECK_S = 0.05  # how often the listening thread checks for stop(): stop() waits up to as long
 
 
 def libpq_url(engine: Engine) -> str:
@@ -64,7 +65,7 @@ class Notifier:
                     # Anything may have happened while we were not listening: wake everyone once.
                     self._deliver_all()
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.5):
+                        for note in conn.notifies(timeout=STOP_CHECK_S):
                             self._deliver(note.channel, note.payload)
             except psycopg.Error as exc:
                 if self._stop.is_set():

@@ -105,7 +105,7 @@ def test_a_thousand_jobs_never_overcommit_and_leave_nothing_counted_twice(system
             time.sleep(0.005)
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    docs = [job_doc(name=f"j{n}", cpu=str(1 + n % 3), duration=f"{2 + n % 5}s") for n in range(1000)]
+    docs = [job_doc(name=f"j{n}", cpu=str(1 + n % 3), duration=f"{1 + n % 4}s") for n in range(1000)]
     ids = system.client.submit(docs)
     try:
         jobs = wait_final(system.client, ids, timeout=240)
