@@ -108,8 +108,11 @@ def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
     its cluster's own report does, is therefore no orphan: there is nothing of it left to cancel."""
     held = {(r.job_id, r.attempt) for r in inventory}
     apply_many(session, cluster, inventory, metrics)
+    # The active jobs before the unacked dispatches: a dispatch the scheduler commits between the two reads
+    # (each sees what had committed when it began) is then unacked, not a held job missing from the inventory.
+    active = job_reads.active_on_cluster(session, cluster)
     unacked = outbox_store.unacked_dispatches(session, cluster)
-    for job in job_reads.active_on_cluster(session, cluster):
+    for job in active:
         key = (job.id, job.attempt)
         if key not in held and key not in unacked:
             apply(session, cluster, AttemptReport(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))

@@ -125,3 +125,27 @@ def test_an_attempt_whose_end_was_applied_but_not_acked_is_no_orphan(sessions):
         orphans = reports.reconcile(session, "onprem", [Report(done, 1, "RUNNING"), Report(lost, 1, "RUNNING")])
     assert orphans == [(lost, 1)]
     assert _state(sessions, [done])["jobs"][0][0] == "SUCCEEDED"
+
+
+def test_a_job_dispatched_to_the_cluster_while_its_hello_is_reconciled_is_not_lost(sessions, monkeypatch):
+    """A dispatch the scheduler commits while a hello is reconciled is not in the hello's inventory, and needs
+    not be: no agent has it yet. It was taken for lost when it committed between the reconcile's read of the
+    unacked dispatches and its read of the cluster's active jobs (each statement sees what had committed when
+    it began); its pending dispatch then made attempt 1's pods while attempt 2 ran elsewhere (issue 26)."""
+    from dispatcher.store import job_reads
+    docs = [json.dumps(job_doc(name="during-hello"))]
+    with sessions.begin() as session:
+        [job_id] = submitting.submit(session, Principal("root", "admin"), submitting.parse(docs))
+    read_active = job_reads.active_on_cluster
+    dispatched = []
+
+    def dispatch_first(session, cluster):  # the scheduler's commit lands just before the read of active jobs
+        if not dispatched:
+            with sessions.begin() as scheduler:
+                dispatched.extend(lifecycle.dispatch(scheduler, [(job_id, "onprem")]))
+        return read_active(session, cluster)
+    monkeypatch.setattr(job_reads, "active_on_cluster", dispatch_first)
+    with sessions.begin() as session:
+        assert reports.reconcile(session, "onprem", []) == []
+    assert len(dispatched) == 1
+    assert _state(sessions, [job_id])["jobs"][0][:3] == ("DISPATCHED", "dispatched to onprem", 1)
