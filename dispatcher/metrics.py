@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dispatcher.capacity import snapshot
@@ -98,6 +98,36 @@ class DispatcherMetrics:
 
 def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, labels=labels)
+
+
+class StreamCollector(Collector):
+    """The streams open on this replica, and those a limit refused (api.admission), counted at scrape time.
+
+    limits: per kind of stream ("watch", "submit"), its StreamLimits (open(), refused by "total" and
+    "per_user"), or None where that kind is turned off; agent links are counted by their service."""
+
+    def __init__(self, limits: dict, *, agent_links: Callable[[], int], agents_refused: Callable[[], int]):
+        self._limits = limits
+        self._agent_links = agent_links
+        self._agents_refused = agents_refused
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        opened = GaugeMetricFamily(
+            "sluice_streams_open", "Streams open on this replica, by kind: watch (Jobs.Watch and WatchBatches), "
+            "submit (Jobs.SubmitStream), agent (Agents.Connect).", labels=["kind"])
+        refused = CounterMetricFamily(
+            "sluice_streams_refused", "Streams this replica refused with RESOURCE_EXHAUSTED, by kind and the limit "
+            "met: total, per_user (watch-streams-per-user), rate (agent-admissions-per-s).", labels=["kind", "limit"])
+        for kind, limits in self._limits.items():
+            opened.add_metric([kind], limits.open() if limits is not None else 0)
+            for limit in ("total", "per_user"):
+                refused.add_metric([kind, limit], limits.refused[limit] if limits is not None else 0)
+        opened.add_metric(["agent"], self._agent_links())
+        refused.add_metric(["agent", "rate"], self._agents_refused())
+        return [opened, refused]
 
 
 class StoreCollector(Collector):

@@ -29,7 +29,7 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.capacity.prometheus import Refresher
-from dispatcher.metrics import DispatcherMetrics, StoreCollector
+from dispatcher.metrics import DispatcherMetrics, StoreCollector, StreamCollector
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import channels, database
@@ -147,15 +147,19 @@ class Dispatcher:
         self.server = self._on_loop(_aio_server(settings.workers))
         self.watch_streams = StreamLimits("watch streams", per_user=settings.watch_streams_per_user,
                                           total=settings.watch_streams)
-        jobs_pb2_grpc.add_JobsServicer_to_server(
-            JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
-                        submit_streams=settings.submit_streams, watches=self.watch_streams,
-                        feed_rows=settings.watch_feed_rows), self.server)
-        agents_pb2_grpc.add_AgentsServicer_to_server(
-            AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s, metrics=self.metrics,
-                          admission=AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
-                                                  burst=max(1, int(settings.agent_admissions_per_s)),
-                                                  max_wait_s=settings.agent_admission_wait_s)), self.server)
+        jobs = JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
+                           submit_streams=settings.submit_streams, watches=self.watch_streams,
+                           feed_rows=settings.watch_feed_rows)
+        jobs_pb2_grpc.add_JobsServicer_to_server(jobs, self.server)
+        admission = AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
+                                  burst=max(1, int(settings.agent_admissions_per_s)),
+                                  max_wait_s=settings.agent_admission_wait_s)
+        agents = AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
+                               metrics=self.metrics, admission=admission)
+        agents_pb2_grpc.add_AgentsServicer_to_server(agents, self.server)
+        self.metrics.registry.register(StreamCollector(
+            {"watch": jobs.watches, "submit": jobs.submit_streams}, agent_links=lambda: agents.links_open,
+            agents_refused=lambda: admission.refused))
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
         self.health = _Health(self._loop)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.on_loop, self.server)

@@ -88,13 +88,14 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         self._auth = auth
         self._notifier = notifier
         self._heartbeat_s = heartbeat_s
-        self._admission = admission or AdmissionRate("agent links", per_s=0, burst=1, max_wait_s=0)
+        self.admission = admission or AdmissionRate("agent links", per_s=0, burst=1, max_wait_s=0)
+        self.links_open = 0  # changed on the loop only
         self._outbox = Coalescer(self._pending, name="outbox-reads")
         self._recorder = Coalescer(self._record, name="heartbeats-and-acks")
 
     @translated
     async def Connect(self, request_iterator, context):
-        await self._admission.admit()
+        await self.admission.admit()
         who, cluster, acked, document, batches = await self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
         loop = asyncio.get_running_loop()
@@ -104,6 +105,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             lambda payload: loop.call_soon_threadsafe(out.put_nowait, _POLL) if payload in ("", cluster) else None)
         link = _Link(who, context, cluster)
         reader = asyncio.create_task(self._read(link, acked, request_iterator, out), name=f"agent-{cluster}")
+        self.links_open += 1
         try:
             yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
                 cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
@@ -137,6 +139,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 if ready[-1] is _END:
                     return
         finally:
+            self.links_open -= 1
             unsubscribe()
             reader.cancel()
             log.info("agent disconnected", extra={"cluster": cluster})

@@ -1,7 +1,6 @@
 """The Jobs service: submit, read, cancel and watch jobs; read views of clusters and queues; usage."""
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from datetime import UTC, datetime
@@ -42,9 +41,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self._auth = auth
         self._unreachable_after_s = unreachable_after_s
         self._submitter = group_commit.Submitter(sessions)
-        self._submit_streams = asyncio.Semaphore(submit_streams) if submit_streams > 0 else None
-        self.submit_streams_limit = submit_streams
-        self._watches = watches or StreamLimits("watch streams", per_user=0, total=0)
+        self.submit_streams = StreamLimits("submit streams", per_user=0, total=submit_streams, advice="use Submit") \
+            if submit_streams > 0 else None
+        self.watches = watches or StreamLimits("watch streams", per_user=0, total=0)
         self._feed = EventFeed(sessions, notifier, keep=feed_rows)
 
     @translated
@@ -65,9 +64,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         the last is answered, with no ids, once parsed, and the last commits them all. A message costs the
         server less than a call. At most `submit_streams` are open at once; one more is refused at once,
         before its headers and before reading anything, so that its client sends the request by Submit."""
-        if self._submit_streams is None or self._submit_streams.locked():
-            raise ResourceExhausted(f"submit streams: all {self.submit_streams_limit} open; use Submit")
-        async with self._submit_streams:
+        if self.submit_streams is None:
+            raise ResourceExhausted("submit streams: this dispatcher allows none; use Submit")
+        with self.submit_streams.admitted(""):
             await self._auth.require_on_loop(context, *READERS)
             await context.send_initial_metadata((STREAM_MARK,))  # taken: the client may send
             whole = None  # the submit under way
@@ -170,7 +169,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         who = await self._auth.require_on_loop(context, *READERS)
         if request.job_id:
             await blocking(self._visible, who, request.job_id)
-        with self._watches.admitted(who.subject):
+        with self.watches.admitted(who.subject):
             place = await self._feed.join()
             try:
                 async for batches in self._following(request, context, who, place):

@@ -24,14 +24,15 @@ from sluice.objects import load_objects
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_agent_link import OBJECTS, ScriptedAgent, wait_for
 from tests.integration.test_cli import base_env, run_sluice
+from tests.integration.test_dispatcher_metrics import samples, scrape
 from tests.integration.test_spine import job_doc
 
 CLUSTERS = [f"site-{n:02d}" for n in range(30)]
 
 
 def _serve(db_url: str, **settings) -> Dispatcher:
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
-                                  database=DatabaseSettings(url=db_url), **settings)).start()
+    d = Dispatcher(ServerSettings(**{"listen": "127.0.0.1:0", "metrics_listen": None, "schedule": False,
+                                     "database": DatabaseSettings(url=db_url), **settings})).start()
     clusters = "".join(f"---\napiVersion: sluice.io/v1\nkind: Cluster\nmetadata: {{name: {c}}}\nspec: {{tier: edge}}\n"
                        for c in CLUSTERS)
     with d.sessions.begin() as session:
@@ -99,8 +100,15 @@ def test_unary_calls_and_new_agents_are_served_while_hundreds_of_streams_are_ope
             link.close()
 
 
+def _streams(d: Dispatcher) -> tuple[dict, dict]:
+    """/metrics: sluice_streams_open by kind, sluice_streams_refused_total by (kind, limit)."""
+    shown = scrape(d.metrics_port)
+    return ({k[0][1]: v for k, v in samples(shown, "sluice_streams_open").items()},
+            {(dict(k)["kind"], dict(k)["limit"]): v for k, v in samples(shown, "sluice_streams_refused_total").items()})
+
+
 def test_watches_past_a_users_limit_or_the_total_are_refused_in_words_until_one_closes(serve, tmp_path):
-    d = serve(watch_streams_per_user=3, watch_streams=5)
+    d = serve(watch_streams_per_user=3, watch_streams=5, metrics_listen="127.0.0.1:0")
     first = [_watch(d, d.users[0]) for _ in range(3)]
     wait_for(lambda: d.watch_streams.open() == 3)
     err = _refused(lambda: next(_watch(d, d.users[0])))
@@ -116,6 +124,10 @@ def test_watches_past_a_users_limit_or_the_total_are_refused_in_words_until_one_
     err = _refused(lambda: next(_watch(d, d.users[2])))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.details() == "watch streams: all 5 this dispatcher allows are open; try again later"
+    opened, refused = _streams(d)
+    assert opened == {"watch": 5, "submit": 0, "agent": 0}
+    assert refused == {("watch", "total"): 1, ("watch", "per_user"): 2, ("submit", "total"): 0,
+                       ("submit", "per_user"): 0, ("agent", "rate"): 0}  # per_user: the call above and the CLI's
     first[0].cancel()
     wait_for(lambda: d.watch_streams.open() == 4)
     again = _watch(d, d.users[2])
@@ -126,7 +138,7 @@ def test_watches_past_a_users_limit_or_the_total_are_refused_in_words_until_one_
 
 
 def test_agents_dialling_at_once_are_admitted_at_the_bounded_rate_and_the_rest_told_to_come_back(serve):
-    d = serve(agent_admissions_per_s=5, agent_admission_wait_s=1)
+    d = serve(agent_admissions_per_s=5, agent_admission_wait_s=1, metrics_listen="127.0.0.1:0")
     links = {c: ScriptedAgent(d.address, d.agent_tokens[c], c) for c in CLUSTERS}
     welcomed, refused = [], []
     for cluster, link in links.items():
@@ -139,13 +151,17 @@ def test_agents_dialling_at_once_are_admitted_at_the_bounded_rate_and_the_rest_t
             refused.append(cluster)
     # 5 at once, then 5 a second for up to 1 s of waiting: about 10 of 30 (the hellos take time to arrive too)
     assert 5 <= len(welcomed) <= 20 and refused, (welcomed, refused)
+    opened, refused_shown = _streams(d)
+    assert opened["agent"] == len(welcomed) and refused_shown[("agent", "rate")] == len(refused)
     for cluster in refused:  # back one after another, slower than the rate: each is admitted
         links[cluster].close()
         time.sleep(0.2)
         links[cluster] = ScriptedAgent(d.address, d.agent_tokens[cluster], cluster)
         links[cluster].next("welcome", timeout=15)
+    assert _streams(d)[0]["agent"] == len(CLUSTERS)
     for link in links.values():
         link.close()
+    wait_for(lambda: _streams(d)[0]["agent"] == 0)
 
 
 def test_a_watch_that_fell_far_behind_or_resumed_from_an_old_event_gets_every_event_once_in_order(serve):
