@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plaintext", action="store_true",
                         help="submit, latency and e2e without TLS (loopback): what the code costs, apart from "
                              "what encryption costs; never recorded")
+    parser.add_argument("--apart", action="store_true",
+                        help="latency and swarm with the scheduler in a process of its own and the clients and "
+                             "agents served by another (`sluice dispatcher serve --no-schedule`); never recorded")
     parser.add_argument("--profile", metavar="FILE",
                         help="pyinstrument profiles: the dispatch drain's cycles to FILE, the waiting cycles "
                              "at the largest size to FILE.wait")
@@ -59,12 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     wanted = set(args.names or set(BENCHMARKS) - ON_REQUEST)
-    if args.plaintext and not args.no_record:
-        parser.error("--plaintext figures are for comparing code, not the ones to record: add --no-record")
+    if (args.plaintext or args.apart) and not args.no_record:
+        parser.error("--plaintext and --apart figures are for comparing, not the ones to record: add --no-record")
 
     def over(config):
-        """The system benchmarks' configuration, in plaintext when asked."""
-        return replace(config, tls=False) if args.plaintext else config
+        """The system benchmarks' configuration, in plaintext and apart when asked."""
+        config = replace(config, tls=False) if args.plaintext else config
+        return replace(config, apart=True) if args.apart and hasattr(config, "apart") else config
     logging.basicConfig(level=logging.WARNING)
     given = list(argv if argv is not None else sys.argv[1:])
     if "--doc" in given:  # where it is recorded changes nothing measured

@@ -47,6 +47,7 @@ class SwarmConfig:
     job_s: float = 1.0  # each job's simulated run time
     settle_s: float = 600.0  # how long the jobs get to finish
     tls: bool = True
+    apart: bool = False  # the scheduler in a process of its own; agents, watches and calls served by another
 
     @classmethod
     def quick(cls) -> SwarmConfig:
@@ -248,7 +249,8 @@ def run(pg: Postgres, config: SwarmConfig, run_: Run) -> None:
     objs = [*workload.CLASSES, *systems.objects(config.clusters, 1)[len(workload.CLASSES):]]
     # The watchers are one admin's: no limit per user. Agents are told to heartbeat as the swarm's do.
     server = {"heartbeat_s": config.heartbeat_s, "watch_streams_per_user": 0}
-    with systems.System(pg, "swarm", objs, split=True, agents=False, tls=config.tls, server=server) as system:
+    with systems.System(pg, "swarm", objs, split=True, agents=False, tls=config.tls, server=server,
+                        apart=config.apart) as system:
         names = sorted(system.agent_tokens)
         chunks = [names[i:i + config.agents_per_process] for i in range(0, len(names), config.agents_per_process)]
         began = time.monotonic()
@@ -297,7 +299,7 @@ def _measure(system: systems.System, config: SwarmConfig, run_: Run, pipes: list
     with psycopg.connect(system.libpq) as conn:
         age = conn.execute("SELECT extract(epoch FROM max(now() - capacity_at)), count(*) FILTER "
                            "(WHERE capacity_at IS NULL) FROM clusters").fetchone()
-    rss = psutil.Process(system.pid).memory_info().rss / 2**30
+    rss = psutil.Process(system.serving_pid).memory_info().rss / 2**30
     (submit50, submit99), (list50, list99) = systems.percentiles(submits), systems.percentiles(lists)
     run_.add(Figure("swarm", "single-job submit p99, swarm connected", submit99 * 1000, "ms", Target("<=", 100),
                     note=f"{len(submits)} calls, p50 {submit50 * 1000:.0f} ms, {failed} calls failed in all"))

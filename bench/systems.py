@@ -158,7 +158,8 @@ class System:
         code costs from what encryption costs.
         agents=False (split only): no agent process; `agent_tokens` holds each cluster's token for agents the
         caller runs (bench/swarm.py).
-        server (split only): ServerSettings fields of the first dispatcher other than their defaults."""
+        server (split only): ServerSettings fields of the dispatchers other than their defaults (the first's, and
+        with apart the serving one's too)."""
         self.db = pg.create(name)
         self.libpq = pg.libpq(self.db)
         self.data_dir = pg.root / f"up-{self.db}"
@@ -170,13 +171,15 @@ class System:
         self.address, self.token, self.ca = info["address"], info["token"], info["ca"]
         self.agent_tokens: dict[str, str] = info.get("agents", {})
         self.pid = process.pid  # the (first) dispatcher's process
+        self.serving_pid = process.pid  # the process the agents and clients call
         self.addresses = [self.address]  # every replica's, the leader first
         if split:
             try:
                 if apart:
                     process, pipe, api = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, False,
-                                                         tls), "bench-dispatcher-api")
+                                                         tls, server), "bench-dispatcher-api")
                     self._children.append((process, pipe))
+                    self.serving_pid = process.pid
                     self.address, self.token = api["address"], api["token"]
                     self.addresses.append(self.address)
                 if agents:
