@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apart", action="store_true",
                         help="latency and swarm with the scheduler in a process of its own and the clients and "
                              "agents served by another (`sluice dispatcher serve --no-schedule`); never recorded")
+    parser.add_argument("--kill", action="store_true",
+                        help="swarm: kill -9 of the dispatcher once a quarter of the jobs ended, then a restart on "
+                             "its address; every agent must be back within 60 s; never recorded")
     parser.add_argument("--profile", metavar="FILE",
                         help="pyinstrument profiles: the dispatch drain's cycles to FILE, the waiting cycles "
                              "at the largest size to FILE.wait")
@@ -62,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     wanted = set(args.names or set(BENCHMARKS) - ON_REQUEST)
-    if (args.plaintext or args.apart) and not args.no_record:
-        parser.error("--plaintext and --apart figures are for comparing, not the ones to record: add --no-record")
+    if (args.plaintext or args.apart or args.kill) and not args.no_record:
+        parser.error("--plaintext, --apart and --kill figures are for comparing, not the ones to record: add "
+                     "--no-record")
 
     def over(config):
         """The system benchmarks' configuration, in plaintext and apart when asked."""
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                                run)
         if "swarm" in wanted:
             section({"swarm"}, "swarm")
-            swarm.run(pg, over(swarm.SwarmConfig.quick() if args.quick else swarm.SwarmConfig()), run)
+            config = over(swarm.SwarmConfig.quick() if args.quick else swarm.SwarmConfig())
+            swarm.run(pg, replace(config, kill=True) if args.kill else config, run)
         if "simulate" in wanted:
             section({"simulate"}, "simulate")
             simulating.run(simulating.SimulateConfig.quick() if args.quick else simulating.SimulateConfig(), run)

@@ -48,6 +48,8 @@ class SwarmConfig:
     settle_s: float = 600.0  # how long the jobs get to finish
     tls: bool = True
     apart: bool = False  # the scheduler in a process of its own; agents, watches and calls served by another
+    kill: bool = False  # kill -9 of the serving dispatcher once a quarter of the jobs ended, then a restart
+    back_s: float = 60.0  # how long every agent gets to be back after the restart
 
     @classmethod
     def quick(cls) -> SwarmConfig:
@@ -93,8 +95,10 @@ class _Agents:
         from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
 
         running: set[tuple[int, int]] = set()
+        applied: set[tuple[int, int]] = set()  # every dispatch this agent applied (a cluster knows what it made)
         link: list[asyncio.Queue] = [asyncio.Queue()]  # the current connection's outgoing messages
         seq = 0
+        unacked: dict[int, tuple[int, int, str]] = {}  # reports the dispatcher has not acked: sent again on redial
         backoff = 0.5
 
         def capacity() -> agents_pb2.Capacity:
@@ -115,8 +119,13 @@ class _Agents:
                     await asyncio.sleep(self.config.job_s)
                     running.discard((job_id, attempt))
                 seq += 1
-                send(status=agents_pb2.StatusReport(seq=seq, status=agents_pb2.AttemptStatus(
-                    job_id=job_id, attempt=attempt, state=state)))
+                unacked[seq] = (job_id, attempt, state)
+                send(status=status(seq))
+
+        def status(n: int) -> agents_pb2.StatusReport:
+            job_id, attempt, state = unacked[n]
+            return agents_pb2.StatusReport(seq=n, status=agents_pb2.AttemptStatus(job_id=job_id, attempt=attempt,
+                                                                                   state=state))
 
         async def heartbeats() -> None:
             while True:
@@ -127,8 +136,16 @@ class _Agents:
         reports: set[asyncio.Task] = set()
         while not self.stop.is_set():
             queue = link[0] = asyncio.Queue()
-            inventory = [agents_pb2.AttemptStatus(job_id=j, attempt=a, state="RUNNING") for j, a in running]
+            # As a real agent's hello: what runs, and for an attempt with unacked reports the earliest of them.
+            held = {key: "RUNNING" for key in running}
+            earliest: dict[tuple[int, int], str] = {}
+            for n in sorted(unacked):
+                earliest.setdefault(unacked[n][:2], unacked[n][2])
+            inventory = [agents_pb2.AttemptStatus(job_id=j, attempt=a, state=state)
+                         for (j, a), state in {**held, **earliest}.items()]
             send(hello=agents_pb2.Hello(cluster=name, capacity=capacity(), inventory=inventory, reads_batches=True))
+            for n in sorted(unacked):
+                send(status=status(n))
 
             async def requests(queue=queue):
                 while (message := await queue.get()) is not None:
@@ -148,12 +165,16 @@ class _Agents:
                             self.welcomed.add(name)
                             backoff = 0.5
                             beating = asyncio.create_task(heartbeats())
+                        elif kind == "status_ack":
+                            for n in [n for n in unacked if n <= one.status_ack.seq]:
+                                del unacked[n]
                         elif kind == "command":
                             command = one.command
                             send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
                             if command.WhichOneof("kind") == "dispatch":
                                 key = (command.dispatch.job_id, command.dispatch.attempt)
-                                if key not in running:  # a command sent again after a reconnect: applied once
+                                if key not in applied:  # a command sent again after a reconnect: applied once
+                                    applied.add(key)
                                     running.add(key)
                                     self.created[key[0]] += 1
                                     task = asyncio.create_task(report(*key))
@@ -329,6 +350,8 @@ def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: lis
                         note=f"submit failed: {exc.code}"))
         return
     deadline = began + config.settle_s
+    if config.kill:
+        _kill_and_restart(system, config, run_, pipes, before + len(ids) // 4, deadline)
     while system.count("state = 'SUCCEEDED'") < len(ids) + before and time.monotonic() < deadline:
         time.sleep(1.0)
     elapsed = time.monotonic() - began
@@ -343,3 +366,24 @@ def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: lis
                     note=f"{done:,} of {len(ids):,} SUCCEEDED in {elapsed:.0f}s; {len(ids) - done} not, "
                          f"{twice} dispatched twice"))
     run_.add(Figure("swarm", "jobs lost or run twice", (len(ids) - done) + twice, "jobs", Target("<=", 0)))
+
+
+def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pipes: list, ended: int,
+                      deadline: float) -> None:
+    """Once `ended` jobs SUCCEEDED: kill -9 of the dispatcher the agents call, a restart on its address, and
+    how long until every agent is welcomed again (each redials on its own jittered backoff)."""
+    while system.count("state = 'SUCCEEDED'") < ended and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed_with = system.count("state = 'SUCCEEDED'")
+    killed = time.monotonic()
+    system.kill_and_restart_serving()
+    serving_s = time.monotonic() - killed
+    while (welcomed := sum(c["welcomed"] for c in _ask(pipes))) < config.clusters:
+        if time.monotonic() - killed > config.back_s * 2:
+            break
+        time.sleep(0.5)
+    back_s = time.monotonic() - killed
+    run_.add(Figure("swarm", "every agent back after kill -9 and a restart", back_s, "s",
+                    Target("<=", config.back_s),
+                    note=f"from the kill; {welcomed:,} of {config.clusters:,} welcomed again; the restarted "
+                         f"process served after {serving_s:.1f}s; killed with {killed_with:,} jobs SUCCEEDED"))

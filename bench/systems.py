@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import pathlib
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +41,7 @@ def objects(clusters: int, nodes: int) -> list:
 
 
 def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, split: bool,
-           schedule: bool = True, tls: bool = True, server: dict | None = None) -> None:
+           schedule: bool = True, tls: bool = True, server: dict | None = None, listen: str = "127.0.0.1:0") -> None:
     tuning.apply()  # a process entry point: before it imports grpc
     from devstack.embedded import Embedded, UpSettings, local_tls
     from dispatcher.server import Dispatcher, ServerSettings
@@ -51,7 +53,7 @@ def _serve(pipe, data_dir: str, database_url: str, objs: list, cordon: bool, spl
     if split:  # the dispatcher alone, as `sluice dispatcher serve` runs it; the agents are another process's
         # over TLS as deployed, with certificates as `sluice up` makes them (every replica shares the CA)
         server_tls = local_tls(pathlib.Path(data_dir) / "certs", "127.0.0.1:0") if tls else None
-        server = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=schedule,
+        server = Dispatcher(ServerSettings(listen=listen, metrics_listen=None, schedule=schedule,
                                            tls=server_tls, database=DatabaseSettings(url=database_url),
                                            **(server or {}))).start()
         with server.sessions.begin() as session:
@@ -165,9 +167,10 @@ class System:
         self.data_dir = pg.root / f"up-{self.db}"
         self._children = []
         self.leader_stats: dict = {}
-        process, pipe, info = _start(_serve, (str(self.data_dir), pg.url(self.db), objs, cordon, split, True, tls,
-                                              server), "bench-dispatcher")
+        first = (str(self.data_dir), pg.url(self.db), objs, cordon, split, True, tls, server)
+        process, pipe, info = _start(_serve, first, "bench-dispatcher")
         self._children.append((process, pipe))
+        self._serving = (0, first)  # which child the agents and clients call, and how it was started
         self.address, self.token, self.ca = info["address"], info["token"], info["ca"]
         self.agent_tokens: dict[str, str] = info.get("agents", {})
         self.pid = process.pid  # the (first) dispatcher's process
@@ -176,10 +179,11 @@ class System:
         if split:
             try:
                 if apart:
-                    process, pipe, api = _start(_serve, (str(self.data_dir), pg.url(self.db), [], False, True, False,
-                                                         tls, server), "bench-dispatcher-api")
+                    serving = (str(self.data_dir), pg.url(self.db), [], False, True, False, tls, server)
+                    process, pipe, api = _start(_serve, serving, "bench-dispatcher-api")
                     self._children.append((process, pipe))
                     self.serving_pid = process.pid
+                    self._serving = (1, serving)
                     self.address, self.token = api["address"], api["token"]
                     self.addresses.append(self.address)
                 if agents:
@@ -208,6 +212,19 @@ class System:
     def count(self, where: str) -> int:
         with psycopg.connect(self.libpq) as conn:
             return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
+
+    def kill_and_restart_serving(self) -> None:
+        """kill -9 of the dispatcher process the agents and clients call, then the same one started again on
+        its address (split only), as `kill -9` and a restart of `sluice dispatcher serve` would."""
+        index, args = self._serving
+        process, pipe = self._children[index]
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(10)
+        process, pipe, _ = _start(_serve, (*args, self.address), "bench-dispatcher-restarted")
+        self._children[index] = (process, pipe)
+        self.serving_pid = process.pid
+        if index == 0:
+            self.pid = process.pid
 
     def close(self) -> None:
         for process, pipe in reversed(self._children):  # the agents first, then the dispatcher
