@@ -27,6 +27,7 @@ from sluice.config import ClientConfig
 from sluice.transport import PLAINTEXT
 from tests.e2e.test_replicas import (
     CLASS_AND_QUEUE,
+    assert_every_job_once,
     counts,
     libpq,
     seed,
@@ -112,14 +113,7 @@ def test_kill_9_with_200_clusters_connected_every_agent_back_and_every_job_once(
 
             # Every job SUCCEEDED once, with one attempt. Found with this test: a job the new dispatcher sent to
             # a cluster while its hello was reconciled was taken for lost, and then ran twice (reporting.reconcile).
-            assert counts(conn) == (N_JOBS, N_JOBS)
-            assert conn.execute("SELECT count(*) FROM jobs WHERE state <> 'SUCCEEDED'").fetchone()[0] == 0
-            assert conn.execute("SELECT count(*), count(DISTINCT job_id) FROM attempts "
-                                "WHERE state = 'SUCCEEDED'").fetchone() == (N_JOBS, N_JOBS)
-            ended = conn.execute("SELECT count(*), count(DISTINCT job_id) FROM job_events "
-                                 "WHERE to_state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')").fetchone()
-            assert ended == (N_JOBS, N_JOBS)
-            assert conn.execute("SELECT count(*) FROM jobs WHERE attempt > 1").fetchone()[0] == 0
+            assert_every_job_once(conn, N_JOBS)
         assert sum(s.duplicates for s in sims.values()) == 0
         assert sum(ledger_duplicates(tmp_path / f"{c}.ledger") for c in CLUSTERS) == 0
         assert sum(s.pods_created for s in sims.values()) == N_JOBS
