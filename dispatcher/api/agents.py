@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -17,7 +16,7 @@ import grpc
 
 from dispatcher.api import streams
 from dispatcher.api.admission import AdmissionRate
-from dispatcher.api.asynchronous import Coalescer, blocking
+from dispatcher.api.asynchronous import Coalescer, Rerun, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import translated
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
@@ -92,6 +91,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         self.links_open = 0  # changed on the loop only
         self._outbox = Coalescer(self._pending, name="outbox-reads")
         self._recorder = Coalescer(self._record, name="heartbeats-and-acks")
+        self._refusing = Rerun(self._refuse_impossible, name="refuse-impossible")
 
     @translated
     async def Connect(self, request_iterator, context):
@@ -157,9 +157,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         if who.role == "agent" and who.cluster != hello.cluster:
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
         document, acked, first_report = await blocking(self._reconcile, hello)
-        if first_report:  # a scan of the queued jobs: off the hello's path
-            threading.Thread(target=self._refuse_impossible, args=(hello.cluster,), name="refuse-impossible",
-                             daemon=True).start()
+        if first_report:  # a scan of the queued jobs and every cluster: off the hello's path, one at a time
+            self._refusing.ask()
         return who, hello.cluster, acked, document, hello.reads_batches
 
     def _reconcile(self, hello: agents_pb2.Hello) -> tuple[dict, int, bool]:
@@ -180,18 +179,18 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             channels.notify(session, channels.WAKE_CHANNEL)
         return document, acked, first_report
 
-    def _refuse_impossible(self, cluster: str) -> None:
+    def _refuse_impossible(self) -> None:
         """A cluster's first report may make every cluster known: the jobs accepted while it was not, and
         that none can run, are refused, in a transaction of its own; a failure is logged."""
         try:
             with self._sessions.begin() as session:
                 refused = submitting.refuse_impossible(session)
             if refused:
-                log.info("jobs no cluster could ever run refused", extra={"cluster": cluster, "jobs": len(refused)})
+                log.info("jobs no cluster could ever run refused", extra={"jobs": len(refused)})
         except StoreUnavailable as exc:  # the next cluster's first report tries again
-            log.warning("refusing jobs no cluster could ever run failed: %s", exc, extra={"cluster": cluster})
+            log.warning("refusing jobs no cluster could ever run failed: %s", exc)
         except Exception:
-            log.exception("refusing jobs no cluster could ever run failed", extra={"cluster": cluster})
+            log.exception("refusing jobs no cluster could ever run failed")
 
     async def _refusal(self, link: _Link) -> DispatcherError | None:
         """None while the link's token holds (as the cache knows it); else the error that ends the link."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +26,8 @@ def blocking(fn: Callable[..., Any], *args) -> asyncio.Future:
 class Coalescer:
     """Calls from many coroutines done together: `await coalescer(item)` queues the item, and one blocking
     `flush(items)` (on the executor) does every item queued while the one before it ran, returning one result
-    per item in order. One flush at a time: under load the batches grow by themselves, when idle a batch is
-    one item, at once.
+    per item in order (an exception among them is raised in its own caller). One flush at a time: under
+    load the batches grow by themselves, when idle a batch is one item, at once.
 
     A flush that raises is tried again one item at a time, so one bad item fails its own call only; except
     when the store is unreachable, which every item would meet alike: that fails the whole batch at once.
@@ -69,7 +70,10 @@ class Coalescer:
                             _settle(future, exception=one)
                     continue
                 for (_, future), result in zip(batch, results, strict=True):
-                    _settle(future, result)
+                    if isinstance(result, BaseException):
+                        _settle(future, exception=result)
+                    else:
+                        _settle(future, result)
         finally:
             self._draining = None
 
@@ -81,3 +85,36 @@ def _settle(future: asyncio.Future, result=None, *, exception: BaseException | N
         future.set_exception(exception)
     else:
         future.set_result(result)
+
+
+class Rerun:
+    """fn() on a thread of its own when asked (`ask()`, from any thread): asks made while it runs are all
+    answered by one more run after it, so a burst of asks (a thousand new clusters' first reports) costs two
+    runs, not a thousand threads at once."""
+
+    def __init__(self, fn: Callable[[], None], *, name: str):
+        self._fn = fn
+        self._name = name
+        self._lock = threading.Lock()
+        self._running = False
+        self._again = False
+
+    def ask(self) -> None:
+        with self._lock:
+            if self._running:
+                self._again = True
+                return
+            self._running = True
+        threading.Thread(target=self._run, name=self._name, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._fn()
+            finally:
+                with self._lock:
+                    again, self._again = self._again, False
+                    if not again:
+                        self._running = False
+            if not again:
+                return

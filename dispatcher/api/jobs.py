@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from dispatcher.api import convert
 from dispatcher.api.admission import StreamLimits
-from dispatcher.api.asynchronous import blocking
+from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, translated
 from dispatcher.api.event_feed import EventFeed, batched
@@ -31,6 +31,9 @@ from sluice.wire import STREAM_MARK
 READERS = ("admin", "user")
 MAX_LIST = 1000
 MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for (0 asks for all time)
+# A submit stream's request of at most this many bytes of documents is parsed on the event loop (a job's
+# document parses in tens of microseconds); a larger one on a thread, where it holds no other stream up.
+PARSE_ON_LOOP_BYTES = 16 << 10
 
 
 class JobsService(jobs_pb2_grpc.JobsServicer):
@@ -41,6 +44,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self._auth = auth
         self._unreachable_after_s = unreachable_after_s
         self._submitter = group_commit.Submitter(sessions)
+        self._submits = Coalescer(self._submitter.submit_wholes, name="submit-streams")
         self.submit_streams = StreamLimits("submit streams", per_user=0, total=submit_streams, advice="use Submit") \
             if submit_streams > 0 else None
         self.watches = watches or StreamLimits("watch streams", per_user=0, total=0)
@@ -63,7 +67,11 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         refused one ends the stream with its error. A submit may come in several requests (`more`): each but
         the last is answered, with no ids, once parsed, and the last commits them all. A message costs the
         server less than a call. At most `submit_streams` are open at once; one more is refused at once,
-        before its headers and before reading anything, so that its client sends the request by Submit."""
+        before its headers and before reading anything, so that its client sends the request by Submit.
+
+        A small request is parsed on the loop, and the small submits of every stream ready at once are
+        written by one thread in one group (`_submits`): a message crosses to a thread once a group, not
+        once each."""
         if self.submit_streams is None:
             raise ResourceExhausted("submit streams: this dispatcher allows none; use Submit")
         with self.submit_streams.admitted(""):
@@ -72,21 +80,29 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             whole = None  # the submit under way
             async for request in request_iterator:
                 check_request(request)
-                response, whole = await blocking(self._submit_part, context, request, whole)
-                yield response
+                who = await self._auth.require_on_loop(context, *READERS)
+                if whole is None:
+                    whole = Whole(request.idempotency_key)
+                elif request.idempotency_key != whole.key:
+                    raise InvalidRequest("idempotency_key: every request of a submit carries the same key")
+                if sum(map(len, request.specs_json)) <= PARSE_ON_LOOP_BYTES:
+                    whole.add(list(request.specs_json), more=request.more)
+                else:
+                    await blocking(self._add_part, whole, request)
+                if request.more:
+                    yield jobs_pb2.SubmitResponse()
+                    continue
+                if whole.count < group_commit.HAND_ON_EARLY_FROM:
+                    done = await self._submits((who, whole))
+                else:  # on a thread of its own, whose insert the next group's validating overlaps (group_commit)
+                    done = await blocking(self._submitter.submit_whole, who, whole)
+                whole = None
+                yield jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)
 
-    def _submit_part(self, context, request, whole: Whole | None) -> tuple[jobs_pb2.SubmitResponse, Whole | None]:
-        """One request of a submit stream: its answer, and the submit still being gathered (None once written)."""
-        who = self._auth.require(context, *READERS)
-        if whole is None:
-            whole = self._submitter.whole(request.idempotency_key)
-        elif request.idempotency_key != whole.key:
-            raise InvalidRequest("idempotency_key: every request of a submit carries the same key")
-        whole.add(list(request.specs_json), more=request.more)
-        if request.more:
-            return jobs_pb2.SubmitResponse(), whole
-        done = self._submitter.submit_whole(who, whole)
-        return jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed), None
+    def _add_part(self, whole: Whole, request) -> None:
+        """A large request's documents parsed on a thread, one parse at a time as Submit's are."""
+        with self._submitter.parsing:
+            whole.add(list(request.specs_json), more=request.more)
 
     @translated
     def Get(self, request, context):

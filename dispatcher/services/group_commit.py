@@ -57,12 +57,12 @@ class Submitter:
         self._writing = False
         self._config: SubmitConfig | None = None  # what the last write read, for small writes (_write_at_once)
         self._kept = database.KeptConnection(sessions)  # small writes' autocommit connection (_write_at_once)
-        self._parsing = threading.Lock()
+        self.parsing = threading.Lock()  # held while parsing (parse)
         self._writes = threading.BoundedSemaphore(WRITES)
 
     def parse(self, specs_json: list[str], **numbering) -> list[JobSpec]:
         """`parse`, one call at a time."""
-        with self._parsing:
+        with self.parsing:
             return parse(specs_json, **numbering)
 
     def whole(self, key: str) -> Whole:
@@ -77,14 +77,27 @@ class Submitter:
     def submit(self, principal: Principal, specs: list[JobSpec]) -> list[int]:
         return self._submit(_Ticket(principal, specs)).ids
 
+    def submit_wholes(self, calls: list[tuple[Principal, Whole]]) -> list[Submitted | BaseException]:
+        """Write several gathered submits from one thread (the event loop's submit streams, gathered by an
+        asynchronous.Coalescer): one answer per call, in order, its Submitted or its own error."""
+        tickets = [_Ticket(principal, whole.specs(), whole.key, whole.digest) for principal, whole in calls]
+        self._submit_all(tickets)
+        return [ticket.outcome() for ticket in tickets]
+
     def _submit(self, ticket: _Ticket) -> Submitted:
+        self._submit_all([ticket])
+        return ticket.submitted()
+
+    def _submit_all(self, tickets: list[_Ticket]) -> None:
+        """Queue the tickets together (they are written in one group) and return once each is answered."""
+        first = tickets[0]
         with self._lock:
-            self._queued.append(ticket)
+            self._queued += tickets
             leads = not self._writing
             self._writing = True
         if not leads:
-            ticket.turn.wait()  # answered, or handed the next write
-        if not ticket.answered:
+            first.turn.wait()  # answered, or handed the next write
+        if not first.answered:
             with self._writes:
                 with self._lock:
                     group, self._queued = self._queued, []
@@ -100,7 +113,8 @@ class Submitter:
                     hand_on()
                     if not self._queued:  # no write follows at once: the kept connection goes back to the pool
                         self._kept.release_if_idle()
-        return ticket.submitted()
+        for ticket in tickets:
+            ticket.turn.wait()
 
     def _hand_on(self) -> None:
         """The next write may begin: the first call still queued leads it, else no write is under way."""
@@ -226,3 +240,6 @@ class _Ticket:
         if self._error is not None:
             raise self._error
         return Submitted(self._ids, self._replayed)
+
+    def outcome(self) -> Submitted | BaseException:
+        return self._error if self._error is not None else Submitted(self._ids, self._replayed)

@@ -123,6 +123,11 @@ class Whole:
         self._count += len(specs_json)
 
     @property
+    def count(self) -> int:
+        """Jobs added so far."""
+        return self._count
+
+    @property
     def digest(self) -> str:
         return self._hash.hexdigest() if self.key else ""
 

@@ -85,6 +85,50 @@ def test_a_client_that_submits_again_sends_on_one_stream_and_each_job_is_written
                                                   *(f"b{n}" for n in range(5))]))
 
 
+def test_streams_submitting_at_once_each_get_their_own_answer(serve, db_url):
+    """Submits from many streams at once are written in shared groups: each request is answered with its own
+    ids, a refused one ends its own stream only, and a key sent on two streams at once commits once."""
+    d = serve()
+    good = client_module._encode(job_doc(name="good"))
+    lost = client_module._encode({**job_doc(name="lost"), "spec": {**job_doc()["spec"], "queue": "nowhere"}})
+    channel = grpc.insecure_channel(d.address)
+    stub, root = jobs_pb2_grpc.JobsStub(channel), [("authorization", f"Bearer {d.token}")]
+    answers: dict[int, list] = {}
+
+    def stream(n: int) -> None:
+        requests = [jobs_pb2.SubmitRequest(specs_json=[good] * (1 + i % 3)) for i in range(10)]
+        requests.append(jobs_pb2.SubmitRequest(specs_json=[good], idempotency_key=f"k{n % 2}"))
+        if n % 4 == 3:
+            requests.append(jobs_pb2.SubmitRequest(specs_json=[lost]))
+        got = answers.setdefault(n, [])
+        try:
+            for response in stub.SubmitStream(iter(requests), metadata=root):
+                got.append(list(response.ids))
+        except grpc.RpcError as exc:
+            got.append((exc.code(), exc.details()))
+    try:
+        threads = [threading.Thread(target=stream, args=(n,)) for n in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        channel.close()
+    ids = []
+    for n, got in sorted(answers.items()):
+        sizes = [1 + i % 3 for i in range(10)] + [1]
+        assert [len(a) for a in got[:11]] == sizes, (n, got)
+        if n % 4 == 3:
+            assert got[11] == (grpc.StatusCode.NOT_FOUND, "job: spec.queue: queue 'nowhere' not found")
+        else:
+            assert len(got) == 11
+        ids += [i for a in got[:10] for i in a]
+    keyed = {n % 2: tuple(got[10]) for n, got in answers.items()}
+    assert all(tuple(answers[n][10]) == keyed[n % 2] for n in answers)  # one commit per key
+    assert len(ids) == len(set(ids)) == 16 * 19
+    assert len(_jobs(db_url)) == 16 * 19 + 2
+
+
 @pytest.mark.parametrize("doc, code", [
     ({**job_doc(name="lost"), "spec": {**job_doc()["spec"], "queue": "nowhere"}}, "NOT_FOUND"),
     ({**job_doc(name="bad"), "spec": {**job_doc()["spec"], "priority": "high"}}, "INVALID_ARGUMENT"),

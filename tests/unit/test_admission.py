@@ -7,7 +7,7 @@ import time
 import pytest
 
 from dispatcher.api.admission import AdmissionRate, StreamLimits
-from dispatcher.api.asynchronous import Coalescer
+from dispatcher.api.asynchronous import Coalescer, Rerun
 from dispatcher.errors import ResourceExhausted, StoreUnavailable
 
 
@@ -77,6 +77,21 @@ def test_a_coalescer_does_what_waits_together_in_one_flush_and_a_bad_item_fails_
     assert flushes[2:] == [[2], [3], [-1], [4]]
 
 
+def test_an_exception_a_flush_returns_for_one_item_is_raised_in_that_items_caller_only():
+    flushes: list[list[int]] = []
+
+    def flush(items: list[int]) -> list:
+        flushes.append(items)
+        return [ValueError(f"item {i}") if i < 0 else i * 10 for i in items]
+
+    async def run():
+        coalescer = Coalescer(flush)
+        return await asyncio.gather(*(coalescer(i) for i in (1, -2, 3)), return_exceptions=True)
+    results = asyncio.run(run())
+    assert results[0] == 10 and results[2] == 30 and str(results[1]) == "item -2"
+    assert flushes == [[1, -2, 3]]  # one flush, and no retry one by one: nothing raised
+
+
 def test_coalescer_store_unreachable_fails_the_whole_batch_at_once(caplog):
     """Every item would meet an unreachable store alike: no retry one by one, and no traceback in the log."""
     flushes: list[list[int]] = []
@@ -101,3 +116,27 @@ def test_coalescer_store_unreachable_fails_the_whole_batch_at_once(caplog):
     assert results[0] == 1 and all(isinstance(r, StoreUnavailable) for r in results[1:])
     assert flushes == [[1], [2, 3, 4]]
     assert "Traceback" not in caplog.text and not caplog.records
+
+
+def test_asks_made_while_a_rerun_runs_are_answered_by_one_more_run():
+    runs: list[int] = []
+    gate, started = threading.Event(), threading.Event()
+
+    def fn() -> None:
+        runs.append(len(runs) + 1)
+        started.set()
+        gate.wait(5)
+    rerun = Rerun(fn, name="test-rerun")
+    rerun.ask()
+    assert started.wait(5)
+    for _ in range(1000):  # a burst while the first run is under way
+        rerun.ask()
+    gate.set()
+    deadline = time.monotonic() + 5
+    while (rerun._running or len(runs) < 2) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runs == [1, 2] and not rerun._running
+    rerun.ask()  # idle again: a new ask runs at once
+    while len(runs) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runs == [1, 2, 3]
