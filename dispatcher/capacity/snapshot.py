@@ -67,9 +67,11 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
     read = read if read is not None else cycle_reads.capacity_reads(session)
     after_report, rows = read.in_flight, read.clusters
 
+    reported = {c.name: (_document(c.capacity), _document(c.prometheus_capacity)) for c in rows}
+
     def fresh(c) -> bool:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
-        return bool(c.prometheus_capacity) and prom_age is not None and prom_age <= staleness_s
+        return bool(reported[c.name][1]) and prom_age is not None and prom_age <= staleness_s
 
     active: dict[str, list] = {}
     for row in cycle_reads.active_attempts(session, clusters=[c.name for c in rows if fresh(c)]):
@@ -78,14 +80,15 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
     for c in rows:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
         if fresh(c):
-            capacity, source, age = c.prometheus_capacity, "prometheus", prom_age
+            capacity, source, age = reported[c.name][1], "prometheus", prom_age
             seen = {tuple(pair) for pair in capacity.get("attempts", [])}
             unseen: dict[str, int] = {}
             for r in active.get(c.name, ()):
                 if (r.id, r.attempt) not in seen:
                     unseen = add(unseen, r.requests)
         else:
-            capacity, source = c.capacity or {}, "agent" if c.capacity else "none"
+            capacity = reported[c.name][0] or {}
+            source = "agent" if capacity else "none"
             age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
             unseen = after_report.get(c.name, {})
         free, largest, nodes = _less(capacity, unseen)
@@ -114,9 +117,19 @@ def cluster_object(document: dict | str) -> ClusterObject:
     return _parsed(document) if isinstance(document, str) else object_from_document(document)
 
 
-@functools.lru_cache(maxsize=1024)
+# Parsed documents kept: more than there are clusters, or a cycle over them all would evict each before its reuse.
+KEPT_DOCUMENTS = 16384
+
+
+@functools.lru_cache(maxsize=KEPT_DOCUMENTS)
 def _parsed(text: str) -> ClusterObject:
     return object_from_document(json.loads(text))
+
+
+@functools.lru_cache(maxsize=2 * KEPT_DOCUMENTS)  # a cluster's agent report and its Prometheus reading
+def _document(text: str | None) -> dict | None:
+    """A capacity document of CLUSTER_ROWS, from its JSON text; shared: callers never change it."""
+    return None if text is None else json.loads(text)
 
 
 def terms(document: dict | str, allocatable: dict[str, int]) -> dict:

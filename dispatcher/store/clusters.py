@@ -72,10 +72,12 @@ def list_clusters(session: Session) -> list[Cluster]:
 
 
 # Every cluster's row, by name, as a named tuple (database.at_once) with Cluster's attributes: what each
-# scheduling cycle reads (and changes nothing of), without making an ORM object of each. The Cluster
-# object's document comes as its JSON text (snapshot.terms parses each text once, not every cycle).
+# scheduling cycle reads (and changes nothing of), without making an ORM object of each. The Cluster object's
+# document and the two capacity documents come as their JSON text: most are the same as a cycle ago (a
+# heartbeat that changed nothing), and capacity.snapshot parses each distinct text once, not every cycle.
+AS_TEXT = ("spec", "capacity", "prometheus_capacity")
 CLUSTER_ROWS = "SELECT {} FROM clusters ORDER BY name".format(
-    ", ".join("spec::text AS spec" if c.name == "spec" else c.name for c in Cluster.__table__.columns))
+    ", ".join(f"{c.name}::text AS {c.name}" if c.name in AS_TEXT else c.name for c in Cluster.__table__.columns))
 
 
 def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime, *,
