@@ -31,8 +31,8 @@ from sluice.wire import STREAM_MARK
 READERS = ("admin", "user")
 MAX_LIST = 1000
 MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for (0 asks for all time)
-# A submit stream's request of at most this many bytes of documents is parsed on the event loop (a job's
-# document parses in tens of microseconds); a larger one on a thread, where it holds no other stream up.
+# A submit stream's request of at most this many bytes of documents is parsed on the event loop, sparing it a
+# hop to a thread; a larger one on a thread, where its parse holds no other stream up.
 PARSE_ON_LOOP_BYTES = 16 << 10
 
 
