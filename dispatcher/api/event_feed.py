@@ -30,8 +30,8 @@ GAP_WAIT_S = 10.0  # how long an event id skipped over is waited for
 MAX_GAPS = 10_000  # a longer jump of ids is not waited for
 READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
-PACE_PER_WATCH_S = 0.00025  # after a read that found rows, the next waits this long per open watch...
-PACE_MOST_S = 0.25  # ...or this, at most (from 1,000 watches on)
+PACE_PER_WATCH_S = 0.001  # after a read that found rows, the next waits this long per open watch...
+PACE_MOST_S = 1.0  # ...or this, at most (from 1,000 watches on): an event reaches a watch within about a second
 WAKE_AT_ONCE = 50  # watches woken in one turn of the event loop
 
 

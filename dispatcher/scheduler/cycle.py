@@ -88,8 +88,9 @@ class CycleInputs:
 
 _PARKING_KEYS = {
     "policy": lambda policy: policy.digest,
-    # A cluster's unavailability counts by kind, not by its text (which says for how long).
-    "capacities": lambda capacities: tuple(replace(c.state, unavailable=c.status if c.state.unavailable else "")
+    # A cluster's unavailability counts by kind, not by its text (which says for how long); an available
+    # cluster's state is its own key (copying every state would cost a cycle over many clusters dearly).
+    "capacities": lambda capacities: tuple(replace(c.state, unavailable=c.status) if c.state.unavailable else c.state
                                            for c in capacities),
     "usage": lambda usage: usage,  # made afresh each cycle and never changed after
     "spend": lambda spend: spend,
