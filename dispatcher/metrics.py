@@ -28,6 +28,10 @@ from prometheus_client.registry import Collector
 
 from dispatcher.capacity import snapshot
 from dispatcher.errors import StoreUnavailable
+from dispatcher.policy.bursting import Spend
+from dispatcher.policy.quotas import rolled_up
+from dispatcher.scheduler import mapping
+from dispatcher.services import budgets
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
 from dispatcher.store import outbox as outbox_store
@@ -42,6 +46,7 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SUBMIT_TO_DISPATCH, DISPATCH_TO_RUNNING = "submit_to_dispatch", "dispatch_to_running"
 DECISIONS = ("dispatched", "preempted", "waiting")
+SUBMIT_OUTCOMES = ("accepted", "invalid", "refused", "failed")
 SCRAPE_TIMEOUT_S = 5.0  # per statement of a scrape's read; Prometheus' own scrape timeout is usually 10 s
 
 
@@ -75,15 +80,32 @@ class DispatcherMetrics:
             "sluice_scheduler_leader",
             "1 while this replica holds the scheduling leader lock (and runs the cycles), 0 otherwise.",
             registry=self.registry)
+        self.queue_dispatched = Counter(
+            "sluice_queue_dispatched", "Jobs the scheduling cycles of this replica dispatched, by queue (a job "
+            "dispatched again after a retry or preemption counts again).", ["queue"], registry=self.registry)
+        self.submits = Counter(
+            "sluice_submit_requests",
+            "Submits answered by this replica (a Submit call, or one submit on a SubmitStream), by outcome: "
+            "accepted; invalid (a document or request that is wrong, or names a queue or class that does not "
+            "exist); refused (not allowed, or over a limit); failed (the server's own failure: its database "
+            "unreachable, an internal error).",
+            ["outcome"], registry=self.registry)
+        self.submitted = Counter("sluice_submitted_jobs", "Jobs accepted by this replica's submits (replays "
+                                 "of an idempotency key not counted again).", registry=self.registry)
+        for outcome in SUBMIT_OUTCOMES:
+            self.submits.labels(outcome)
         for phase in (SUBMIT_TO_DISPATCH, DISPATCH_TO_RUNNING):  # every series exists from the start, at 0
             self.dispatch_latency.labels(phase)
         for decision in DECISIONS:
             self.decisions.labels(decision)
 
     def observe_cycle(self, seconds: float, dispatched: int, preempted: int, waiting: int,
-                      submit_to_dispatch: Iterable[float] = ()) -> None:
+                      submit_to_dispatch: Iterable[float] = (), dispatched_by_queue: dict[str, int] | None = None,
+                      ) -> None:
         """One committed cycle; submit_to_dispatch: the waits of the jobs it dispatched for the first time."""
         self.cycles.inc()
+        for queue, n in (dispatched_by_queue or {}).items():
+            self.queue_dispatched.labels(queue).inc(n)
         self.cycle_seconds.observe(seconds)
         for decision, n in zip(DECISIONS, (dispatched, preempted, waiting)):
             if n:
@@ -94,6 +116,12 @@ class DispatcherMetrics:
 
     def observe_dispatch_to_running(self, seconds: float) -> None:
         self.dispatch_latency.labels(DISPATCH_TO_RUNNING).observe(max(0.0, seconds))
+
+    def observe_submit(self, outcome: str, jobs: int = 0) -> None:
+        """One submit answered: its outcome (SUBMIT_OUTCOMES) and the jobs it added."""
+        self.submits.labels(outcome).inc()
+        if jobs:
+            self.submitted.inc(jobs)
 
 
 def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
@@ -172,6 +200,9 @@ class StoreCollector(Collector):
             classes = sorted(cluster_store.service_classes(session))
             queues = {q.name: q.spec.get("spec", {}).get("serviceClasses") or classes
                       for q in cluster_store.list_queues(session)}
+            quotas = mapping.queue_quotas(session)
+            burst_rules = budgets.rules(session)
+            spend = budgets.spend(session, now) if burst_rules else {}
             session.rollback()
         clusters = [c.state.name for c in capacity]
 
@@ -189,11 +220,31 @@ class StoreCollector(Collector):
         counts.update({(r.queue, r.cluster or ""): r.jobs for r in active})
         for (queue, cluster), n in sorted(counts.items()):
             g_active.add_metric([queue, cluster], n)
-        g_used = _gauge("sluice_queue_used", "Resources requested by a queue's active jobs on a cluster, in "
-                                             "base units (cpu: cores, memory: bytes, others: count).",
-                        ["queue", "cluster", "resource"])
+        oldest: dict[str, datetime] = {}
+        for r in queued:
+            oldest[r.queue] = min(oldest.get(r.queue, r.oldest), r.oldest)
+        g_oldest_queued = _gauge("sluice_queue_oldest_queued_age_seconds",
+                                 "Age of the oldest queued job of a queue (0: none queued).", ["queue"])
+        for queue in sorted(queues):
+            g_oldest_queued.add_metric([queue], max(0.0, (now - oldest[queue]).total_seconds())
+                                       if queue in oldest else 0.0)
+        g_used = _gauge("sluice_queue_used", "Resources requested by the active jobs of a queue and of the queues "
+                                             "below it (as quotas count them) on a cluster, in base units (cpu: "
+                                             "cores, memory: bytes, others: count).", ["queue", "cluster", "resource"])
+        own: dict[tuple[str, str], dict[str, float]] = {}
         for r in used:
-            g_used.add_metric([r.queue, r.cluster or "", r.resource], base_units(r.milli))
+            own.setdefault((r.queue, r.cluster or ""), {})[r.resource] = float(r.milli)
+        for (queue, cluster), amounts in sorted(rolled_up(quotas, own).items()):
+            for resource, milli in sorted(amounts.items()):
+                g_used.add_metric([queue, cluster, resource], base_units(milli))
+        g_guaranteed = _gauge("sluice_queue_guaranteed", "A queue's guarantee of each resource it names, in base "
+                                                         "units.", ["queue", "resource"])
+        g_max = _gauge("sluice_queue_max", "A queue's maximum of each resource it names, in base units.",
+                       ["queue", "resource"])
+        for q in quotas:
+            for gauge, amounts in ((g_guaranteed, q.guaranteed), (g_max, q.max)):
+                for resource, milli in sorted(amounts.items()):
+                    gauge.add_metric([q.name, resource], base_units(milli))
         g_unacked = _gauge("sluice_outbox_unacked_commands", "Commands for a cluster's agent not acked yet.",
                            ["cluster"])
         g_oldest = _gauge("sluice_outbox_oldest_unacked_age_seconds",
@@ -207,11 +258,39 @@ class StoreCollector(Collector):
         g_age = _gauge("sluice_cluster_capacity_age_seconds",
                        "Age of the capacity reading in use, by its source (prometheus | agent | none; "
                        "+Inf: no reading ever).", ["cluster", "source"])
+        g_reachable = _gauge("sluice_cluster_reachable", "1 while the dispatcher hears from a cluster's agent "
+                                                         "(within unreachable-after), 0 otherwise.", ["cluster"])
         for c in capacity:
             name = c.state.name
+            g_reachable.add_metric([name], 0.0 if c.status == "unreachable" else 1.0)
             for resource, milli in sorted(c.allocatable.items()):
                 g_capacity.add_metric([name, resource, "allocatable"], base_units(milli))
             for resource, milli in sorted(c.state.free.items()):
                 g_capacity.add_metric([name, resource, "free"], base_units(milli))
             g_age.add_metric([name, c.source], c.age_seconds if c.age_seconds >= 0 else math.inf)
-        return [g_queued, g_active, g_used, g_unacked, g_oldest, g_capacity, g_age]
+        return [g_queued, g_oldest_queued, g_active, g_used, g_guaranteed, g_max, g_unacked, g_oldest, g_capacity,
+                g_age, g_reachable, *_burst_families(burst_rules, spend)]
+
+
+def _burst_families(rules: list, spend: dict) -> list[Metric]:
+    """Each burst policy's spend and its budgets (queue "": the policy as a whole), this UTC day."""
+    labels = ["policy", "queue"]
+    today = _gauge("sluice_burst_spend_today", "Money a burst policy (or one queue under it) committed this UTC "
+                                               "day: finished bursts' cost and running ones' expected cost.", labels)
+    rate = _gauge("sluice_burst_spend_rate_per_hour", "Money per hour of the bursts running now.", labels)
+    per_day = _gauge("sluice_burst_budget_per_day", "A burst policy's budget per UTC day (where it sets one).",
+                     labels)
+    per_hour = _gauge("sluice_burst_budget_per_hour", "A burst policy's budget per hour of running bursts (where it "
+                                                      "sets one).", labels)
+    for rule in rules:
+        queues = sorted(q for (p, q) in spend if p == rule.name and q is not None)
+        for queue, budget in ((None, rule.budget), *((q, rule.queue_budget) for q in queues)):
+            key = [rule.name, queue or ""]
+            spent = spend.get((rule.name, queue), Spend())
+            today.add_metric(key, spent.today)
+            rate.add_metric(key, spent.rate)
+            if budget.per_day is not None:
+                per_day.add_metric(key, budget.per_day)
+            if budget.per_hour is not None:
+                per_hour.add_metric(key, budget.per_hour)
+    return [today, rate, per_day, per_hour]

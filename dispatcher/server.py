@@ -149,7 +149,7 @@ class Dispatcher:
                                           total=settings.watch_streams)
         jobs = JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
                            submit_streams=settings.submit_streams, watches=self.watch_streams,
-                           feed_rows=settings.watch_feed_rows)
+                           feed_rows=settings.watch_feed_rows, metrics=self.metrics)
         jobs_pb2_grpc.add_JobsServicer_to_server(jobs, self.server)
         admission = AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
                                   burst=max(1, int(settings.agent_admissions_per_s)),

@@ -39,6 +39,19 @@ def status_for(exc: errors.DispatcherError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def outcome_of(exc: Exception) -> str | None:
+    """How a call that raised exc counts in metrics.SUBMIT_OUTCOMES: the caller's mistake (invalid), not allowed
+    or over a limit (refused), or the server's own failure (failed); None when the caller went away."""
+    if isinstance(exc, grpc.RpcError | grpc.aio.UsageError):
+        return None
+    if not isinstance(exc, errors.DispatcherError) or isinstance(exc, errors.SchemaBehind):
+        return "failed"
+    code = status_for(exc)
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):  # a document naming no queue, say
+        return "invalid"
+    return "failed" if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL) else "refused"
+
+
 def internal(exc: BaseException, where: str) -> str:
     """Log an unexpected exception with its traceback under a new error id; the message to send instead."""
     error_id = secrets.token_hex(4)

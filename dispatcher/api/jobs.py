@@ -4,17 +4,21 @@ from __future__ import annotations
 import math
 import time
 from datetime import UTC, datetime
+from functools import reduce
 
 from dispatcher.api import convert
 from dispatcher.api.admission import StreamLimits
 from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
-from dispatcher.api.errors import check_request, translated
+from dispatcher.api.errors import check_request, outcome_of, translated
 from dispatcher.api.event_feed import EventFeed, batched
 from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, ResourceExhausted
+from dispatcher.metrics import DispatcherMetrics
 from dispatcher.policy import accounting, states
+from dispatcher.policy.quotas import rolled_up
 from dispatcher.scheduler.explaining import explain
+from dispatcher.scheduler.mapping import queue_quotas
 from dispatcher.services import budgets, group_commit, scoping
 from dispatcher.services import reporting as reports
 from dispatcher.services.submitting import Whole
@@ -24,7 +28,7 @@ from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
 from sluice.objects import object_from_document
-from sluice.quantity import add, parse_resources
+from sluice.quantity import add
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from sluice.wire import STREAM_MARK
 
@@ -38,8 +42,10 @@ PARSE_ON_LOOP_BYTES = 16 << 10
 
 class JobsService(jobs_pb2_grpc.JobsServicer):
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
-                 submit_streams: int = 16, watches: StreamLimits | None = None, feed_rows: int = 20_000):
+                 submit_streams: int = 16, watches: StreamLimits | None = None, feed_rows: int = 20_000,
+                 metrics: DispatcherMetrics | None = None):
         self._sessions = sessions
+        self._metrics = metrics
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
         self._unreachable_after_s = unreachable_after_s
@@ -52,13 +58,24 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
 
     @translated
     def Submit(self, request, context):
-        who = self._auth.require(context, *READERS)
-        if request.more:
-            raise InvalidRequest("more: a Submit call is a whole submit; send its parts on SubmitStream")
-        whole = self._submitter.whole(request.idempotency_key)
-        whole.add(list(request.specs_json), more=False)
-        done = self._submitter.submit_whole(who, whole)
+        try:
+            who = self._auth.require(context, *READERS)
+            if request.more:
+                raise InvalidRequest("more: a Submit call is a whole submit; send its parts on SubmitStream")
+            whole = self._submitter.whole(request.idempotency_key)
+            whole.add(list(request.specs_json), more=False)
+            done = self._submitter.submit_whole(who, whole)
+        except Exception as exc:
+            self._count_submit(exc=exc)
+            raise
+        self._count_submit(done)
         return jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)  # only after the commit wrote them
+
+    def _count_submit(self, done=None, exc: Exception | None = None) -> None:
+        """A submit answered (done) or refused (exc), in sluice_submit_requests and sluice_submitted_jobs."""
+        outcome = outcome_of(exc) if exc is not None else "accepted"
+        if self._metrics is not None and outcome is not None:
+            self._metrics.observe_submit(outcome, 0 if done is None or done.replayed else len(done.ids))
 
     @translated
     async def SubmitStream(self, request_iterator, context):
@@ -72,6 +89,14 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         A small request is parsed on the loop, and the small submits of every stream ready at once are
         written by one thread in one group (`_submits`): a message crosses to a thread once a group, not
         once each."""
+        try:
+            async for response in self._submit_stream(request_iterator, context):
+                yield response
+        except Exception as exc:
+            self._count_submit(exc=exc)
+            raise
+
+    async def _submit_stream(self, request_iterator, context):
         if self.submit_streams is None:
             raise ResourceExhausted("submit streams: this dispatcher allows none; use Submit")
         with self.submit_streams.admitted(""):
@@ -97,6 +122,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 else:  # on a thread of its own, whose insert the next group's validating overlaps (group_commit)
                     done = await blocking(self._submitter.submit_whole, who, whole)
                 whole = None
+                self._count_submit(done)
                 yield jobs_pb2.SubmitResponse(ids=done.ids, replayed=done.replayed)
 
     def _add_part(self, whole: Whole, request) -> None:
@@ -290,18 +316,16 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self._auth.require(context, *READERS)
         with self._sessions() as session:
             usage = cluster_store.queue_usage(session)
-            views = []
-            for q in cluster_store.list_queues(session):
-                spec = q.spec.get("spec", {})
-                queued, active, requests = usage.get(q.name, (0, 0, []))
-                used: dict[str, int] = {}
-                for r in requests:
-                    used = add(used, r)
-                views.append(jobs_pb2.QueueView(
-                    name=q.name, parent=q.parent or "",
-                    guaranteed=convert.resources(parse_resources(spec.get("guaranteed"))),
-                    max=convert.resources(parse_resources(spec.get("max"))), used=convert.resources(used),
-                    queued_jobs=queued, running_jobs=active))
+            quotas = queue_quotas(session)
+        # A parent queue shows its whole subtree: its descendants' jobs count against it, as the scheduler counts them.
+        used = rolled_up(quotas, {(queue, ""): reduce(add, requests, {}) for queue, (_, _, requests) in usage.items()})
+        jobs = rolled_up(quotas, {(queue, ""): {"queued": queued, "running": active}
+                                  for queue, (queued, active, _) in usage.items()})
+        views = [jobs_pb2.QueueView(
+            name=q.name, parent=q.parent or "", guaranteed=convert.resources(q.guaranteed),
+            max=convert.resources(q.max), used=convert.resources(used.get((q.name, ""), {})),
+            queued_jobs=jobs.get((q.name, ""), {}).get("queued", 0),
+            running_jobs=jobs.get((q.name, ""), {}).get("running", 0)) for q in quotas]
         return jobs_pb2.ListQueuesResponse(queues=views)
 
     @translated

@@ -46,6 +46,18 @@ def within(guaranteed: dict[str, int], amounts: dict[str, int]) -> bool:
     return all(amounts.get(r, 0) <= limit for r, limit in guaranteed.items())
 
 
+def rolled_up(queues: list[QueueQuota], amounts: dict[tuple[str, str], dict[str, float]]
+              ) -> dict[tuple[str, str], dict[str, float]]:
+    """Amounts per (queue, part), e.g. per queue and cluster, summed into each ancestor's (queue, part) as well:
+    what each queue of the tree uses, counted as QuotaTree.charge counts it."""
+    tree = QuotaTree(queues, {})
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for (queue, part), amount in amounts.items():
+        for name in tree.path(queue):
+            out[(name, part)] = add(out.get((name, part), {}), amount)
+    return out
+
+
 class QuotaTree:
     def __init__(self, queues: list[QueueQuota], capacity: dict[str, int],
                  history: dict[str, dict[str, float]] | None = None):

@@ -52,6 +52,7 @@ class CycleResult:
     # Submit-to-dispatch seconds of the jobs dispatched for the first time (a requeued job's submit time
     # says nothing about its later waits).
     first_waits: tuple[float, ...] = ()
+    dispatched_by_queue: dict[str, int] = field(default_factory=dict)  # jobs dispatched, per queue
     planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
     more: bool = False  # a queue had more queued jobs than the cycle read: the next cycle may place them
     idle: bool = False  # it planned every queue and left no job queued (it dispatched every one it read)
@@ -181,6 +182,12 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
                                  now.timestamp(), full, plan.holds)
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
                         if d.attempt == 1 and d.created_at and d.dispatched_at)
+    by_queue: dict[str, int] = {}
+    if dispatched:
+        queue_of = {c.job.id: q for q, candidates in heads.by_queue.items() for c in candidates}
+        for d in dispatched:
+            queue = queue_of[d.job_id]  # a cycle places only the heads it read
+            by_queue[queue] = by_queue.get(queue, 0) + 1
     # Only a queue read to its limit that lost heads to this plan has new ones for the next cycle to read.
     taken = {p.job_id for p in plan.places}
     more = bool(taken) and any(any(c.job.id in taken for c in heads.by_queue[q]) for q in full)
@@ -192,7 +199,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
             parking.touch(queue)
     deeper = read_deeper
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
-                       first_waits, planned=len(heads.by_queue) if only is not None else None, more=more,
+                       first_waits, by_queue, planned=len(heads.by_queue) if only is not None else None, more=more,
                        idle=only is None and not more and len(dispatched) == heads.count, deeper=deeper)
 
 

@@ -153,7 +153,7 @@ class Scheduler:
                 self._wake.set()
             if self._metrics is not None:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
-                                            result.first_waits)
+                                            result.first_waits, result.dispatched_by_queue)
             ended = time.monotonic()
             if ended - pruned_at >= self._settings.outbox_prune_interval_s:
                 pruned_at = ended

@@ -11,8 +11,9 @@ from dispatcher.store.models import Attempt, Job, sql_strings
 
 
 def queued_per_class(session: Session) -> list[Row]:
-    """(queue, service_class, jobs) of queued jobs."""
-    return session.execute(select(Job.queue, Job.service_class, func.count().label("jobs"))
+    """(queue, service_class, jobs, oldest) of queued jobs; oldest: the earliest submit time among them."""
+    return session.execute(select(Job.queue, Job.service_class, func.count().label("jobs"),
+                                  func.min(Job.created_at).label("oldest"))
                            .where(Job.state == states.QUEUED).group_by(Job.queue, Job.service_class)).all()
 
 

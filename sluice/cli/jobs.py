@@ -31,8 +31,10 @@ def _job_id(value: str) -> int:
 @app.command()
 def submit(ctx: typer.Context,
            file: str = typer.Option(..., "-f", "--file", help="Job file (YAML/JSON, many documents); - reads stdin"),
-           queue: str | None = typer.Option(None, "--queue", help="Queue for jobs that name none (overrides)"),
-           service_class: str | None = typer.Option(None, "--class", help="Service class (overrides)"),
+           queue: str | None = typer.Option(None, "--queue",
+                                            help="Queue of every job in the file: a queue a job names is replaced"),
+           service_class: str | None = typer.Option(None, "--class", help="Service class of every job in the "
+                                                    "file: a class a job names is replaced"),
            wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 unless all succeed"),
            key: str | None = typer.Option(None, "--idempotency-key",
                                           help="Name this submit: run again with the same key (within a day), "
