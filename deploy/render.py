@@ -177,7 +177,8 @@ def _split_image(ref: str) -> tuple[str, str]:
 
 
 # -- helm -------------------------------------------------------------------------------------------
-ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.DOTALL)
+# An action ends at the first }} outside a string literal: {{ "}}" }} prints }} (as in Go's templates).
+ACTION = re.compile(r'\{\{(-\s)?((?:"(?:[^"\\]|\\.)*"|[^"])*?)(\s-)?\}\}', re.DOTALL)
 TOKEN = re.compile(r"""\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?\d+(?:\.\d+)?)|(?P<pipe>\|)|(?P<open>\()|(?P<close>\))
                        |(?P<field>\$?(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\$|\.)"""
                    r"""|(?P<ident>[A-Za-z_][A-Za-z0-9_]*))""", re.VERBOSE)

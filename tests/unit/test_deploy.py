@@ -32,7 +32,9 @@ render = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
 
 # Components (kind: Component) are rendered only through a kustomization that lists them.
-COMPONENTS = ("deploy/components/agent-port", "deploy/components/agent-mtls")
+COMPONENTS = ("deploy/components/agent-port", "deploy/components/agent-mtls", "deploy/components/monitoring")
+AGENT_PORT, AGENT_MTLS, MONITORING = COMPONENTS
+ALERTS = DEPLOY / "monitoring" / "alerts.yaml"  # the Prometheus rules the PrometheusRule carries
 KUSTOMIZATIONS = sorted(set(p.parent.relative_to(ROOT).as_posix() for p in DEPLOY.rglob("kustomization.yaml"))
                         - set(COMPONENTS))
 # An install is the migration, the dispatcher and the agent of one overlay (docs/install.md's order).
@@ -58,8 +60,16 @@ def mtls_install(overlay: str, tmp_path: pathlib.Path) -> list[dict]:
     """install(overlay) with mTLS for agents: agent-port on the dispatcher, agent-mtls on the agent."""
     base = f"deploy/overlays/{overlay}"
     return [*render.kustomize(DEPLOY / "overlays" / overlay / "migration"),
-            *render.kustomize(with_components(tmp_path / "dispatcher", base, COMPONENTS[:1])),
-            *render.kustomize(with_components(tmp_path / "agent", f"{base}/agent", COMPONENTS[1:]))]
+            *render.kustomize(with_components(tmp_path / "dispatcher", base, (AGENT_PORT,))),
+            *render.kustomize(with_components(tmp_path / "agent", f"{base}/agent", (AGENT_MTLS,)))]
+
+
+def monitoring_install(overlay: str, tmp_path: pathlib.Path) -> list[dict]:
+    """install(overlay) with the dispatcher's alert rules: the monitoring component on the dispatcher."""
+    base = DEPLOY / "overlays" / overlay
+    return [*render.kustomize(base / "migration"),
+            *render.kustomize(with_components(tmp_path / "dispatcher", f"deploy/overlays/{overlay}", (MONITORING,))),
+            *render.kustomize(base / "agent")]
 
 
 def helm(*values: pathlib.Path | str) -> list[dict]:
@@ -85,12 +95,15 @@ def helm_renderings(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
     return {"kind": helm("ci/kind-values.yaml"), "production": helm("ci/production-values.yaml"),
             "create-namespaces": helm(namespace_values), "no-agent": helm(no_agent),
             "mtls": helm("ci/kind-values.yaml", _mtls_values(tmp)),
+            "monitoring": helm("ci/production-values.yaml", _monitoring_values(tmp)),
             "cert-manager": helm("ci/production-values.yaml", _cert_manager_values(tmp), _mtls_values(tmp))}
 
 
 def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
     out = {f"kustomize {d}": render.kustomize(ROOT / d) for d in KUSTOMIZATIONS}
     out.update({f"kustomize {o} with mTLS": mtls_install(o, namespace_values.parent / f"mtls-{o}") for o in OVERLAYS})
+    out.update({f"kustomize {o} with monitoring": monitoring_install(o, namespace_values.parent / f"monitoring-{o}")
+                for o in OVERLAYS})
     out.update({f"helm {name}": objs for name, objs in helm_renderings(namespace_values).items()})
     return out
 
@@ -115,6 +128,8 @@ def test_every_manifest_validates(namespace_values):
                 if obj["kind"] == "Certificate":  # a custom resource: no schema in kubernetes-validate
                     _validate_certificate(obj)
                     continue
+                if obj["kind"] == "PrometheusRule":  # the same: kubernetes-validate has no schema for it. Its
+                    continue  # spec is alerts.yaml's groups, promtool-checked (test_the_prometheus_rule_...)
                 kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 problems.append(f"{source}: {'/'.join(key(obj))}: {'.'.join(map(str, exc.path))}: {exc.message}")
@@ -515,6 +530,53 @@ def test_the_mtls_components_render_what_helm_does(overlay, tmp_path):
     _assert_references_resolve(list(kustomized.values()))
 
 
+# -- the dispatcher's alert rules (PrometheusRule) ----------------------------------------------------
+def _monitoring_values(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "monitoring.yaml"
+    path.write_text("monitoring: {prometheusRule: {enabled: true}}\n")
+    return path
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_monitoring_component_renders_what_helm_does(overlay, tmp_path):
+    kustomized = {key(o): o for o in monitoring_install(overlay, tmp_path)}
+    helmed = {key(o): o for o in helm(f"ci/{overlay}-values.yaml", _monitoring_values(tmp_path))}
+    assert sorted(helmed) == sorted(kustomized)
+    assert ("PrometheusRule", "sluice", "sluice-dispatcher") in kustomized
+    for k, obj in kustomized.items():
+        assert _without_chart_metadata(helmed[k]) == _without_chart_metadata(obj), f"{'/'.join(k)} differs"
+        assert helmed[k]["metadata"]["labels"].items() >= obj["metadata"]["labels"].items(), k
+
+
+def test_the_prometheus_rule_carries_exactly_the_groups_of_alerts_yaml(tmp_path):
+    """Neither kustomize nor Helm can include deploy/monitoring/alerts.yaml from their directories, so the
+    groups are written in the component and the template too (by deploy/monitoring/sync.py): this keeps
+    them equal. tests/unit/test_alerts.py checks alerts.yaml itself with promtool."""
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    assert [g["name"] for g in groups] == ["sluice"]
+    labelled = tmp_path / "labels.yaml"
+    labelled.write_text("monitoring: {prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}}\n")
+    renderings = {"helm": helm("ci/production-values.yaml", _monitoring_values(tmp_path)),
+                  "helm with labels": helm("ci/kind-values.yaml", labelled),
+                  **{f"kustomize {o}": monitoring_install(o, tmp_path / o) for o in OVERLAYS}}
+    for source, objects in renderings.items():
+        rules = [o for o in objects if o["kind"] == "PrometheusRule"]
+        assert len(rules) == 1, source
+        assert rules[0]["apiVersion"] == "monitoring.coreos.com/v1", source
+        assert set(rules[0]) == {"apiVersion", "kind", "metadata", "spec"}, source
+        assert rules[0]["spec"] == {"groups": groups}, f"{source}: run python deploy/monitoring/sync.py"
+    labels = next(o for o in renderings["helm with labels"] if o["kind"] == "PrometheusRule")["metadata"]["labels"]
+    assert labels["release"] == "kube-prometheus-stack"  # for the operator's ruleSelector
+
+
+def test_the_prometheus_rule_is_rendered_only_when_asked(namespace_values):
+    renderings = {f"kustomize {d}": render.kustomize(ROOT / d) for d in KUSTOMIZATIONS}
+    renderings.update({f"helm {name}": objs for name, objs in helm_renderings(namespace_values).items()
+                       if name != "monitoring"})
+    for source, objects in renderings.items():
+        assert not [o for o in objects if o["kind"] == "PrometheusRule"], source  # off by default
+
+
 # cert-manager.io/v1 Certificate: kubernetes-validate has no schema for a custom resource, so what the chart
 # writes is checked against this subset of cert-manager's CRD (its field names and types; any other field
 # is an error, as strict validation makes it for the built-in kinds).
@@ -729,8 +791,9 @@ def test_the_renderer_matches_kubectl_kustomize(directory):
 @pytest.mark.skipif(_kubectl_kustomize() is None, reason="no kubectl with kustomize v4+ on PATH")
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_renderer_matches_kubectl_kustomize_with_the_components(overlay, tmp_path):
-    for directory in (with_components(tmp_path / "d", f"deploy/overlays/{overlay}", COMPONENTS[:1]),
-                      with_components(tmp_path / "a", f"deploy/overlays/{overlay}/agent", COMPONENTS[1:])):
+    for directory in (with_components(tmp_path / "d", f"deploy/overlays/{overlay}", (AGENT_PORT,)),
+                      with_components(tmp_path / "a", f"deploy/overlays/{overlay}/agent", (AGENT_MTLS,)),
+                      with_components(tmp_path / "m", f"deploy/overlays/{overlay}", (MONITORING,))):
         done = subprocess.run([_kubectl_kustomize(), "kustomize", str(directory)], capture_output=True, text=True,
                               timeout=30, check=False)
         assert done.returncode == 0, done.stderr
@@ -785,6 +848,17 @@ def test_go_template_trimming_and_blocks(tmp_path):
         "names:\n{{- range .Values.names }}\n- {{ $.Release.Namespace }}-{{ . }}\n{{- end }}\n{{- end }}\n")
     assert render.helm(chart, release="r", namespace="n") == [
         {"kind": "X", "metadata": {"labels": {"k": "r"}}, "tag": "2", "res": {"cpu": 1}, "names": ["n-a", "n-b"]}]
+
+
+def test_an_action_ends_outside_its_string_literals(tmp_path):
+    """{{ "{{" }} and {{ "}}" }} print the braces (how the chart passes Prometheus's own templates through)."""
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("a: 1\n")
+    (chart / "templates" / "x.yaml").write_text(
+        'x: \'{{ "{{" }} $labels.cluster {{ "}}" }} {{ .Values.a }}\'\ny: {{ "a \\" }}" | quote }}\n')
+    assert render.helm(chart) == [{"x": "{{ $labels.cluster }} 1", "y": 'a " }}'}]
 
 
 def test_fail_stops_the_rendering_with_its_message(tmp_path):
