@@ -29,6 +29,8 @@ from sluice.serving import ServerTls, refuse_plaintext_off_loopback
 from sluice.transport import Tls
 
 log = logging.getLogger(__name__)
+# Sluice's alert rules, which the embedded Prometheus evaluates when run from a checkout (deploy/ is not installed).
+ALERT_RULES = pathlib.Path(__file__).resolve().parents[1] / "deploy" / "monitoring" / "alerts.yaml"
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,9 @@ class Embedded:
         return self
 
     def _start_prometheus(self, data: pathlib.Path, clusters: list) -> None:
-        """Serve each sim's kube-state-metrics series, scrape them with a real Prometheus every second,
-        and point each simulated cluster at it (with a cluster="<name>" selector)."""
+        """Serve each sim's kube-state-metrics series, scrape them and the dispatcher with a real Prometheus
+        every second, with Sluice's alert rules (in a checkout), and point each simulated cluster at it (with a
+        cluster="<name>" selector)."""
         from agent.backends.sim.metrics import SimMetricsServer
         from devstack.prometheus import PrometheusServer
         from dispatcher.capacity.prometheus import PrometheusError, PrometheusSettings, read
@@ -179,8 +182,11 @@ class Embedded:
         for name, sim in self.sims.items():
             self.exporters[name] = SimMetricsServer(sim)
             self.exporters[name].start()
-        self.prometheus = PrometheusServer(data / "prometheus", {
-            name: f"127.0.0.1:{exporter.port}" for name, exporter in self.exporters.items()}).start()
+        port = self.dispatcher.metrics_port
+        self.prometheus = PrometheusServer(
+            data / "prometheus", {name: f"127.0.0.1:{exporter.port}" for name, exporter in self.exporters.items()},
+            dispatcher=f"127.0.0.1:{port}" if port else None, dispatcher_ca=self.tls.ca,
+            rule_files=(ALERT_RULES,) if ALERT_RULES.is_file() else ()).start()
         pointed = [replace(obj, prometheus={"url": self.prometheus.url, "selector": f'{{cluster="{obj.name}"}}'})
                    for obj in clusters if obj.name in self.sims]
         deadline = time.monotonic() + 30  # until its first scrapes are in, it would only say "no series"

@@ -1,5 +1,6 @@
 """A real Prometheus server, started from the `prometheus` binary (Debian's package of that name), that
-scrapes given kube-state-metrics endpoints on loopback: `sluice up --prometheus` and the tests use it."""
+scrapes given kube-state-metrics endpoints on loopback and, when given, the dispatcher's own /metrics with
+Sluice's alert rules loaded (deploy/monitoring/alerts.yaml): `sluice up --prometheus` and the tests use it."""
 from __future__ import annotations
 
 import pathlib
@@ -24,10 +25,14 @@ def free_port() -> int:
 
 class PrometheusServer:
     def __init__(self, data_dir: pathlib.Path, targets: dict[str, str], *, scrape_interval_s: float = 1.0,
-                 port: int = 0):
-        """targets: cluster name -> host:port of its metrics endpoint; each gets the label cluster=<name>."""
+                 port: int = 0, dispatcher: str | None = None, dispatcher_ca: str | None = None,
+                 rule_files: tuple[pathlib.Path, ...] = ()):
+        """targets: cluster name -> host:port of its metrics endpoint; each gets the label cluster=<name>.
+        dispatcher: host:port of the dispatcher's /metrics (over HTTPS verified by dispatcher_ca when given).
+        rule_files: Prometheus rule files to evaluate (alerts show at /alerts)."""
         self.data_dir = data_dir
         self.targets = targets
+        self.dispatcher, self.dispatcher_ca, self.rule_files = dispatcher, dispatcher_ca, rule_files
         self.scrape_interval_s = scrape_interval_s
         self.port = port
         self.process: subprocess.Popen | None = None
@@ -38,10 +43,14 @@ class PrometheusServer:
 
     def config(self) -> dict:
         interval = f"{self.scrape_interval_s:g}s"
+        jobs = [{"job_name": "kube-state-metrics", "static_configs": [
+            {"targets": [address], "labels": {"cluster": name}} for name, address in sorted(self.targets.items())]}]
+        if self.dispatcher is not None:
+            jobs.append({"job_name": "sluice-dispatcher", "static_configs": [{"targets": [self.dispatcher]}],
+                         **({"scheme": "https", "tls_config": {"ca_file": str(self.dispatcher_ca)}}
+                            if self.dispatcher_ca else {})})
         return {"global": {"scrape_interval": interval, "evaluation_interval": interval},
-                "scrape_configs": [{"job_name": "kube-state-metrics", "static_configs": [
-                    {"targets": [address], "labels": {"cluster": name}}
-                    for name, address in sorted(self.targets.items())]}]}
+                "rule_files": [str(path) for path in self.rule_files], "scrape_configs": jobs}
 
     def start(self, timeout_s: float = 30.0) -> PrometheusServer:
         binary = shutil.which("prometheus")

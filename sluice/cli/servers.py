@@ -59,7 +59,7 @@ def up(config: pathlib.Path | None = typer.Option(None, "--config", help="Cluste
        listen: str = typer.Option("127.0.0.1:7070", "--listen", help="HOST:PORT for the dispatcher"),
        prometheus: bool = typer.Option(False, "--prometheus",
                                        help="Run a real Prometheus (the `prometheus` binary) scraping the sim "
-                                            "clusters"),
+                                            "clusters and the dispatcher, with Sluice's alert rules"),
        insecure: bool = typer.Option(False, "--insecure",
                                      help="Plaintext instead of TLS with the data dir's own CA (loopback only)"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
