@@ -70,7 +70,8 @@ ROWS = (
     )),
     Row("Clusters", (
         Panel("Free capacity ($resource)", "What each cluster has left, as the scheduler sees it, and what it offers.",
-              (q(f'max by (cluster) (sluice_cluster_capacity{{{CLUSTER}, {RESOURCE}, kind="free"}})', "{{cluster}} free"),
+              (q(f'max by (cluster) (sluice_cluster_capacity{{{CLUSTER}, {RESOURCE}, kind="free"}})',
+                 "{{cluster}} free"),
                q(f'max by (cluster) (sluice_cluster_capacity{{{CLUSTER}, {RESOURCE}, kind="allocatable"}})',
                  "{{cluster}} allocatable")), width=12),
         Panel("Capacity reading age", "Age of the capacity in use, by its source (prometheus, agent, none).",
