@@ -7,7 +7,8 @@ already exists (or existed) changes nothing.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,6 +46,11 @@ class CapacityReport:
 StatusCallback = Callable[[AttemptStatus], None]
 
 
+class LogsGone(LookupError):
+    """The cluster holds no pods of the attempt (never created, or deleted since), or none that the request
+    names: there are no logs to read. Its words say which."""
+
+
 class Backend(Protocol):
     def start(self, on_status: StatusCallback) -> None:
         """Begin running; every later change of an attempt's state is passed to on_status, in order."""
@@ -59,6 +65,12 @@ class Backend(Protocol):
         """The current status of every attempt the cluster holds objects (or a record) for."""
 
     def capacity(self) -> CapacityReport: ...
+
+    def logs(self, job_id: int, attempt: int, *, pod: str = "", pod_set: str = "", tail_lines: int = 0,
+             follow: bool = False, stopped: threading.Event | None = None) -> Iterator[tuple[str, str]]:
+        """(pod name, line) of the attempt's pods (only `pod`, or the pods of `pod_set`, when given): each
+        pod's lines in order, the pods in name order; tail_lines > 0: each pod's last lines only. With follow,
+        new lines keep coming until every pod has ended or `stopped` is set. Raises LogsGone."""
 
     def stop(self) -> None: ...
 
