@@ -21,7 +21,7 @@ import time
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport
+from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport, LogsGone
 from agent.metrics import AgentMetrics
 from sluice import transport
 from sluice.transport import Tls
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 _HEARTBEAT = object()
 MAX_BATCH = 100  # messages sent as one at most (the dispatcher applies up to 100 in one transaction)
+LOG_BYTES = 32 << 10  # log text in one PodLogLines at most: a batch of them stays far under gRPC's limit
+LOG_LINE_BYTES = 16 << 10  # a longer log line is cut there
 
 
 # gRPC's own address-list targets ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv6:..."): passed through whole.
@@ -194,6 +196,7 @@ class Agent:
             ("grpc.max_receive_message_length", 64 << 20)])
         out: queue.Queue = queue.Queue()
         batches = threading.Event()  # the dispatcher's welcome said it reads batches
+        log_reads: dict[int, threading.Event] = {}  # this connection's log requests being read, by request id
         metadata = [("authorization", f"Bearer {self.settings.token}")] if self.settings.token else []
         try:
             with self._lock:
@@ -221,6 +224,10 @@ class Agent:
                                                                       "address": self.address})
                     elif kind == "command":
                         self._apply(message.command, out)
+                    elif kind == "logs":
+                        self._read_logs(message.logs, out, log_reads)
+                    elif kind == "log_stop" and message.log_stop.request_id in log_reads:
+                        log_reads[message.log_stop.request_id].set()
                     elif kind == "status_ack":
                         with self._lock:
                             for seq in [s for s in self._unacked if s <= message.status_ack.seq]:
@@ -229,6 +236,8 @@ class Agent:
             with self._lock:
                 self._out = None
                 self._call = None
+            for stopped in list(log_reads.values()):  # nobody is left to read them
+                stopped.set()
             out.put(None)
             channel.close()
 
@@ -280,6 +289,42 @@ class Agent:
             self._applied = max(self._applied, command.id)
             out.put(agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])))
             self._queue_heartbeat(out)
+
+    def _read_logs(self, request: agents_pb2.LogRequest, out: queue.Queue, reads: dict[int, threading.Event]) -> None:
+        """Read a log request on a thread of its own (a followed pod may send for hours), its lines queued on
+        `out` as PodLogLines, then one that ends it, saying why when the logs cannot be read."""
+        stopped = reads[request.request_id] = threading.Event()
+
+        def send(lines: list, **end) -> None:
+            out.put(agents_pb2.AgentMessage(log_lines=agents_pb2.PodLogLines(request_id=request.request_id,
+                                                                             lines=lines, **end)))
+
+        def read() -> None:
+            lines, size = [], 0
+            try:
+                for pod, line in self.backend.logs(request.job_id, request.attempt, pod=request.pod,
+                                                   pod_set=request.pod_set, tail_lines=request.tail_lines,
+                                                   follow=request.follow, stopped=stopped):
+                    if len(line) > LOG_LINE_BYTES:
+                        line = f"{line[:LOG_LINE_BYTES]}... ({len(line) - LOG_LINE_BYTES} more characters cut)"
+                    lines.append(jobs_pb2.LogLine(pod=pod, line=line))
+                    size += len(line) + len(pod)
+                    if size >= LOG_BYTES or request.follow:  # a followed pod's lines go as they come
+                        send(lines)
+                        lines, size = [], 0
+                    if stopped.is_set():
+                        return
+                send(lines, end=True)
+            except LogsGone as exc:
+                send(lines, end=True, error=str(exc), gone=True)
+            except Exception as exc:  # the cluster's API failing: the caller is told, the agent goes on
+                log.warning("reading logs failed", extra={"job_id": request.job_id, "attempt": request.attempt,
+                                                         "error": str(exc)})
+                send(lines, end=True, error=f"the cluster could not read the logs: {exc}")
+            finally:
+                reads.pop(request.request_id, None)
+
+        threading.Thread(target=read, name=f"logs-{request.job_id}", daemon=True).start()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _configure(self, cluster_spec_json: str) -> None:

@@ -37,5 +37,10 @@ class StoreUnavailable(DispatcherError):
     retryable = True
 
 
+class AgentUnavailable(DispatcherError):
+    """A cluster's agent is not connected to this dispatcher, or did not answer in time."""
+    retryable = True
+
+
 class SchemaBehind(DispatcherError):
     pass

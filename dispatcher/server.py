@@ -27,6 +27,7 @@ from dispatcher.api.admission import AdmissionRate, StreamLimits
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
+from dispatcher.api.logs import LogRelay
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.capacity.prometheus import Refresher
 from dispatcher.metrics import DispatcherMetrics, StoreCollector, StreamCollector
@@ -147,15 +148,16 @@ class Dispatcher:
         self.server = self._on_loop(_aio_server(settings.workers))
         self.watch_streams = StreamLimits("watch streams", per_user=settings.watch_streams_per_user,
                                           total=settings.watch_streams)
+        logs = LogRelay()  # Logs calls ask the agents connected here
         jobs = JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
                            submit_streams=settings.submit_streams, watches=self.watch_streams,
-                           feed_rows=settings.watch_feed_rows, metrics=self.metrics)
+                           feed_rows=settings.watch_feed_rows, metrics=self.metrics, logs=logs)
         jobs_pb2_grpc.add_JobsServicer_to_server(jobs, self.server)
         admission = AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
                                   burst=max(1, int(settings.agent_admissions_per_s)),
                                   max_wait_s=settings.agent_admission_wait_s)
         agents = AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
-                               metrics=self.metrics, admission=admission)
+                               metrics=self.metrics, admission=admission, logs=logs)
         agents_pb2_grpc.add_AgentsServicer_to_server(agents, self.server)
         self.metrics.registry.register(StreamCollector(
             {"watch": jobs.watches, "submit": jobs.submit_streams}, agent_links=lambda: agents.links_open,

@@ -373,6 +373,25 @@ class Client:
                 return
             raise rpc_error(exc) from None
 
+    def logs(self, job_id: int, *, attempt: int = 0, pod: str = "", pod_set: str = "", tail: int = 0,
+             follow: bool = False) -> Iterator[dict]:
+        """A job's pod logs, {"pod", "line", "attempt", "cluster"} a line, as the agent of the cluster that ran
+        the attempt reads them (the latest attempt unless `attempt` names one); `tail`: each pod's last lines
+        only; `follow`: new lines until the pods end. ClientError NOT_FOUND when the cluster no longer holds
+        the pods, UNAVAILABLE when its agent cannot be reached."""
+        request = jobs_pb2.LogsRequest(id=job_id, attempt=attempt, pod=pod, pod_set=pod_set, tail_lines=tail,
+                                       follow=follow)
+        try:
+            # A read that does not follow ends on its own; one that follows is ended by the caller (close()).
+            for reply in self._jobs.Logs(request, metadata=self._metadata,
+                                         timeout=None if follow else self.config.timeout_s):
+                for line in reply.lines:
+                    yield {"pod": line.pod, "line": line.line, "attempt": reply.attempt, "cluster": reply.cluster}
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise rpc_error(exc) from None
+
     def clusters(self) -> list[dict]:
         reply = self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest())
         return [{"name": c.name, "tier": c.tier, "site": c.site, "labels": dict(c.labels), "state": c.state,

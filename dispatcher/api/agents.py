@@ -19,6 +19,7 @@ from dispatcher.api.admission import AdmissionRate
 from dispatcher.api.asynchronous import Coalescer, Rerun, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import translated
+from dispatcher.api.logs import LogRelay
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import reporting as reports
@@ -80,8 +81,10 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
     as before, its messages in order."""
 
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float,
-                 metrics: DispatcherMetrics | None = None, admission: AdmissionRate | None = None):
+                 metrics: DispatcherMetrics | None = None, admission: AdmissionRate | None = None,
+                 logs: LogRelay | None = None):
         self._metrics = metrics
+        self._logs = logs or LogRelay()
         self._sessions = sessions
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
@@ -106,6 +109,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         link = _Link(who, context, cluster)
         reader = asyncio.create_task(self._read(link, acked, request_iterator, out), name=f"agent-{cluster}")
         self.links_open += 1
+        self._logs.attach(cluster, out)
         try:
             yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
                 cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
@@ -140,6 +144,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     return
         finally:
             self.links_open -= 1
+            self._logs.detach(cluster, out)
             unsubscribe()
             reader.cancel()
             log.info("agent disconnected", extra={"cluster": cluster})
@@ -243,6 +248,11 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 if batch[-1] is _END:
                     batch.pop()
                     ended = True
+                if any(message.WhichOneof("kind") == "log_lines" for message in batch):  # answers, not records
+                    for message in batch:
+                        if message.WhichOneof("kind") == "log_lines":
+                            self._logs.deliver(message.log_lines)
+                    batch = [message for message in batch if message.WhichOneof("kind") != "log_lines"]
                 if batch:
                     if (refused := await self._refusal(link)) is not None:
                         raise refused

@@ -27,6 +27,7 @@ CODES = {
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.AgentUnavailable: grpc.StatusCode.UNAVAILABLE,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.SchemaBehind: grpc.StatusCode.FAILED_PRECONDITION,
 }

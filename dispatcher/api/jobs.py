@@ -12,8 +12,9 @@ from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, outcome_of, translated
 from dispatcher.api.event_feed import EventFeed, batched
+from dispatcher.api.logs import LogRelay
 from dispatcher.capacity import snapshot
-from dispatcher.errors import InvalidRequest, ResourceExhausted
+from dispatcher.errors import InvalidRequest, NotFound, ResourceExhausted
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.policy import accounting, states
 from dispatcher.policy.quotas import rolled_up
@@ -43,9 +44,10 @@ PARSE_ON_LOOP_BYTES = 16 << 10
 class JobsService(jobs_pb2_grpc.JobsServicer):
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
                  submit_streams: int = 16, watches: StreamLimits | None = None, feed_rows: int = 20_000,
-                 metrics: DispatcherMetrics | None = None):
+                 metrics: DispatcherMetrics | None = None, logs: LogRelay | None = None):
         self._sessions = sessions
         self._metrics = metrics
+        self._logs = logs or LogRelay()
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
         self._unreachable_after_s = unreachable_after_s
@@ -129,6 +131,29 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         """A large request's documents parsed on a thread, one parse at a time as Submit's are."""
         with self._submitter.parsing:
             whole.add(list(request.specs_json), more=request.more)
+
+    @translated
+    async def Logs(self, request, context):
+        """The pod logs of a job's attempt, read by the agent of the cluster that ran it (api/logs.py)."""
+        who = await self._auth.require_on_loop(context, *READERS)
+        if request.tail_lines < 0 or request.attempt < 0:
+            raise InvalidRequest("tail_lines and attempt: must not be negative")
+        cluster, attempt = await blocking(self._attempt_of, who, request.id, request.attempt)
+        async for lines in self._logs.read(cluster, request.id, attempt, pod=request.pod, pod_set=request.pod_set,
+                                           tail_lines=request.tail_lines, follow=request.follow):
+            yield jobs_pb2.LogLines(lines=lines, attempt=attempt, cluster=cluster)
+
+    def _attempt_of(self, who, job_id: int, attempt: int) -> tuple[str, int]:
+        """(cluster, attempt) whose logs a Logs call reads: the job's latest attempt unless it names one."""
+        with self._sessions() as session:
+            job = scoping.visible_job(session, who, job_id)
+            if job.attempt == 0:
+                raise NotFound(f"job {job_id} has not been dispatched yet: it has no logs")
+            attempt = attempt or job.attempt
+            cluster = job_reads.attempt_cluster(session, job_id, attempt)
+            if cluster is None:
+                raise NotFound(f"job {job_id} has no attempt {attempt} (its attempts: 1 to {job.attempt})")
+            return cluster, attempt
 
     @translated
     def Get(self, request, context):

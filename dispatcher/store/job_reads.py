@@ -96,6 +96,11 @@ def existing_ids(session: Session, job_ids: list[int]) -> set[int]:
     return set(session.scalars(select(Job.id).where(Job.id.in_(job_ids))))
 
 
+def attempt_cluster(session: Session, job_id: int, attempt: int) -> str | None:
+    """The cluster an attempt of a job was dispatched to; None when the job has no such attempt."""
+    return session.scalar(select(Attempt.cluster).where(Attempt.job_id == job_id, Attempt.attempt == attempt))
+
+
 def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
     """(attempt, burst decision) of the job's attempts that burst, oldest first."""
     return [(r.attempt, r.burst) for r in session.execute(

@@ -1,4 +1,4 @@
-"""The user's commands: submit, get, list, describe, explain, cancel, watch, clusters, queues, usage.
+"""The user's commands: submit, get, list, describe, explain, cancel, logs, watch, clusters, queues, usage.
 
 They import the client (grpc, the stubs) only inside their bodies.
 """
@@ -172,6 +172,34 @@ def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job i
     ids = [_job_id(j) for j in jobs]
     client = make_client(ctx, "cancel")
     emit(call(f"cancel {' '.join(jobs)}", lambda: client.cancel(ids)), output, JOB_COLUMNS)
+
+
+@app.command()
+def logs(ctx: typer.Context, job: str = typer.Argument(..., help="Job id"),
+         pod: str = typer.Option("", "--pod", help="Only this pod"),
+         pod_set: str = typer.Option("", "--pod-set", help="Only the pods of this pod set"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the pods end"),
+         tail: int = typer.Option(0, "--tail", min=0, max=(1 << 31) - 1, help="Each pod's last N lines (0: all)"),
+         attempt: int = typer.Option(0, "--attempt", min=0, max=(1 << 31) - 1,
+                                     help="This attempt's pods (0: the latest attempt)"),
+         output: Format = OutputOpt) -> None:
+    """Print a job's pod logs, read from the cluster that ran it (Ctrl-C stops --follow)."""
+    import json
+    if pod and pod_set:
+        raise typer.BadParameter("give --pod or --pod-set, not both")
+    job_id = _job_id(job)
+    client = make_client(ctx, "logs")
+
+    def show() -> None:  # lines print as they come; an error ends them in one line, as a call's
+        for line in client.logs(job_id, attempt=attempt, pod=pod, pod_set=pod_set, tail=tail, follow=follow):
+            if output == Format.table:
+                print(line["line"] if pod else f"[{line['pod']}] {line['line']}", flush=True)
+            else:
+                print(json.dumps(line), flush=True)
+    try:
+        call(f"logs {job}", show)
+    except KeyboardInterrupt:
+        pass
 
 
 @app.command()

@@ -75,18 +75,20 @@ class CommandAck(_message.Message):
     def __init__(self, command_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "status", "ack", "batch")
+    __slots__ = ("hello", "heartbeat", "status", "ack", "batch", "log_lines")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_LINES_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     status: StatusReport
     ack: CommandAck
     batch: AgentMessages
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ...) -> None: ...
+    log_lines: PodLogLines
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ..., log_lines: _Optional[_Union[PodLogLines, _Mapping]] = ...) -> None: ...
 
 class AgentMessages(_message.Message):
     __slots__ = ("messages",)
@@ -113,6 +115,44 @@ class CancelAttempt(_message.Message):
     attempt: int
     reason: str
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class LogRequest(_message.Message):
+    __slots__ = ("request_id", "job_id", "attempt", "pod", "pod_set", "tail_lines", "follow")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    POD_SET_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    job_id: int
+    attempt: int
+    pod: str
+    pod_set: str
+    tail_lines: int
+    follow: bool
+    def __init__(self, request_id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., pod: _Optional[str] = ..., pod_set: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class LogStop(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+
+class PodLogLines(_message.Message):
+    __slots__ = ("request_id", "lines", "end", "error", "gone")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    GONE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    lines: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.LogLine]
+    end: bool
+    error: str
+    gone: bool
+    def __init__(self, request_id: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[_jobs_pb2.LogLine, _Mapping]]] = ..., end: _Optional[bool] = ..., error: _Optional[str] = ..., gone: _Optional[bool] = ...) -> None: ...
 
 class Command(_message.Message):
     __slots__ = ("id", "dispatch", "cancel")
@@ -143,16 +183,20 @@ class StatusAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class DispatcherMessage(_message.Message):
-    __slots__ = ("welcome", "command", "status_ack", "batch")
+    __slots__ = ("welcome", "command", "status_ack", "batch", "logs", "log_stop")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     STATUS_ACK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    LOG_STOP_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     command: Command
     status_ack: StatusAck
     batch: DispatcherMessages
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ...) -> None: ...
+    logs: LogRequest
+    log_stop: LogStop
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ..., logs: _Optional[_Union[LogRequest, _Mapping]] = ..., log_stop: _Optional[_Union[LogStop, _Mapping]] = ...) -> None: ...
 
 class DispatcherMessages(_message.Message):
     __slots__ = ("messages",)

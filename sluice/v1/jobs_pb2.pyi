@@ -366,3 +366,37 @@ class UsageResponse(_message.Message):
     by: str
     burst: _containers.RepeatedCompositeFieldContainer[BurstBudget]
     def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., currency: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ..., burst: _Optional[_Iterable[_Union[BurstBudget, _Mapping]]] = ...) -> None: ...
+
+class LogsRequest(_message.Message):
+    __slots__ = ("id", "attempt", "pod", "pod_set", "tail_lines", "follow")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    POD_SET_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    attempt: int
+    pod: str
+    pod_set: str
+    tail_lines: int
+    follow: bool
+    def __init__(self, id: _Optional[int] = ..., attempt: _Optional[int] = ..., pod: _Optional[str] = ..., pod_set: _Optional[str] = ..., tail_lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("pod", "line")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    pod: str
+    line: str
+    def __init__(self, pod: _Optional[str] = ..., line: _Optional[str] = ...) -> None: ...
+
+class LogLines(_message.Message):
+    __slots__ = ("lines", "attempt", "cluster")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[LogLine]
+    attempt: int
+    cluster: str
+    def __init__(self, lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ..., attempt: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...

@@ -94,6 +94,11 @@ class JobsStub:
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.UsageRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_jobs__pb2.UsageResponse.FromString,
                 _registered_method=True)
+        self.Logs = channel.unary_stream(
+                '/sluice.v1.Jobs/Logs',
+                request_serializer=sluice_dot_v1_dot_jobs__pb2.LogsRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_jobs__pb2.LogLines.FromString,
+                _registered_method=True)
 
 
 class JobsServicer:
@@ -177,6 +182,15 @@ class JobsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Logs(self, request, context):
+        """Lines as the cluster's agent reads them; ends when they are all sent (with follow: when the pods end).
+        UNAVAILABLE when the cluster's agent is not connected to this dispatcher or does not answer within
+        seconds; NOT_FOUND when the cluster no longer holds the attempt's pods (or none the request names).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +253,11 @@ def add_JobsServicer_to_server(servicer, server):
                     servicer.Usage,
                     request_deserializer=sluice_dot_v1_dot_jobs__pb2.UsageRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_jobs__pb2.UsageResponse.SerializeToString,
+            ),
+            'Logs': grpc.unary_stream_rpc_method_handler(
+                    servicer.Logs,
+                    request_deserializer=sluice_dot_v1_dot_jobs__pb2.LogsRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_jobs__pb2.LogLines.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -565,6 +584,33 @@ class Jobs:
             '/sluice.v1.Jobs/Usage',
             sluice_dot_v1_dot_jobs__pb2.UsageRequest.SerializeToString,
             sluice_dot_v1_dot_jobs__pb2.UsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Logs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sluice.v1.Jobs/Logs',
+            sluice_dot_v1_dot_jobs__pb2.LogsRequest.SerializeToString,
+            sluice_dot_v1_dot_jobs__pb2.LogLines.FromString,
             options,
             channel_credentials,
             insecure,

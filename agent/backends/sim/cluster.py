@@ -64,8 +64,9 @@ import os
 import pathlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from agent.backends.base import (
     FAILED,
@@ -77,6 +78,7 @@ from agent.backends.base import (
     UNSCHEDULABLE,
     AttemptStatus,
     CapacityReport,
+    LogsGone,
     StatusCallback,
     pod_requests,
 )
@@ -184,6 +186,8 @@ class _Pod:
     phase: str = _POD_PENDING
     node: int | None = None
     ran_on: int | None = None  # the node it was bound to; kept after it ends (node is cleared)
+    pod_set: str = ""
+    log: list[str] = field(default_factory=list)  # what `sluice logs` shows of it: a line at each change
 
 
 @dataclass(eq=False)
@@ -208,6 +212,7 @@ class _Attempt:
     at: float = 0.0
     running: int = 0  # pods bound and not yet ended
     succeeded: int = 0
+    logged: list[_Pod] = field(default_factory=list)  # every pod it had, kept with their logs after they end
 
     @property
     def key(self) -> tuple[int, int]:
@@ -309,6 +314,46 @@ class SimCluster:
         with self._cond:
             self._advance()
             return [record.status() for record in self._attempts.values()]
+
+    def logs(self, job_id: int, attempt: int, *, pod: str = "", pod_set: str = "", tail_lines: int = 0,
+             follow: bool = False, stopped: threading.Event | None = None) -> Iterator[tuple[str, str]]:
+        """Each pod's lines: one at each change (created, started, ended, deleted), for as long as the attempt
+        is kept (a final one for final_retention; a deleted one no more)."""
+        with self._cond:
+            self._advance()
+            pods = self._logged_pods(job_id, attempt, pod, pod_set)
+            sent = {p.name: max(0, len(p.log) - tail_lines) if tail_lines > 0 else 0 for p in pods}
+            if not follow:
+                lines = [(p.name, line) for p in pods for line in p.log[sent[p.name]:]]
+        if not follow:
+            yield from lines
+            return
+        while stopped is None or not stopped.is_set():
+            with self._cond:
+                self._advance()
+                lines = [(p.name, line) for p in pods for line in p.log[sent[p.name]:]]
+                for p in pods:
+                    sent[p.name] = len(p.log)
+                ended = all(p.phase not in (_POD_PENDING, _POD_RUNNING) for p in pods)
+                if not lines and not ended:
+                    wait = min(self._events[0][0] - self._now, 0.5) if self._events else 0.5
+                    self._cond.wait(max(wait, 0.01))
+            yield from lines
+            if ended and not lines:
+                return
+
+    def _logged_pods(self, job_id: int, attempt: int, pod: str, pod_set: str) -> list[_Pod]:
+        record = self._attempts.get((int(job_id), int(attempt)))
+        what = f"job {job_id} attempt {attempt}"
+        if record is None or not record.logged:
+            raise LogsGone(f"the cluster holds no pods of {what} (deleted, or never created here)")
+        pods = sorted((p for p in record.logged if pod in ("", p.name) and pod_set in ("", p.pod_set)),
+                      key=lambda p: p.name)
+        if not pods:
+            names = ", ".join(sorted(p.name for p in record.logged))
+            asked = f"pod {pod!r}" if pod else f"pod set {pod_set!r}"
+            raise LogsGone(f"{what} has no {asked}; its pods: {names}")
+        return pods
 
     def capacity(self) -> CapacityReport:
         """What the cluster can still take. Only usable nodes (schedulable and Ready) count:
@@ -498,8 +543,15 @@ class SimCluster:
             name = str(pod_set.get("name", "pods"))
             for index in range(count):
                 record.pods.append(_Pod(f"{key[0]}-{key[1]}-{name}-{index}", record, request,
-                                        duration * scale, exit_code, problem=problem))
+                                        duration * scale, exit_code, problem=problem, pod_set=name))
+        record.logged = list(record.pods)
+        for pod in record.pods:
+            self._log(pod, now, "created; waiting for a node")
         return record
+
+    def _log(self, pod: _Pod, now: float, text: str) -> None:
+        pod.log.append(f"{datetime.fromtimestamp(now, UTC).isoformat(timespec='milliseconds')} {text}")
+        self._cond.notify_all()  # a followed log reads it
 
     def _usable_nodes(self) -> list[int]:
         """Numbers of the nodes that take new pods and count in capacity(): schedulable and Ready."""
@@ -633,6 +685,7 @@ class SimCluster:
                 self._max_overcommit[name] = max(self._max_overcommit.get(name, 0), excess)
                 logger.error("sim: node overcommitted", extra={"node": f"node-{index}", "resource": name})
         record = pod.attempt
+        self._log(pod, now, f"started on node-{index}")
         if record.max_runtime is not None and pod.duration > record.max_runtime:
             heapq.heappush(self._events, (now + record.max_runtime, next(self._seq), _END_KILL, pod))
         else:
@@ -650,6 +703,8 @@ class SimCluster:
         self._unbind(pod, now)
         record = pod.attempt
         record.running -= 1
+        self._log(pod, now, "killed: the attempt exceeded its maxRuntime" if kind == _END_KILL else
+                  f"failed: {pod.problem}" if pod.problem else f"exited with code {pod.exit_code}")
         if kind == _END_KILL:
             pod.phase = _POD_FAILED
             self._finish(record, FAILED, f"exceeded maxRuntime {record.max_runtime_text}", 0, now)
@@ -681,6 +736,7 @@ class SimCluster:
                 self._unbind(pod, now)
             if pod.phase in (_POD_PENDING, _POD_RUNNING):
                 pod.phase = _POD_DELETED
+                self._log(pod, now, "deleted")
         record.pods = []
 
     def _unbind(self, pod: _Pod, now: float) -> None:
