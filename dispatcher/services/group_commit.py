@@ -233,9 +233,6 @@ class _Ticket:
         self._ids, self._error, self._replayed, self.answered = ids or [], error, replayed, True
         self.turn.set()
 
-    def result(self) -> list[int]:
-        return self.submitted().ids
-
     def submitted(self) -> Submitted:
         if self._error is not None:
             raise self._error

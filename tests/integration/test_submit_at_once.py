@@ -219,9 +219,9 @@ def test_a_group_postgres_refuses_at_once_fails_only_the_call_at_fault(store, at
     # The group's statement raised (so it is not in at_once); then each call alone, at once: the two good
     # ones wrote, the bad one's statement raised too.
     assert at_once == [False, True, True]
-    assert [len(t.result()) for t in (calls[0], calls[2])] == [2, 1]
+    assert [len(t.submitted().ids) for t in (calls[0], calls[2])] == [2, 1]
     with pytest.raises(Exception) as err:
-        calls[1].result()
+        calls[1].submitted()
     assert isinstance(getattr(err.value, "orig", err.value), psycopg.DataError)
     assert _count(libpq, "SELECT count(*) FROM jobs") == 4
 
