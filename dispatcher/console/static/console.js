@@ -16,7 +16,7 @@ function el(tag, attrs, ...children) {
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else node.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -32,7 +32,7 @@ function svg(tag, attrs, text) {
 
 function show(...nodes) {
   const main = document.getElementById("main");
-  main.replaceChildren(...nodes.flat());
+  main.replaceChildren(...nodes.flat(Infinity));
 }
 
 function table(headers, rows) {
