@@ -332,7 +332,7 @@ function hbars(rows, width) {
   const chart = svg("svg", { class: "chart", width, height: rows.length * rowHeight + 4, role: "img" });
   rows.forEach((r, i) => {
     const y = i * rowHeight + 2;
-    const span = width - labelWidth - 120;
+    const span = width - labelWidth - 230;
     chart.append(svg("text", { x: 0, y: y + 14 }, r.label));
     chart.append(svg("rect", { x: labelWidth, y: y + 3, width: span, height: 14, fill: "#e5e7eb" }));
     const over = r.limit !== null && r.limit !== undefined && r.value > r.limit;
