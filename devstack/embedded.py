@@ -247,7 +247,9 @@ def summary_line(embedded: Embedded) -> str:
              "clientConfig": str(embedded.client_config_path)}
     if embedded.dispatcher.metrics_server is not None:
         server = embedded.dispatcher.metrics_server
-        shown["metrics"] = f"{server.scheme}://{server.address}/metrics"
+        shown["metrics"] = server.url
+        if embedded.dispatcher.settings.console:
+            shown["console"] = server.root_url  # log in with the admin token in the data directory
     if embedded.tls.ca:
         shown["ca"] = embedded.tls.ca
     if embedded.prometheus is not None:

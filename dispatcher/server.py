@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import pathlib
+import shutil
 import sys
+import tempfile
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -30,6 +33,8 @@ from dispatcher.api.jobs import JobsService
 from dispatcher.api.logs import LogRelay
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.capacity.prometheus import Refresher
+from dispatcher.console.app import Console
+from dispatcher.console.gateway import Gateway
 from dispatcher.metrics import DispatcherMetrics, StoreCollector, StreamCollector
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.scheduler.settings import SchedulerSettings
@@ -89,6 +94,9 @@ class ServerSettings:
     # host:port for /metrics (Prometheus text); port 0 picks a free one; None or "" serves none.
     # Loopback by default: the series name queues and clusters.
     metrics_listen: str | None = "127.0.0.1:0"
+    # The web console and its JSON API on the metrics port's other paths (dispatcher/console); it calls this
+    # dispatcher's own gRPC API over a Unix socket in a private directory, made and removed with the server.
+    console: bool = True
     # How long a busy Python thread keeps the GIL before another may take it (Python's default is 5 ms).
     # The dispatcher's threads mostly wait on Postgres and the network; each wait ends by taking the GIL
     # back, so with the default every round trip of a request can queue behind 5 ms of a busy thread
@@ -166,6 +174,8 @@ class Dispatcher:
         self.health = _Health(self._loop)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.on_loop, self.server)
         self.health_server: grpc.Server | None = None
+        self._console_dir: pathlib.Path | None = None
+        self._gateway: Gateway | None = None
         try:
             self.port = self._listen(settings.listen)
             self.address = f"{settings.listen.rsplit(':', 1)[0]}:{self.port}"
@@ -173,12 +183,15 @@ class Dispatcher:
             self.health_port = self._serve_health(settings.health_listen) if settings.health_listen else 0
             self.metrics_server: MetricsServer | None = None
             if settings.metrics_listen:
-                self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls)
+                console = Console(self._serve_gateway()) if settings.console else None
+                self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls,
+                                                    app=console)
         except OSError:
             self._on_loop(self.server.stop(None))
             self._close_loop()
             if self.health_server is not None:
                 self.health_server.stop(None)
+            self._close_gateway()
             self.db.close()
             raise
         self.metrics_port = self.metrics_server.port if self.metrics_server else 0  # 0: no /metrics
@@ -196,6 +209,21 @@ class Dispatcher:
             refuse_plaintext_off_loopback(listen)
         return _bound(listen, lambda: self.server.add_secure_port(listen, grpc_credentials(tls, agents=agents))
                       if tls else self.server.add_insecure_port(listen))
+
+    def _serve_gateway(self) -> Gateway:
+        """The console's way in: plaintext gRPC on a Unix socket that only this user can reach (mkdtemp makes
+        its directory 0700), so a token sent on it never leaves the process's host or user."""
+        self._console_dir = pathlib.Path(tempfile.mkdtemp(prefix="sluice-console-"))
+        target = f"unix:{self._console_dir / 'grpc.sock'}"
+        _bound(target, lambda: self.server.add_insecure_port(target))
+        self._gateway = Gateway(target)
+        return self._gateway
+
+    def _close_gateway(self) -> None:
+        if self._gateway is not None:
+            self._gateway.close()
+        if self._console_dir is not None:
+            shutil.rmtree(self._console_dir, ignore_errors=True)
 
     def _serve_health(self, listen: str) -> int:
         self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
@@ -275,6 +303,7 @@ class Dispatcher:
         self.notifier.stop()
         if self.metrics_server:
             self.metrics_server.stop()
+        self._close_gateway()
         self.db.close()
 
     def _on_loop(self, coroutine, timeout_s: float | None = 60.0):

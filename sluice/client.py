@@ -93,6 +93,59 @@ def event_dict(event: jobs_pb2.JobEvent) -> dict:
             "to": event.to_state, "reason": event.reason, "cluster": event.cluster or None, "at": _time(event.at)}
 
 
+def describe_dict(reply: jobs_pb2.DescribeJobResponse) -> dict:
+    return {**job_dict(reply.job), "queuePosition": reply.queue_position or None,
+            "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events]}
+
+
+def explain_dict(reply: jobs_pb2.ExplainResponse) -> dict:
+    return {**job_dict(reply.job), "queuePosition": reply.queue_position or None, "quota": reply.quota,
+            "clusters": [{"cluster": c.cluster, "verdict": c.verdict} for c in reply.clusters],
+            "bursts": [{"attempt": b.attempt, "policy": b.policy, "queue": b.queue, "cluster": b.cluster,
+                        "trigger": b.trigger, "ratePerHour": b.rate_per_hour, "expectedHours": b.expected_hours,
+                        "expectedCost": b.expected_cost, "startsInSeconds": b.starts_in_seconds,
+                        "alternatives": [{"cluster": a.cluster, "verdict": a.verdict} for a in b.alternatives]}
+                       for b in reply.bursts]}
+
+
+def cluster_dicts(reply: jobs_pb2.ListClustersResponse) -> list[dict]:
+    return [{"name": c.name, "tier": c.tier, "site": c.site, "labels": dict(c.labels), "state": c.state,
+             "capacitySource": c.capacity_source,
+             "capacityAgeSeconds": round(c.capacity_age_seconds, 3) if c.capacity_age_seconds >= 0 else None,
+             "allocatable": _resources(c.allocatable), "free": _resources(c.free),
+             "largestFreeNode": _resources(c.largest_free_node), "runningJobs": c.running_jobs,
+             "price": dict(c.price)}
+            for c in reply.clusters]
+
+
+def queue_dicts(reply: jobs_pb2.ListQueuesResponse) -> list[dict]:
+    return [{"name": q.name, "parent": q.parent or None, "guaranteed": _resources(q.guaranteed),
+             "max": _resources(q.max), "used": _resources(q.used), "queuedJobs": q.queued_jobs,
+             "runningJobs": q.running_jobs} for q in reply.queues]
+
+
+def usage_dict(reply: jobs_pb2.UsageResponse, by: str = "queue") -> dict:
+    """Resource-hours and cost per group; resourceHours are hours of base units (cpu core-hours, memory
+    GiB-hours, others unit-hours), and `total` adds up the groups."""
+    groups = [{"group": r.group, "resourceHours": _ordered_resources(dict(r.resource_hours)), "cost": r.cost,
+               "attempts": r.attempts} for r in reply.rows]
+    total_hours: dict[str, float] = {}
+    for g in groups:
+        for resource, hours in g["resourceHours"].items():
+            total_hours[resource] = total_hours.get(resource, 0.0) + hours
+    return {"by": reply.by or by, "since": _time(reply.window_start), "until": _time(reply.window_end),
+            "currency": reply.currency, "groups": groups,
+            "total": {"resourceHours": _ordered_resources(total_hours), "cost": sum(g["cost"] for g in groups),
+                      "attempts": sum(g["attempts"] for g in groups)},
+            "burst": [{"policy": b.policy, "queue": b.queue or None, "spentInWindow": b.spent_in_window,
+                       "attempts": b.attempts, "spentToday": b.spent_today,
+                       "budgetPerDay": None if b.budget_per_day < 0 else b.budget_per_day,
+                       "ratePerHour": b.rate_per_hour,
+                       "budgetPerHour": None if b.budget_per_hour < 0 else b.budget_per_hour,
+                       "resourcesInUse": dict(b.resources_in_use), "maxResources": dict(b.max_resources)}
+                      for b in reply.burst]}
+
+
 def _resources(r: jobs_pb2.Resources) -> dict[str, str]:
     from sluice.quantity import format_resources
     return format_resources(dict(r.milli))
@@ -322,28 +375,22 @@ class Client:
         return job_dict(self._call(self._jobs.Get, jobs_pb2.GetJobRequest(id=job_id)))
 
     def describe(self, job_id: int) -> dict:
-        reply = self._call(self._jobs.Describe, jobs_pb2.GetJobRequest(id=job_id))
-        return {**job_dict(reply.job), "queuePosition": reply.queue_position or None,
-                "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events]}
+        return describe_dict(self._call(self._jobs.Describe, jobs_pb2.GetJobRequest(id=job_id)))
 
     def explain(self, job_id: int) -> dict:
-        reply = self._call(self._jobs.Explain, jobs_pb2.GetJobRequest(id=job_id))
-        return {**job_dict(reply.job), "queuePosition": reply.queue_position or None, "quota": reply.quota,
-                "clusters": [{"cluster": c.cluster, "verdict": c.verdict} for c in reply.clusters],
-                "bursts": [{"attempt": b.attempt, "policy": b.policy, "queue": b.queue, "cluster": b.cluster,
-                            "trigger": b.trigger, "ratePerHour": b.rate_per_hour, "expectedHours": b.expected_hours,
-                            "expectedCost": b.expected_cost, "startsInSeconds": b.starts_in_seconds,
-                            "alternatives": [{"cluster": a.cluster, "verdict": a.verdict} for a in b.alternatives]}
-                           for b in reply.bursts]}
+        return explain_dict(self._call(self._jobs.Explain, jobs_pb2.GetJobRequest(id=job_id)))
 
-    def list(self, *, queue: str = "", state: str = "", limit: int = 0) -> list[dict]:
-        """Jobs in id order; limit 0 lists every job (paging through the server's pages)."""
+    def list(self, *, queue: str = "", state: str = "", limit: int = 0, user: str = "", cluster: str = "",
+             name: str = "") -> list[dict]:
+        """Jobs in id order; limit 0 lists every job (paging through the server's pages). user and cluster
+        match exactly, name any job whose name contains it (ignoring case)."""
         out: list[dict] = []
         token = ""
         while True:
             page = min(limit - len(out), 1000) if limit else 1000
             reply = self._call(self._jobs.List, jobs_pb2.ListJobsRequest(queue=queue, state=state, limit=page,
-                                                                       page_token=token))
+                                                                       page_token=token, user=user,
+                                                                       cluster=cluster, name=name))
             out.extend(job_dict(j) for j in reply.jobs)
             token = reply.next_page_token
             if not token or (limit and len(out) >= limit):
@@ -393,19 +440,10 @@ class Client:
             raise rpc_error(exc) from None
 
     def clusters(self) -> list[dict]:
-        reply = self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest())
-        return [{"name": c.name, "tier": c.tier, "site": c.site, "labels": dict(c.labels), "state": c.state,
-                 "capacitySource": c.capacity_source,
-                 "capacityAgeSeconds": round(c.capacity_age_seconds, 3) if c.capacity_age_seconds >= 0 else None,
-                 "allocatable": _resources(c.allocatable), "free": _resources(c.free),
-                 "largestFreeNode": _resources(c.largest_free_node), "runningJobs": c.running_jobs}
-                for c in reply.clusters]
+        return cluster_dicts(self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest()))
 
     def queues(self) -> list[dict]:
-        reply = self._call(self._jobs.ListQueues, jobs_pb2.ListQueuesRequest())
-        return [{"name": q.name, "parent": q.parent or None, "guaranteed": _resources(q.guaranteed),
-                 "max": _resources(q.max), "used": _resources(q.used), "queuedJobs": q.queued_jobs,
-                 "runningJobs": q.running_jobs} for q in reply.queues]
+        return queue_dicts(self._call(self._jobs.ListQueues, jobs_pb2.ListQueuesRequest()))
 
     def usage(self, *, since_s: float = 0, by: str = "queue") -> dict:
         """Resource-hours and cost per group over the last `since_s` seconds (0: all time).
@@ -413,24 +451,7 @@ class Client:
         resourceHours are hours of base units (cpu core-hours, memory GiB-hours, others unit-hours);
         `total` adds up the groups.
         """
-        reply = self._call(self._jobs.Usage, jobs_pb2.UsageRequest(since_seconds=since_s, by=by))
-        groups = [{"group": r.group, "resourceHours": _ordered_resources(dict(r.resource_hours)), "cost": r.cost,
-                   "attempts": r.attempts} for r in reply.rows]
-        total_hours: dict[str, float] = {}
-        for g in groups:
-            for resource, hours in g["resourceHours"].items():
-                total_hours[resource] = total_hours.get(resource, 0.0) + hours
-        return {"by": reply.by or by, "since": _time(reply.window_start), "until": _time(reply.window_end),
-                "currency": reply.currency, "groups": groups,
-                "total": {"resourceHours": _ordered_resources(total_hours), "cost": sum(g["cost"] for g in groups),
-                          "attempts": sum(g["attempts"] for g in groups)},
-                "burst": [{"policy": b.policy, "queue": b.queue or None, "spentInWindow": b.spent_in_window,
-                           "attempts": b.attempts, "spentToday": b.spent_today,
-                           "budgetPerDay": None if b.budget_per_day < 0 else b.budget_per_day,
-                           "ratePerHour": b.rate_per_hour,
-                           "budgetPerHour": None if b.budget_per_hour < 0 else b.budget_per_hour,
-                           "resourcesInUse": dict(b.resources_in_use), "maxResources": dict(b.max_resources)}
-                          for b in reply.burst]}
+        return usage_dict(self._call(self._jobs.Usage, jobs_pb2.UsageRequest(since_seconds=since_s, by=by)), by)
 
 
 def _ordered_resources(amounts: dict) -> dict:

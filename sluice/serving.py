@@ -179,10 +179,18 @@ class _QuietHandler(WSGIRequestHandler):
         """Scrapes every few seconds would flood the log."""
 
 
-class MetricsServer:
-    """/metrics for one registry on HOST:PORT (port 0 picks a free one), over TLS when `tls` is given."""
+def _metrics_beside(metrics, other):
+    """One WSGI app: /metrics answered by `metrics`, every other path by `other`."""
+    def app(environ, start_response):
+        return (metrics if environ.get("PATH_INFO", "") == "/metrics" else other)(environ, start_response)
+    return app
 
-    def __init__(self, listen: str, registry: CollectorRegistry, tls: ServerTls | None = None):
+
+class MetricsServer:
+    """/metrics for one registry on HOST:PORT (port 0 picks a free one), over TLS when `tls` is given.
+    Without `app` every path answers with the metrics; with it, /metrics does and `app` (WSGI) serves the rest."""
+
+    def __init__(self, listen: str, registry: CollectorRegistry, tls: ServerTls | None = None, app=None):
         host, sep, port = listen.rpartition(":")
         host = host.strip("[]")
         if not sep or not host or not port.isdigit():
@@ -192,7 +200,8 @@ class MetricsServer:
                           "certificate and key)")
         https = HttpTls(tls) if tls is not None else None
         try:
-            self._server = make_server(host, int(port), make_wsgi_app(registry),
+            served = make_wsgi_app(registry) if app is None else _metrics_beside(make_wsgi_app(registry), app)
+            self._server = make_server(host, int(port), served,
                                        _HttpServer6 if ":" in host else _HttpServer, handler_class=_QuietHandler)
         except (OSError, OverflowError) as exc:
             raise OSError(f"cannot serve metrics on {listen}: {exc}") from exc
@@ -209,6 +218,10 @@ class MetricsServer:
     @property
     def url(self) -> str:
         return f"{self.scheme}://{self.address}/metrics"
+
+    @property
+    def root_url(self) -> str:
+        return f"{self.scheme}://{self.address}/"
 
     def stop(self) -> None:
         self._server.shutdown()

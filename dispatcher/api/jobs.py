@@ -35,6 +35,7 @@ from sluice.wire import STREAM_MARK
 
 READERS = ("admin", "user")
 MAX_LIST = 1000
+MAX_FILTER_CHARS = 253  # a List filter's text: no queue, user, cluster or job name is longer
 MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for (0 asks for all time)
 # A submit stream's request of at most this many bytes of documents is parsed on the event loop, sparing it a
 # hop to a thread; a larger one on a thread, where its parse holds no other stream up.
@@ -189,6 +190,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             raise InvalidRequest(f"state: {request.state!r} is not one of {', '.join(states.STATES)}")
         if request.limit < 0:
             raise InvalidRequest("limit: must not be negative")
+        for field in ("queue", "user", "cluster", "name"):
+            if len(getattr(request, field)) > MAX_FILTER_CHARS:
+                raise InvalidRequest(f"{field}: at most {MAX_FILTER_CHARS} characters")
         limit = min(request.limit or 100, MAX_LIST)
         try:
             after = int(request.page_token or 0)
@@ -199,7 +203,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         with self._sessions() as session:
             readable = scoping.readable_queues(session, who)
             rows = job_reads.list_jobs(session, queue=request.queue or None, state=request.state or None,
-                                       after_id=after, limit=limit + 1,
+                                       user=request.user or None, cluster=request.cluster or None,
+                                       name=request.name or None, after_id=after, limit=limit + 1,
                                        visible_to=None if readable is None else (who.subject, readable))
             more = len(rows) > limit
             rows = rows[:limit]
@@ -325,6 +330,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         now = datetime.now(UTC)
         with self._sessions() as session:
             running = cluster_store.running_per_cluster(session)
+            prices = {c.name: object_from_document(c.spec).price for c in cluster_store.list_clusters(session)}
             views = []
             for cap in snapshot.read(session, now, unreachable_after_s=self._unreachable_after_s):
                 s = cap.state
@@ -333,7 +339,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     capacity_source=cap.source, capacity_age_seconds=cap.age_seconds,
                     allocatable=convert.resources(cap.allocatable), free=convert.resources(s.free),
                     largest_free_node=convert.resources(s.largest_free_node), running_jobs=running.get(s.name, 0),
-                    connected=cap.status != "unreachable"))
+                    connected=cap.status != "unreachable", price=prices.get(s.name, {})))
         return jobs_pb2.ListClustersResponse(clusters=views)
 
     @translated

@@ -20,12 +20,14 @@ def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
     return job
 
 
-def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None,
-              after_id: int = 0, limit: int = 100, visible_to: tuple[str, frozenset[str]] | None = None) -> list[Job]:
+def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None, user: str | None = None,
+              cluster: str | None = None, name: str | None = None, after_id: int = 0, limit: int = 100,
+              visible_to: tuple[str, frozenset[str]] | None = None) -> list[Job]:
     """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes.
 
-    The job documents and resource maps stay unloaded: listings never show them. visible_to: (user, queues)
-    lists only that user's jobs and those of these queues (services.scoping); None lists every job.
+    The job documents and resource maps stay unloaded: listings never show them. user and cluster match
+    exactly; name matches any job whose name contains it, ignoring case. visible_to: (user, queues) lists only
+    that user's jobs and those of these queues (services.scoping); None lists every job.
     """
     stmt = (select(Job).options(defer(Job.spec), defer(Job.requests), defer(Job.largest_pod), defer(Job.placement))
             .where(Job.id > after_id).order_by(Job.id).limit(limit))
@@ -33,10 +35,20 @@ def list_jobs(session: Session, *, queue: str | None = None, state: str | None =
         stmt = stmt.where(Job.queue == queue)
     if state:
         stmt = stmt.where(Job.state == state)
+    if user:
+        stmt = stmt.where(Job.submitted_by == user)
+    if cluster:
+        stmt = stmt.where(Job.cluster == cluster)
+    if name:  # the text itself, not a pattern: its % and _ are escaped
+        stmt = stmt.where(Job.name.ilike("%" + _like_escaped(name) + "%", escape="\\"))
     if visible_to is not None:
         user, queues = visible_to
         stmt = stmt.where(or_(Job.submitted_by == user, Job.queue.in_(sorted(queues))))
     return list(session.scalars(stmt))
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000,

@@ -155,16 +155,22 @@ class ExplainResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., queue_position: _Optional[int] = ..., quota: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ..., bursts: _Optional[_Iterable[_Union[BurstDecision, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("queue", "state", "limit", "page_token")
+    __slots__ = ("queue", "state", "limit", "page_token", "user", "cluster", "name")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     queue: str
     state: str
     limit: int
     page_token: str
-    def __init__(self, queue: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    user: str
+    cluster: str
+    name: str
+    def __init__(self, queue: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., user: _Optional[str] = ..., cluster: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -214,7 +220,7 @@ class Resources(_message.Message):
     def __init__(self, milli: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ClusterView(_message.Message):
-    __slots__ = ("name", "tier", "site", "labels", "state", "capacity_source", "capacity_age_seconds", "allocatable", "free", "largest_free_node", "running_jobs", "connected")
+    __slots__ = ("name", "tier", "site", "labels", "state", "capacity_source", "capacity_age_seconds", "allocatable", "free", "largest_free_node", "running_jobs", "connected", "price")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +228,13 @@ class ClusterView(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PriceEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +247,7 @@ class ClusterView(_message.Message):
     LARGEST_FREE_NODE_FIELD_NUMBER: _ClassVar[int]
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    PRICE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tier: str
     site: str
@@ -246,7 +260,8 @@ class ClusterView(_message.Message):
     largest_free_node: Resources
     running_jobs: int
     connected: bool
-    def __init__(self, name: _Optional[str] = ..., tier: _Optional[str] = ..., site: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., capacity_source: _Optional[str] = ..., capacity_age_seconds: _Optional[float] = ..., allocatable: _Optional[_Union[Resources, _Mapping]] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[Resources, _Mapping]] = ..., running_jobs: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+    price: _containers.ScalarMap[str, float]
+    def __init__(self, name: _Optional[str] = ..., tier: _Optional[str] = ..., site: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., capacity_source: _Optional[str] = ..., capacity_age_seconds: _Optional[float] = ..., allocatable: _Optional[_Union[Resources, _Mapping]] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[Resources, _Mapping]] = ..., running_jobs: _Optional[int] = ..., connected: _Optional[bool] = ..., price: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ListClustersRequest(_message.Message):
     __slots__ = ()

@@ -391,3 +391,17 @@ def test_restart_resumes_where_it_stopped(up):
     [new_id] = submit(up, "-f", "-", input=job_yaml(name="after-restart", duration="0.2s"))
     assert new_id > max(j["id"] for j in before)
     assert wait_state(up, new_id, FINAL)["state"] == "SUCCEEDED"
+
+
+def test_up_prints_the_console_which_takes_the_admin_token_it_wrote(up):
+    import ssl
+    import urllib.request
+
+    shown = yaml.safe_load(up.log.read_text()[up.log.read_text().index("address:"):].split("\n\n")[0])
+    console = shown["console"]
+    assert console.startswith("https://127.0.0.1:") and console.endswith("/")
+    token = (up.data_dir / "tokens" / "admin").read_text().strip()
+    request = urllib.request.Request(f"{console}api/v1/clusters", headers={"Authorization": f"Bearer {token}"})
+    context = ssl.create_default_context(cafile=str(up.data_dir / "certs" / "ca.crt"))
+    with urllib.request.urlopen(request, timeout=10, context=context) as reply:
+        assert {c["name"] for c in json.loads(reply.read())["clusters"]} == CLUSTERS
