@@ -154,9 +154,13 @@ class Embedded:
             return create
 
         self.admin_token = _secret(data / "tokens" / "admin", new_token("admin", "admin"))
-        client_config.write(self.client_config_path, self.client_settings())
-        if self.settings.make_default:
-            client_config.make_default(self.client_config_path)
+        try:
+            client_config.write(self.client_config_path, self.client_settings())
+            if self.settings.make_default:
+                client_config.make_default(self.client_config_path)
+        except client_config.ConfigError as exc:
+            self.stop()
+            raise OSError(str(exc)) from None  # `sluice up` prints it as one line
         for obj in clusters:  # the stored clusters: a restart without --config runs the same ones
             if obj.simulated is not None:
                 token = _secret(data / "tokens" / f"agent-{obj.name}",

@@ -6,6 +6,7 @@ Kubernetes client.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
@@ -16,7 +17,7 @@ import grpc
 import orjson
 
 from sluice import transport
-from sluice.config import ClientConfig
+from sluice.config import ClientConfig, ConfigError, load
 from sluice.spec import JobSpec
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from sluice.wire import STREAM_MARK
@@ -26,6 +27,7 @@ MAX_SUBMIT = 100_000  # documents in one submit (the dispatcher's limit: it hold
 MAX_CALL = 10_000  # documents one Submit call may carry (the dispatcher's limit per request)
 RETRY_WAITS_S = (0.2, 0.5, 1.0, 2.0, 4.0)  # before each retry of a submit that met UNAVAILABLE
 STREAM_S = 60.0  # how long a submit stream takes requests; it lives timeout_s longer, so none meets its end
+FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")  # a job in one of them has ended
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -259,6 +261,9 @@ _WATCHDOG = _Watchdog()
 
 
 class Client:
+    """A connection to one dispatcher (docs/python-client.md). Every call raises ClientError when the
+    dispatcher refuses it or cannot be reached; use it as a context manager, or close() it."""
+
     def __init__(self, config: ClientConfig):
         self.config = config
         try:
@@ -272,6 +277,19 @@ class Client:
         self._stream: _SubmitStream | None = None
         self._stream_lock = threading.Lock()  # one request at a time on the stream; other threads use calls
         self._streams_from = 0.0  # monotonic time from which streams may be tried again
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike | None = None, *, context: str | None = None,
+                    ca: str | os.PathLike | None = None) -> Client:
+        """A client of the dispatcher the client config file names, as the `sluice` command finds it: `path`,
+        else $SLUICE_CONFIG, else ~/.config/sluice/client.yaml; its context `context`, else $SLUICE_CONTEXT,
+        else its current one; $SLUICE_ADDRESS and the like override (sluice.config). A config it cannot use
+        is a ClientError (INVALID_ARGUMENT) saying why."""
+        try:
+            config = load(path, ca=ca, context=context)
+        except ConfigError as exc:
+            raise ClientError("INVALID_ARGUMENT", str(exc)) from None
+        return cls(config)
 
     def close(self) -> None:
         with self._stream_lock:
@@ -399,26 +417,68 @@ class Client:
     def cancel(self, job_ids: list[int]) -> list[dict]:
         return [job_dict(j) for j in self._call(self._jobs.Cancel, jobs_pb2.CancelRequest(ids=job_ids)).jobs]
 
-    def watch(self, job_id: int = 0, after_event_id: int = 0) -> Iterator[dict]:
-        """Job events as they happen; resume after a known event id. Ends only on error or close.
+    def watch(self, job_id: int = 0, after_event_id: int = 0, *, duration_s: float | None = None
+              ) -> Iterator[dict]:
+        """Job events (of job `job_id`, else of every job this token may see) as they happen, after the event
+        `after_event_id` (0: from the first). Ends on error, on close, or after `duration_s` seconds if given.
 
         The events come from WatchBatches (those the server reads together in one message); a dispatcher
         older than it answers UNIMPLEMENTED before any event, and the same events then come from Watch."""
         request = jobs_pb2.WatchRequest(job_id=job_id, after_event_id=after_event_id)
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+        calls = []  # cancelled when the caller stops reading: the server then ends the stream at once
         try:
             try:
-                for batch in self._jobs.WatchBatches(request, metadata=self._metadata):
+                calls.append(self._jobs.WatchBatches(request, metadata=self._metadata, timeout=left()))
+                for batch in calls[-1]:
                     for event in batch.events:
                         yield event_dict(event)
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
-                for event in self._jobs.Watch(request, metadata=self._metadata):
+                calls.append(self._jobs.Watch(request, metadata=self._metadata, timeout=left()))
+                for event in calls[-1]:
                     yield event_dict(event)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and deadline is not None:
+                return
             raise rpc_error(exc) from None
+        finally:
+            for call in calls:
+                call.cancel()
+
+    def wait(self, job_ids: Iterable[int], timeout_s: float | None = None) -> list[dict]:
+        """Wait until every job has ended (SUCCEEDED, FAILED or CANCELLED): the jobs as they ended, in the
+        order of `job_ids`. ClientError DEADLINE_EXCEEDED, naming the jobs still going, when `timeout_s`
+        seconds pass first (None: no limit)."""
+        ids = list(job_ids)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ended: dict[int, dict] = {}
+        for job_id in dict.fromkeys(ids):
+            job = self.get(job_id)
+            if job["state"] in FINAL_STATES:
+                ended[job_id] = job
+        remaining = set(ids) - set(ended)
+        if remaining:
+            only = next(iter(remaining)) if len(remaining) == 1 else 0  # one job: its events only
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for event in self.watch(only, duration_s=left):  # from the first event: none is missed
+                if event["jobId"] in remaining and event["to"] in FINAL_STATES:
+                    remaining.discard(event["jobId"])
+                    ended[event["jobId"]] = self.get(event["jobId"])
+                    if not remaining:
+                        break
+        if remaining:
+            going = ", ".join(str(i) for i in sorted(remaining))
+            if timeout_s is None:  # the watch ended early: the client was closed
+                raise ClientError("CANCELLED", f"wait: closed before job {going} ended")
+            raise ClientError("DEADLINE_EXCEEDED", f"wait: after {timeout_s:g}s, not ended yet: job {going}")
+        return [ended[i] for i in ids]
 
     def logs(self, job_id: int, *, attempt: int = 0, pod: str = "", pod_set: str = "", tail: int = 0,
              follow: bool = False) -> Iterator[dict]:

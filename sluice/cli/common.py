@@ -28,12 +28,14 @@ class Failed(Exception):
 
 
 def make_client(ctx: typer.Context, what: str, client_class=None):
-    """A client (sluice.client.Client unless client_class) from the config `--config` names."""
+    """A client (sluice.client.Client unless client_class) from the config `--config` names, of the context
+    `--context` names."""
     from sluice.client import Client, ClientError
     from sluice.config import ConfigError, load
     options = ctx.obj or {}
     try:
-        return (client_class or Client)(load(options.get("config"), ca=options.get("ca")))
+        return (client_class or Client)(load(options.get("config"), ca=options.get("ca"),
+                                             context=options.get("context")))
     except ConfigError as exc:
         raise Failed(what, str(exc)) from None
     except ClientError as exc:
@@ -67,11 +69,11 @@ def read_documents(what: str, file: str, load):
         raise Failed(what, str(exc)) from None
 
 
-def run(app: typer.Typer) -> NoReturn:
-    """Run the command line and exit: a Failed prints `error: <what>: <why>` and exits 1, a usage error
-    prints one line and exits 2. Anything else is a bug, printed as one line too, exit 1."""
+def run(app: typer.Typer, args: list[str] | None = None) -> NoReturn:
+    """Run the command line (`args`, else sys.argv's) and exit: a Failed prints `error: <what>: <why>` and
+    exits 1, a usage error prints one line and exits 2. Anything else is a bug, printed as one line too, exit 1."""
     try:
-        code = app(standalone_mode=False, prog_name="sluice")
+        code = app(args=args, standalone_mode=False, prog_name="sluice")
     except Failed as exc:
         error(exc.what, exc.why)
         sys.exit(1)

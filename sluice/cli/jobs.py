@@ -4,7 +4,6 @@ They import the client (grpc, the stubs) only inside their bodies.
 """
 from __future__ import annotations
 
-import functools
 import re
 
 import typer
@@ -57,7 +56,7 @@ def submit(ctx: typer.Context,
     else:
         emit(ids, output)
     if wait:
-        final = _wait_for(client, ids, what)
+        final = call(what, lambda: client.wait(ids))
         failed = [j for j in final if j["state"] != "SUCCEEDED"]
         for j in failed:
             error(f"job {j['id']}", f"{j['state']}: {j['reason']}")
@@ -77,24 +76,6 @@ def _in_file_terms(numbers: list[int], submit):
             raise ClientError(exc.code, f"document {numbers[int(found[1]) - 1]}:{exc.message[found.end():]}") \
                 from None
         raise
-
-
-def _wait_for(client, ids: list[int], what: str) -> list[dict]:
-    remaining = set(ids)
-    final: dict[int, dict] = {}
-    for job_id in list(remaining):
-        job = call(what, functools.partial(client.get, job_id))
-        if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            final[job_id] = job
-            remaining.discard(job_id)
-    if remaining:
-        for event in call(what, lambda: client.watch()):
-            if event["jobId"] in remaining and event["to"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                remaining.discard(event["jobId"])
-                final[event["jobId"]] = call(what, functools.partial(client.get, event["jobId"]))
-                if not remaining:
-                    break
-    return [final[i] for i in ids]
 
 
 @app.command()

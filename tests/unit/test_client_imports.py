@@ -88,3 +88,11 @@ def test_a_bad_job_file_fails_with_one_line_before_any_connection(invalid_exampl
     assert "spec.podSets[0].count" in lines[0]
     assert "Traceback" not in err and out.strip() == ""
     assert loaded == []
+
+
+def test_import_sluice_loads_no_grpc_until_the_client_is_asked_for():
+    code = ("import sys, sluice; assert 'grpc' not in sys.modules; from sluice import process; "
+            "assert 'grpc' not in sys.modules; from sluice import Client, ClientError; "
+            "assert 'grpc' in sys.modules and Client.__module__ == 'sluice.client'; print(ClientError.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "ClientError\n", done.stderr
