@@ -180,6 +180,15 @@ def test_follow_ends_when_stopped_and_when_the_pods_are_deleted(start, fake):
     backend.delete_attempt(18, 1)
     assert follower.ended()
     assert follower.error is None
+    # So does stopping the backend (the agent stops), quietly, even for a pod that has not started.
+    other, _ = start(log_poll_s=0.05)
+    other.create_attempt(22, 1, job_doc(pod_set("worker", 2)))
+    fake.run_pod(NS, "22-1-worker-0")
+    follower = Follower(other.logs(22, 1, follow=True))
+    follower.wait_for(("22-1-worker-0", "started"))
+    other.stop()
+    assert follower.ended(1.0)
+    assert follower.error is None
 
 
 def test_pods_of_several_containers_prefix_each_line_with_its_container(start, fake):

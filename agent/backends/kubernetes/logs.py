@@ -185,7 +185,7 @@ class PodLogs:
                         out.put((name, prefix + line))
                 return
         except KubeError as exc:
-            if not done.is_set():
+            if not done.is_set() and not self._halted.is_set():  # stopping the backend cuts every stream
                 out.put(_about(name, exc))
         except Exception as exc:  # the consumer must hear of it, not wait for a line that never comes
             if not done.is_set():
