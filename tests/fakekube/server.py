@@ -11,6 +11,12 @@ real `kubernetes` client library runs unchanged against it. It serves what the a
   resourceVersion, with `allowWatchBookmarks` and `timeoutSeconds`; a resourceVersion older than the
   retained history gets the API server's `ERROR` event with a 410 Expired Status, a list request with
   one gets a 410 response;
+- pod logs (`GET .../pods/{name}/log`, text/plain) with `container`, `tailLines`, `timestamps`,
+  `sinceSeconds`, `limitBytes`, `previous` and `follow`: a chunked stream of the lines so far, then of
+  each line appended, ending when the container terminates, the pod is deleted or the server stops. An
+  unknown pod is 404, a pod of several containers with none named 400 (as is a container that has not
+  started, with the API server's "is waiting to start" message). A pod's containers log "started" when
+  they start and "exited with code N" when they end; tests add lines with `append_log`;
 - delete with `propagationPolicy` (query or DeleteOptions body): pods on a node terminate gracefully
   (deletionTimestamp first, gone `pod_termination_s` later); a Job deleted `Foreground` keeps a
   `foregroundDeletion` finalizer until its pods are gone, `Background` goes at once and its pods
@@ -31,6 +37,7 @@ Every request is recorded in `requests` (method, path, query, status), every del
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import heapq
 import itertools
@@ -43,7 +50,7 @@ import string
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -333,6 +340,8 @@ class FakeKube:
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         self._open_sockets: set[socket.socket] = set()
+        # (namespace, pod) -> container -> [(when, line)]; a pod's logs go with it
+        self._logs: dict[tuple[str, str], dict[str, list[tuple[datetime, str]]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> FakeKube:
@@ -531,6 +540,22 @@ class FakeKube:
             job = self._objects["jobs"][(namespace, name)]
             self._job_fails(job, reason, message)
 
+    def append_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None:
+        """The container (default: the pod's first) writes `text`, one log line per line of it."""
+        with self._cond:
+            pod = self._pod(namespace, name)
+            container = container or pod["spec"]["containers"][0]["name"]
+            if container not in _container_names(pod):
+                raise KeyError(f"pod {namespace}/{name} has no container {container}")
+            self._write_log(pod, container, text)
+
+    def log_lines(self, namespace: str, name: str, container: str | None = None) -> list[str]:
+        """What the container (default: the pod's first) has logged so far."""
+        with self._cond:
+            pod = self._pod(namespace, name)
+            container = container or pod["spec"]["containers"][0]["name"]
+            return [line for _, line in self._logs.get((namespace, name), {}).get(container, [])]
+
     def autopilot(self, on: bool = True) -> None:
         """Act as scheduler and kubelet: bind, run and end pods by themselves (see the module docstring)."""
         with self._cond:
@@ -639,6 +664,8 @@ class FakeKube:
         obj = self._objects[plural].pop(key, None)
         if obj is None:
             return
+        if plural == "pods":
+            self._logs.pop(key, None)
         obj["metadata"]["resourceVersion"] = self._bump()
         self._record(plural, "DELETED", obj)
         if plural == "pods":
@@ -727,7 +754,17 @@ class FakeKube:
             condition["message"] = message
         pod["status"]["conditions"] = conditions + [condition]
 
+    def _write_log(self, pod: dict, container: str, text: str) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        now = datetime.now(UTC)
+        lines = text[:-1] if text.endswith("\n") else text
+        self._logs.setdefault(key, {}).setdefault(container, []).extend((now, line) for line in lines.split("\n"))
+        self._cond.notify_all()
+
     def _run(self, pod: dict, node: str | None, at: datetime | None = None) -> None:
+        if pod["status"].get("phase") != "Running":
+            for container in pod["spec"]["containers"]:
+                self._write_log(pod, container["name"], "started")
         pod["spec"]["nodeName"] = node or pod["spec"].get("nodeName") or self._any_node()
         self._set_condition(pod, "PodScheduled", "True")
         self._set_condition(pod, "Ready", "True")
@@ -742,6 +779,9 @@ class FakeKube:
     def _end(self, pod: dict, exit_code: int, *, reason: str = "", message: str = "",
              pod_reason: str | None = None, at: datetime | None = None) -> None:
         pod["spec"]["nodeName"] = pod["spec"].get("nodeName") or self._any_node()
+        if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            for container in pod["spec"]["containers"]:
+                self._write_log(pod, container["name"], f"exited with code {exit_code}")
         pod["status"]["phase"] = "Succeeded" if exit_code == 0 and not pod_reason else "Failed"
         self._set_condition(pod, "Ready", "False", reason="PodCompleted")
         if pod_reason:
@@ -942,6 +982,61 @@ def _pod_request(pod: dict) -> dict[str, int]:
     return total
 
 
+def _container_names(pod: dict) -> list[str]:
+    spec = pod["spec"]
+    return [c["name"] for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])]
+
+
+def _log_container(pod: dict, requested: str) -> str:
+    """The container a log request reads, or the API server's 400 for a missing or unknown name."""
+    name = pod["metadata"]["name"]
+    containers = [c["name"] for c in pod["spec"].get("containers") or []]
+    init = [c["name"] for c in pod["spec"].get("initContainers") or []]
+    if not requested:
+        if len(containers) == 1 and not init:
+            return containers[0]
+        message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+        if init:
+            message += f" or one of the init containers: [{' '.join(init)}]"
+        raise ApiError(400, "BadRequest", message)
+    if requested not in containers + init:
+        raise ApiError(400, "BadRequest", f"container {requested} is not valid for pod {name}")
+    return requested
+
+
+def _container_state(pod: dict, container: str) -> dict:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if s.get("name") == container), {})
+
+
+def _waiting_to_start(pod: dict, container: str) -> str | None:
+    """Why the container has no log yet (the kubelet's waiting reason), or None when it has one."""
+    status = _container_state(pod, container)
+    state = status.get("state") or {}
+    if "running" in state or "terminated" in state or (status.get("lastState") or {}).get("terminated"):
+        return None
+    return (state.get("waiting") or {}).get("reason") or ("PodInitializing" if status else "ContainerCreating")
+
+
+def _log_ended(pod: dict, container: str) -> bool:
+    return pod["status"].get("phase") in ("Succeeded", "Failed") \
+        or "terminated" in (_container_state(pod, container).get("state") or {})
+
+
+def _count_param(query: dict, key: str) -> int | None:
+    text = query.get(key)
+    if text in (None, ""):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f"{key}: invalid value {text!r}: not an integer") from None
+    if value < 0:
+        raise ApiError(422, "Invalid", f"PodLogOptions \"\" is invalid: {key}: Invalid value: {value}: "
+                                       "must be greater than or equal to 0")
+    return value
+
+
 def _route(path: str) -> tuple[Resource, str | None, str | None, str | None]:
     """(resource, namespace or None, name or None, subresource or None) for an API path."""
     for prefix in _PREFIXES:
@@ -1019,9 +1114,13 @@ class _Handler(BaseHTTPRequestHandler):
                                                  f"injected fault {fault.status}"), headers)
                 return
             resource, namespace, name, sub = _route(split.path)
-            if sub is not None and sub != "status":
+            if sub is not None and (sub, resource.plural) not in (("status", resource.plural), ("log", "pods")):
                 raise ApiError(404, "NotFound", f"the server could not find the requested resource ({split.path})")
-            if method == "GET" and name is None:
+            if sub == "log":
+                if method != "GET":
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {split.path}")
+                self._log(namespace or "", name or "", query)
+            elif method == "GET" and name is None:
                 if self._record.watch:
                     self._watch(resource, namespace, query)
                 else:
@@ -1095,6 +1194,32 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
+    @contextlib.contextmanager
+    def _streaming(self, content_type: str):
+        """A 200 answer whose body the block writes with `_chunk` (an empty chunk ends it cleanly). The
+        block raises ConnectionAbortedError to drop the connection (the server stops, watches are cut); a
+        client hanging up ends it too. `stop()` shuts the socket down under a blocked write."""
+        fake = self.server_fake
+        self._record.status = 200
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sock = self.connection
+        with fake._cond:
+            fake._open_sockets.add(sock)
+        try:
+            yield
+        except (ConnectionAbortedError, BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        finally:
+            with fake._cond:
+                fake._open_sockets.discard(sock)
+
     def _watch(self, resource: Resource, namespace: str | None, query: dict) -> None:
         fake = self.server_fake
         match = self._matching(resource, namespace, query)
@@ -1102,27 +1227,20 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + timeout
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         rv_text = query.get("resourceVersion") or ""
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self._record.status = 200
-        sock = self.connection
-        with fake._cond:
-            fake._open_sockets.add(sock)
-            generation = fake._watch_generation
-            pending: list[dict] = []
-            if rv_text in ("", "0"):
-                position = fake._rv
-                pending = [{"type": "ADDED", "object": copy.deepcopy(o)}
-                           for _, o in sorted(fake._objects[resource.plural].items()) if match(o)]
-            else:
-                position = int(rv_text)
-                if position < fake._compacted - 1:  # the events after it are no longer kept
-                    pending = [{"type": "ERROR", "object": _status(
-                        410, "Expired", f"too old resource version: {position} ({fake._compacted - 1})")}]
-                    position = -1
-        try:
+        with self._streaming("application/json"):
+            with fake._cond:
+                generation = fake._watch_generation
+                pending: list[dict] = []
+                if rv_text in ("", "0"):
+                    position = fake._rv
+                    pending = [{"type": "ADDED", "object": copy.deepcopy(o)}
+                               for _, o in sorted(fake._objects[resource.plural].items()) if match(o)]
+                else:
+                    position = int(rv_text)
+                    if position < fake._compacted - 1:  # the events after it are no longer kept
+                        pending = [{"type": "ERROR", "object": _status(
+                            410, "Expired", f"too old resource version: {position} ({fake._compacted - 1})")}]
+                        position = -1
             for event in pending:
                 self._chunk(json.dumps(event).encode() + b"\n")
             if position < 0:
@@ -1154,12 +1272,75 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(json.dumps({"type": "BOOKMARK", "object": {
                         "kind": resource.kind, "apiVersion": resource.api_version,
                         "metadata": {"resourceVersion": str(current)}}}).encode() + b"\n")
-        except (ConnectionAbortedError, BrokenPipeError, ConnectionResetError, OSError):
-            self.close_connection = True
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        finally:
-            with fake._cond:
-                fake._open_sockets.discard(sock)
+
+    def _log(self, namespace: str, name: str, query: dict) -> None:
+        """A container's log as the kubelet serves it through the API server: text/plain lines."""
+        fake = self.server_fake
+        follow = query.get("follow") in ("true", "1")
+        timestamps = query.get("timestamps") in ("true", "1")
+        tail, since, limit = (_count_param(query, k) for k in ("tailLines", "sinceSeconds", "limitBytes"))
+        with fake._cond:
+            pod = fake._objects["pods"].get((namespace, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            container = _log_container(pod, query.get("container") or "")
+            if query.get("previous") in ("true", "1"):
+                raise ApiError(400, "BadRequest", f'previous terminated container "{container}" in pod "{name}" '
+                                                  "not found")
+            waiting = _waiting_to_start(pod, container)
+            if waiting is not None:
+                raise ApiError(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: '
+                                                  f"{waiting}")
+            uid = pod["metadata"]["uid"]
+            entries = list(fake._logs.get((namespace, name), {}).get(container, []))
+        position = len(entries)
+        if since is not None:
+            entries = [e for e in entries if e[0] >= datetime.now(UTC) - timedelta(seconds=since)]
+        if tail is not None:
+            entries = entries[-tail:] if tail else []
+        budget = [limit]
+
+        def render(items: list[tuple[datetime, str]]) -> bytes:
+            data = b"".join((at.strftime("%Y-%m-%dT%H:%M:%S.%f000Z ") if timestamps else "").encode()
+                            + line.encode() + b"\n" for at, line in items)
+            if budget[0] is not None:
+                data, budget[0] = data[:budget[0]], max(budget[0] - len(data), 0)
+            return data
+
+        if not follow:
+            data = render(entries)
+            self._record.status = 200
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        with self._streaming("text/plain"):
+            while True:
+                data = render(entries)
+                if data:
+                    self._chunk(data)
+                if budget[0] == 0:
+                    self._chunk(b"")
+                    return
+                with fake._cond:
+                    while True:
+                        if fake._stopping:
+                            raise ConnectionAbortedError
+                        pod = fake._objects["pods"].get((namespace, name))
+                        if pod is None or pod["metadata"]["uid"] != uid:
+                            entries, ended = [], True
+                            break
+                        lines = fake._logs.get((namespace, name), {}).get(container, [])
+                        entries, ended = lines[position:], _log_ended(pod, container)
+                        if entries or ended:
+                            break
+                        fake._cond.wait(0.5)
+                    position += len(entries)
+                if ended:
+                    data = render(entries)
+                    if data:
+                        self._chunk(data)
+                    self._chunk(b"")  # the container is done, or the pod is gone: the stream ends
+                    return

@@ -226,7 +226,8 @@ AGENT_RULES = {
                      ("", "namespaces"): {"get"}},
     "sluice-agent-workloads": {("", "pods"): {"create", "get", "list", "watch", "delete"},
                                ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-                               ("", "events"): {"list", "watch"}},
+                               ("", "events"): {"list", "watch"},
+                               ("", "pods/log"): {"get"}},
     "sluice-agent-namespaces": {("", "namespaces"): {"create"}},
 }
 

@@ -174,6 +174,35 @@ class KubeApi:
                 return None
             raise error from exc
 
+    def read_pod(self, namespace: str, name: str) -> dict | None:
+        try:
+            response = self._groups["core"].read_namespaced_pod(name, namespace, _preload_content=False,
+                                                                _request_timeout=self._timeout())
+            return json.loads(response.data)
+        except _CLIENT_ERRORS as exc:
+            error = _translate(exc)
+            if error.status == 404:
+                return None
+            raise error from exc
+
+    def pod_log(self, namespace: str, name: str, container: str, *, tail_lines: int = 0,
+                follow: bool = False) -> LogStream:
+        """Open one container's log. Without follow every read is bounded by the request timeout. With follow
+        the stream stays open until the container ends, the pod goes, or it is closed: a quiet container may
+        write nothing for hours, so there is no timeout at all (the client takes no read timeout alone)."""
+        kwargs: dict = {"container": container}
+        if tail_lines > 0:
+            kwargs["tail_lines"] = tail_lines
+        if follow:
+            kwargs["follow"] = True
+        timeout = None if follow else self._timeout()
+        try:
+            response = self._groups["core"].read_namespaced_pod_log(name, namespace, _preload_content=False,
+                                                                    _request_timeout=timeout, **kwargs)
+        except _CLIENT_ERRORS as exc:
+            raise _translate(exc) from exc
+        return LogStream(self, response)
+
     def watch(self, plural: str, resource_version: str, *, label_selector: str | None = None,
               timeout_s: int = 300) -> Iterator[tuple[str, dict]]:
         """(type, object) events after resource_version: ADDED, MODIFIED, DELETED, BOOKMARK (object holds
@@ -212,19 +241,69 @@ class KubeApi:
             response.close()  # a watch connection is not worth reusing
 
     def interrupt(self) -> None:
-        """End every open watch stream now (stopping)."""
+        """End every open watch and log stream now (stopping)."""
         with self._open_lock:
             responses = list(self._open)
         for response in responses:
-            try:
-                response.shutdown()
-            except Exception:  # older urllib3 has no shutdown(); closing the socket ends the read too
-                try:
-                    sock = getattr(getattr(response, "connection", None), "sock", None)
-                    if sock is not None:
-                        sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shutdown(response)
+
+
+def _shutdown(response) -> None:
+    """End a response's read from another thread."""
+    try:
+        response.shutdown()
+    except Exception:  # older urllib3 has no shutdown(); closing the socket ends the read too
+        try:
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class LogStream:
+    """One open container log: `lines()` yields its lines as they arrive (without the newline, undecodable
+    bytes replaced); `close()`, from any thread, ends it, and `lines()` then just stops."""
+
+    def __init__(self, api: KubeApi, response):
+        self._api, self._response = api, response
+        self._lock = threading.Lock()  # close() must not shut down a connection already back in the pool
+        self._closed = self._finished = False
+        with api._open_lock:
+            api._open.add(response)
+
+    def lines(self) -> Iterator[str]:
+        buffer, complete = b"", False
+        try:
+            for chunk in self._response.stream(65536, decode_content=True):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace")
+            if buffer:
+                yield buffer.decode("utf-8", errors="replace")
+            complete = True
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
+            if not self._closed:
+                raise _translate(exc) from exc
+        finally:
+            with self._lock:
+                self._finished = True
+                with self._api._open_lock:
+                    self._api._open.discard(self._response)
+                if complete:
+                    self._response.release_conn()  # read to the end: the connection can serve another call
+                else:
+                    self._response.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._finished or self._closed:
+                return
+            self._closed = True
+            _shutdown(self._response)
+        with self._api._open_lock:
+            self._api._open.discard(self._response)
 
 
 _RETRY_AFTER_MAX_S = 120.0  # a longer Retry-After is taken as this

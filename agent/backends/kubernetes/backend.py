@@ -36,7 +36,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -52,6 +52,7 @@ from agent.backends.base import (
 )
 from agent.backends.kubernetes import status as ks
 from agent.backends.kubernetes.api import ApiSettings, Backoff, KubeApi, KubeError
+from agent.backends.kubernetes.logs import PodLogs, select_pods
 from agent.backends.kubernetes.objects import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -83,6 +84,7 @@ class KubernetesSettings:
     backoff_max_s: float = 30.0
     call_attempts: int = 5  # tries of one create or delete on 429/5xx before the command is given up (re-sent)
     sync_timeout_s: float = 30.0  # start() waits this long for the first list of pods, jobs and nodes
+    log_poll_s: float = 1.0  # following logs, how often a pod whose container has not started is looked at again
 
 
 @dataclass
@@ -263,6 +265,18 @@ class KubernetesBackend:
     def capacity(self) -> CapacityReport:
         with self._lock:
             return ks.capacity(list(self._nodes.values()), list(self._usage.values()))
+
+    def logs(self, job_id: int, attempt: int, *, pod: str = "", pod_set: str = "", tail_lines: int = 0,
+             follow: bool = False, stopped: threading.Event | None = None) -> Iterator[tuple[str, str]]:
+        """The container logs of the attempt's pods (see logs.py). The pods come from a fresh list (the cache may
+        lag a creation), so LogsGone is raised here, before any line; an API error is a KubeError naming the pod."""
+        key = (int(job_id), int(attempt))
+        listed, _ = self._retrying(lambda: self._api.list("pods", label_selector=attempt_selector(*key)))
+        pods = select_pods(listed, *key, pod=pod, pod_set=pod_set)
+        reader = PodLogs(self._api, retrying=self._retrying, poll_s=self.settings.log_poll_s, halted=self._stop)
+        if follow:
+            return reader.follow(pods, tail_lines, stopped or threading.Event())
+        return reader.read(pods, tail_lines, *key)
 
     # -- decisions ---------------------------------------------------------------------------------
     def _emit(self, key: tuple[int, int], state: str, reason: str = "", exit_code: int = 0,
