@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dispatcher.errors import AgentUnavailable, NotFound, ResourceExhausted
 from sluice.v1 import agents_pb2, jobs_pb2
 
-ANSWER_S = 10.0  # the agent's first answer to a request, and the silence after which a read that does not follow ends
+ANSWER_S = 5.0  # the agent's first answer to a request, and the silence after which a read that does not follow ends
 QUEUED_MOST = 1000  # PodLogLines messages waiting for a caller that reads slower than the agent sends
 
 

@@ -14,7 +14,7 @@ import pytest
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import tokens
 from dispatcher.store.database import DatabaseSettings
-from sluice.client import Client
+from sluice.client import Client, ClientError
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from tests.fakekube import RUN_SECONDS_ANNOTATION, FakeKube
@@ -245,3 +245,33 @@ def test_agent_run_kubernetes_refuses_a_bad_connection_config(tmp_path):
         f"error: agent run --backend kubernetes: cannot load {tmp_path / 'kc'}" in context.stderr)
     sim = run_sluice(env, *common, "--context", "x")
     assert sim.returncode == 2 and "--kubeconfig and --context are for --backend kubernetes" in sim.stderr
+
+
+def test_logs_of_a_running_then_finished_job_and_of_a_frozen_agent(dispatcher, fakes, agents):
+    """`sluice logs` end to end: the dispatcher asks the agent process over its link, the kubernetes backend
+    reads the pods' log endpoint of the (fake) API server."""
+    proc = agents.start("kube-a")
+    client, fake = dispatcher.client, fakes["kube-a"]
+    [job_id] = client.submit([gang_doc(run_seconds=3.0)])
+    wait_state(client, job_id, ("RUNNING",))
+    worker = f"{job_id}-1-worker-0"
+    fake.append_log("ml-vision", worker, "epoch 1 loss 0.52")
+    running = list(client.logs(job_id, pod=worker))
+    assert [line["line"] for line in running][-1] == "epoch 1 loss 0.52"
+    assert {(line["cluster"], line["attempt"]) for line in running} == {("kube-a", 1)}
+    followed = list(client.logs(job_id, pod_set="worker", follow=True))  # ends when both workers have ended
+    assert {line["pod"] for line in followed} == {worker, f"{job_id}-1-worker-1"}
+    assert [line["line"] for line in followed if line["pod"] == worker][-1] == "exited with code 0"
+    wait_state(client, job_id, FINAL)
+    finished = list(client.logs(job_id, tail=1))
+    assert sorted(line["pod"] for line in finished) == [f"{job_id}-1-ps-0", worker, f"{job_id}-1-worker-1"]
+    # A frozen agent (its link still up) answers nothing: the call ends with a clear error within seconds.
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ClientError) as err:
+            list(client.logs(job_id))
+        assert err.value.code == "UNAVAILABLE" and "did not answer" in str(err.value), err.value
+        assert time.monotonic() - began < 15
+    finally:
+        proc.send_signal(signal.SIGCONT)
