@@ -30,11 +30,14 @@ PAGES = re.compile(r"^/(|login|queues|clusters|usage|jobs/[^/]+)$")
 STATIC = {"/static/console.js": ("console.js", "text/javascript; charset=utf-8"),
           "/static/console.css": ("console.css", "text/css; charset=utf-8"),
           "/favicon.ico": ("favicon.svg", "image/svg+xml")}
-JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]*)(/explain|/cancel)?$")
+JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]*)(/explain|/cancel|/logs)?$")
 MAX_JOB_ID = (1 << 63) - 1
 MAX_PAGE = 1000  # jobs on one page of the listing, as Jobs.List allows
 LIST_PARAMS = ("queue", "state", "user", "cluster", "name", "limit", "page")
 USAGE_PARAMS = ("by", "since")
+LOG_PARAMS = ("tail", "pod", "podSet", "attempt")
+LOG_TAIL = 200  # each pod's last lines a page shows unless it asks for another number
+MAX_LOG_TAIL = 10_000
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
                405: "Method Not Allowed", 429: "Too Many Requests", 500: "Internal Server Error",
                503: "Service Unavailable"}
@@ -91,6 +94,13 @@ class Console:
         gateway = self._gateway
         if (found := JOB_PATH.match(path)) is not None:
             job_id, action = _job_id(found.group(1)), found.group(2)
+            if action == "/logs":
+                _method(method, "GET", path)
+                _only(query, LOG_PARAMS)
+                return 200, _json(gateway.logs(
+                    authorization, job_id, tail=_count("tail", query.get("tail", ""), LOG_TAIL, MAX_LOG_TAIL),
+                    pod=query.get("pod", ""), pod_set=query.get("podSet", ""),
+                    attempt=_count("attempt", query.get("attempt", ""), 0, (1 << 31) - 1)))
             _only(query, ())
             if action == "/cancel":
                 _method(method, "POST", path)
@@ -154,6 +164,14 @@ def _limit(text: str) -> int:
         return 0
     if not text.isdigit() or not text.isascii() or not 0 < int(text) <= MAX_PAGE:
         raise ApiError(400, f"limit {text!r}: must be a whole number from 1 to {MAX_PAGE}")
+    return int(text)
+
+
+def _count(name: str, text: str, default: int, most: int) -> int:
+    if not text:
+        return default
+    if not text.isdigit() or not text.isascii() or not 0 < int(text) <= most:
+        raise ApiError(400, f"{name} {text!r}: must be a whole number from 1 to {most}")
     return int(text)
 
 

@@ -47,8 +47,7 @@ class Gateway:
         try:
             return method(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as exc:
-            code = exc.code()
-            raise ApiError(HTTP_STATUS.get(code, 500), exc.details() or code.name) from None
+            raise _failed(exc) from None
 
     def jobs(self, authorization: str, *, queue: str = "", state: str = "", user: str = "", cluster: str = "",
              name: str = "", limit: int = 0, page: str = "") -> dict:
@@ -75,6 +74,26 @@ class Gateway:
         return {"clusters": client.cluster_dicts(self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest(),
                                                             authorization))}
 
+    def logs(self, authorization: str, job_id: int, *, tail: int, pod: str = "", pod_set: str = "",
+             attempt: int = 0) -> dict:
+        """A job's pod logs as Logs streams them (never followed: the page asks again), gathered in one answer."""
+        request = jobs_pb2.LogsRequest(id=job_id, tail_lines=tail, pod=pod, pod_set=pod_set, attempt=attempt)
+        metadata = [("authorization", authorization)] if authorization else []
+        lines, shown = [], {"attempt": attempt or None, "cluster": None}
+        try:
+            for reply in self._jobs.Logs(request, metadata=metadata, timeout=CALL_TIMEOUT_S):
+                shown = {"attempt": reply.attempt, "cluster": reply.cluster}
+                lines.extend({"pod": line.pod, "line": line.line} for line in reply.lines)
+        except grpc.RpcError as exc:
+            raise _failed(exc) from None
+        return {**shown, "lines": lines}
+
     def usage(self, authorization: str, *, by: str = "", since_s: float = 0.0) -> dict:
         reply = self._call(self._jobs.Usage, jobs_pb2.UsageRequest(by=by, since_seconds=since_s), authorization)
         return client.usage_dict(reply, by or "queue")
+
+
+def _failed(exc: grpc.RpcError) -> ApiError:
+    """A failed call as the JSON API answers it: its status as HTTP's, its details as the error."""
+    code = exc.code()
+    return ApiError(HTTP_STATUS.get(code, 500), exc.details() or code.name)

@@ -78,6 +78,13 @@ def test_describe_explain_and_cancel(system):
     explained = ok(system, f"/api/v1/jobs/{done}/explain")
     assert explained["id"] == done and "quota" in explained
     assert {c["cluster"] for c in explained["clusters"]} >= {"onprem"} and explained["bursts"] == []
+    logs = ok(system, f"/api/v1/jobs/{done}/logs")
+    assert (logs["attempt"], logs["cluster"]) == (1, described["cluster"])
+    assert logs["lines"][-1]["pod"] == f"{done}-1-w-0" and logs["lines"][-1]["line"].endswith("exited with code 0")
+    assert [line["line"] for line in ok(system, f"/api/v1/jobs/{done}/logs?tail=1")["lines"]] == \
+        [logs["lines"][-1]["line"]]
+    status, body, _ = call(system, f"/api/v1/jobs/{done}/logs?pod=nope")
+    assert status == 404 and "has no pod 'nope'" in body["error"]
 
     [long] = system.client.submit([job_doc(name="long", duration="600s")])
     wait_state(system, long, "RUNNING")
@@ -137,6 +144,9 @@ def test_tokens_decide_as_on_grpc(system):
     ("/api/v1/jobs?queue=a&queue=b", "GET", 400, "queue: given 2 times"),
     ("/api/v1/usage?by=planet", "GET", 400, "by: 'planet' is not one of"),
     ("/api/v1/usage?since=soon", "GET", 400, "since: 'soon' is not a duration"),
+    ("/api/v1/jobs/1/logs?tail=0", "GET", 400, "tail '0': must be a whole number from 1"),
+    ("/api/v1/jobs/1/logs?follow=1", "GET", 400, "query parameter 'follow' is not known"),
+    ("/api/v1/jobs/1/logs", "POST", 405, "use GET"),
     ("/api/v1/jobs/1/cancel", "GET", 405, "use POST"),
     ("/api/v1/jobs", "POST", 405, "use GET"),
     ("/api/v1/nothing", "GET", 404, "no such API path"),

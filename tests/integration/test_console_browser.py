@@ -107,6 +107,8 @@ def test_console_in_a_browser(system, browser, shots):
     wait.until(lambda _: text_of("#job-state") == "RUNNING")
     wait.until(lambda _: "onprem" in text_of("#job"))
     assert "Pod sets" in text_of("#job") and "cpu: 4" in text_of("#job")
+    wait.until(lambda _: "started on node-" in text_of("#log-lines"))  # read from the cluster that runs it
+    assert f"[{long}-1-" in text_of("#log-lines")
     shot("job")
     browser.find_element(By.ID, "cancel").click()
     wait.until(seen.element_to_be_clickable((By.ID, "confirm-cancel"))).click()

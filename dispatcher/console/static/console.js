@@ -184,7 +184,21 @@ function jobPage(jobId) {
     content.replaceChildren(...jobView(job, why, () => confirming, (value) => { confirming = value; redraw(); }));
   };
   const redraw = () => draw().catch((error) => status.replaceChildren(errorBox(error)));
-  show(el("h1", {}, `Job ${jobId}`), status, content);
+  // Logs are read from the job's cluster when the page opens and when asked, not at every poll.
+  const logLines = el("pre", { id: "log-lines" }, "reading…");
+  const loadLogs = async () => {
+    try {
+      const logs = await api(`/api/v1/jobs/${encodeURIComponent(jobId)}/logs`);
+      logLines.textContent = logs.lines.length
+        ? logs.lines.map((l) => `[${l.pod}] ${l.line}`).join("\n")
+        : `no lines yet (attempt ${logs.attempt} on ${logs.cluster})`;
+    } catch (error) { if (!(error instanceof Unauthenticated)) logLines.textContent = error.message; }
+  };
+  const logsBox = el("div", {}, el("h2", {}, "Logs (each pod's last 200 lines)"),
+    el("p", {}, el("button", { type: "button", id: "refresh-logs", onclick: loadLogs }, "Read the logs again")),
+    logLines);
+  show(el("h1", {}, `Job ${jobId}`), status, content, logsBox);
+  loadLogs();
   const timer = poll(draw, status);
   jobPage.cancel = async () => {
     try {
