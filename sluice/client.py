@@ -123,7 +123,8 @@ def cluster_dicts(reply: jobs_pb2.ListClustersResponse) -> list[dict]:
 def queue_dicts(reply: jobs_pb2.ListQueuesResponse) -> list[dict]:
     return [{"name": q.name, "parent": q.parent or None, "guaranteed": _resources(q.guaranteed),
              "max": _resources(q.max), "used": _resources(q.used), "queuedJobs": q.queued_jobs,
-             "runningJobs": q.running_jobs} for q in reply.queues]
+             "runningJobs": q.running_jobs, "fairShare": round(q.fair_share, 6),
+             "fairShareRank": q.fair_share_rank or None} for q in reply.queues]
 
 
 def usage_dict(reply: jobs_pb2.UsageResponse, by: str = "queue") -> dict:

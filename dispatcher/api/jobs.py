@@ -18,7 +18,7 @@ from dispatcher.errors import InvalidRequest, NotFound, ResourceExhausted
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.policy import accounting, states
 from dispatcher.policy.quotas import rolled_up
-from dispatcher.scheduler.explaining import explain
+from dispatcher.scheduler.explaining import explain, fair_shares
 from dispatcher.scheduler.mapping import queue_quotas
 from dispatcher.services import budgets, group_commit, scoping
 from dispatcher.services import reporting as reports
@@ -348,6 +348,11 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         with self._sessions() as session:
             usage = cluster_store.queue_usage(session)
             quotas = queue_quotas(session)
+            shares = fair_shares(session, datetime.now(UTC), quotas, unreachable_after_s=self._unreachable_after_s)
+        siblings: dict[str | None, list[str]] = {}
+        for q in sorted(quotas, key=lambda q: (shares[q.name], q.name)):
+            siblings.setdefault(q.parent, []).append(q.name)
+        rank = {name: n for names in siblings.values() for n, name in enumerate(names, 1)}
         # A parent queue shows its whole subtree: its descendants' jobs count against it, as the scheduler counts them.
         used = rolled_up(quotas, {(queue, ""): reduce(add, requests, {}) for queue, (_, _, requests) in usage.items()})
         jobs = rolled_up(quotas, {(queue, ""): {"queued": queued, "running": active}
@@ -356,7 +361,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             name=q.name, parent=q.parent or "", guaranteed=convert.resources(q.guaranteed),
             max=convert.resources(q.max), used=convert.resources(used.get((q.name, ""), {})),
             queued_jobs=jobs.get((q.name, ""), {}).get("queued", 0),
-            running_jobs=jobs.get((q.name, ""), {}).get("running", 0)) for q in quotas]
+            running_jobs=jobs.get((q.name, ""), {}).get("running", 0), fair_share=shares[q.name],
+            fair_share_rank=rank[q.name]) for q in quotas]
         return jobs_pb2.ListQueuesResponse(queues=views)
 
     @translated

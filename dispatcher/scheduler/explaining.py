@@ -1,7 +1,8 @@
 """`sluice explain JOB`: why a job is where it is, cluster by cluster, from the same policy code the
 scheduler runs (quota verdict from the queue tree, fit verdict per cluster from placement), and the
 burst decisions recorded for its attempts that went to paid clusters. Why a waiting job does not
-burst is part of its reason, written by the scheduler."""
+burst is part of its reason, written by the scheduler. And each queue's fair share, as a cycle ranks
+the queues by it (`sluice queues`, the console)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from dispatcher.scheduler.mapping import candidate, queue_quotas
 from dispatcher.store import cycle_reads, job_reads
 from dispatcher.store.database import Session
 from dispatcher.store.models import Job
+from sluice.quantity import add
 
 
 @dataclass(frozen=True)
@@ -40,3 +42,18 @@ def explain(session: Session, job_id: int, now: datetime, *, unreachable_after_s
         found = [(name, f"runs here ({job.state})" if name == job.cluster and job.state in states.ACTIVE else verdict)
                  for name, verdict in found]
     return Explanation(job, job_reads.queue_position(session, job), quota, found, job_reads.job_bursts(session, job.id))
+
+
+def fair_shares(session: Session, now: datetime, quotas: list, *, unreachable_after_s: float) -> dict[str, float]:
+    """Each queue's fair share as a cycle computes it (QuotaTree.share): its dominant share of every cluster's
+    allocatable, with its tree's decayed history where the root has a half-life, divided by its weight.
+    Among siblings, the one with the smallest share is served first."""
+    capacity: dict[str, int] = {}
+    for c in snapshot.read(session, now, unreachable_after_s=unreachable_after_s):
+        capacity = add(capacity, c.state.allocatable)
+    probe = QuotaTree(quotas, {})
+    half_lives = {q.name: h for q in quotas if (h := probe.half_life(q.name))}
+    tree = QuotaTree(quotas, capacity, cycle_reads.decayed_history(session, now, half_lives))
+    for row in cycle_reads.active_usage(session):
+        tree.charge(row.queue, row.requests, row.jobs)
+    return {q.name: tree.share(q.name) for q in quotas}

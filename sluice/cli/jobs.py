@@ -216,11 +216,12 @@ def clusters(ctx: typer.Context, output: Format = OutputOpt) -> None:
 
 @app.command()
 def queues(ctx: typer.Context, output: Format = OutputOpt) -> None:
-    """Queues with their quota and use."""
+    """Queues with their quota, use and fair share."""
     client = make_client(ctx, "queues")
     emit(call("queues", client.queues), output,
          [("NAME", "name"), ("PARENT", "parent"), ("QUEUED", "queuedJobs"), ("RUNNING", "runningJobs"),
-          ("USED", "used"), ("GUARANTEED", "guaranteed"), ("MAX", "max")])
+          ("USED", "used"), ("GUARANTEED", "guaranteed"), ("MAX", "max"), ("SHARE", "fairShare"),
+          ("RANK", "fairShareRank")])
 
 
 USAGE_GROUPINGS = ("queue", "class", "cluster", "user")

@@ -274,7 +274,7 @@ class ListClustersResponse(_message.Message):
     def __init__(self, clusters: _Optional[_Iterable[_Union[ClusterView, _Mapping]]] = ...) -> None: ...
 
 class QueueView(_message.Message):
-    __slots__ = ("name", "parent", "guaranteed", "max", "used", "queued_jobs", "running_jobs")
+    __slots__ = ("name", "parent", "guaranteed", "max", "used", "queued_jobs", "running_jobs", "fair_share", "fair_share_rank")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     GUARANTEED_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +282,8 @@ class QueueView(_message.Message):
     USED_FIELD_NUMBER: _ClassVar[int]
     QUEUED_JOBS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    FAIR_SHARE_FIELD_NUMBER: _ClassVar[int]
+    FAIR_SHARE_RANK_FIELD_NUMBER: _ClassVar[int]
     name: str
     parent: str
     guaranteed: Resources
@@ -289,7 +291,9 @@ class QueueView(_message.Message):
     used: Resources
     queued_jobs: int
     running_jobs: int
-    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., guaranteed: _Optional[_Union[Resources, _Mapping]] = ..., max: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., queued_jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ...) -> None: ...
+    fair_share: float
+    fair_share_rank: int
+    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., guaranteed: _Optional[_Union[Resources, _Mapping]] = ..., max: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., queued_jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ..., fair_share: _Optional[float] = ..., fair_share_rank: _Optional[int] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
     __slots__ = ()

@@ -291,6 +291,7 @@ function queuesPage() {
         const names = [...new Set([...Object.keys(q.guaranteed), ...Object.keys(q.max), ...Object.keys(q.used)])].sort();
         rows.push(el("tr", { "data-queue": q.name }, el("td", { class: `indent-${Math.min(depth, 3)}` }, q.name),
           td(q.queuedJobs, "num"), td(q.runningJobs, "num"),
+          td(`${(100 * (q.fairShare || 0)).toFixed(1)} % (${q.fairShareRank || "-"})`, "num"),
           el("td", {}, el("div", { class: "bars" }, names.map((r) => [el("span", {}, r),
             bar(quantity(q.used[r]), quantity(q.guaranteed[r]), quantity(q.max[r])),
             el("span", { class: "muted" }, `${q.used[r] || "0"} used · ${q.guaranteed[r] || "0"} guaranteed · ` +
@@ -305,7 +306,7 @@ function queuesPage() {
   };
   const legend = el("p", { class: "legend" }, el("span", {}, el("i", { class: "used" }), "used (bar, to the max)"),
     el("span", {}, el("i", { class: "guaranteed" }), "guaranteed"));
-  const grid = table(["Queue", "#Queued", "#Running", "Used · guaranteed · max"], []);
+  const grid = table(["Queue", "#Queued", "#Running", "Fair share (rank)", "Used · guaranteed · max"], []);
   grid.replaceChild(body, grid.querySelector("tbody"));
   show(el("h1", {}, "Queues"), legend, status, grid);
   poll(draw, status);
