@@ -34,7 +34,8 @@ def test_a_parent_queue_shows_what_its_children_use(sluice):
     assert (views["org"]["runningJobs"], views["org"]["queuedJobs"]) == (4, 1)
     assert (views["team-b"]["runningJobs"], views["team-b"]["queuedJobs"]) == (1, 1)
     # Fair shares over 12 cpu in all (onprem 4, cloud 8): team-a 3/12, team-b 2/12 (weight 1 each); idle 0.
-    assert views["team-a"]["fairShare"] == pytest.approx(0.25) and views["team-b"]["fairShare"] == pytest.approx(2 / 12, abs=1e-6)
+    assert views["team-a"]["fairShare"] == pytest.approx(0.25)
+    assert views["team-b"]["fairShare"] == pytest.approx(2 / 12, abs=1e-6)
     assert (views["team-b"]["fairShareRank"], views["team-a"]["fairShareRank"]) == (1, 2)
     assert (views["idle"]["fairShareRank"], views["org"]["fairShareRank"]) == (1, 2)
 
