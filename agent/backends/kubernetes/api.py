@@ -164,21 +164,15 @@ class KubeApi:
             raise error from exc
 
     def read_namespace(self, name: str) -> dict | None:
-        try:
-            response = self._groups["core"].read_namespace(name, _preload_content=False,
-                                                           _request_timeout=self._timeout())
-            return json.loads(response.data)
-        except _CLIENT_ERRORS as exc:
-            error = _translate(exc)
-            if error.status == 404:
-                return None
-            raise error from exc
+        return self._read_core(self._groups["core"].read_namespace, name)
 
     def read_pod(self, namespace: str, name: str) -> dict | None:
+        return self._read_core(self._groups["core"].read_namespaced_pod, name, namespace)
+
+    def _read_core(self, read, *names: str) -> dict | None:
+        """One object by a core-group read method; None when it does not exist."""
         try:
-            response = self._groups["core"].read_namespaced_pod(name, namespace, _preload_content=False,
-                                                                _request_timeout=self._timeout())
-            return json.loads(response.data)
+            return json.loads(read(*names, _preload_content=False, _request_timeout=self._timeout()).data)
         except _CLIENT_ERRORS as exc:
             error = _translate(exc)
             if error.status == 404:
