@@ -88,10 +88,14 @@ def get(ctx: typer.Context, job: str = typer.Argument(..., help="Job id"), outpu
 
 @app.command("list")
 def list_jobs(ctx: typer.Context, queue: str = typer.Option("", "--queue"), state: str = typer.Option("", "--state"),
+              user: str = typer.Option("", "--user", help="Only the jobs this user submitted"),
+              cluster: str = typer.Option("", "--cluster", help="Only the jobs dispatched to this cluster"),
+              name: str = typer.Option("", "--name", help="Only the jobs whose name contains this (any case)"),
               limit: int = typer.Option(100, "--limit", min=0, help="0: all"), output: Format = OutputOpt) -> None:
     """List jobs, oldest first."""
     client = make_client(ctx, "list")
-    emit(call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit)), output, JOB_COLUMNS)
+    emit(call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit, user=user, cluster=cluster,
+                                          name=name)), output, JOB_COLUMNS)
 
 
 def _job_view(ctx: typer.Context, verb: str, job: str, output: Format, read) -> dict | None:
