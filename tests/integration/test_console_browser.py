@@ -113,6 +113,8 @@ def test_console_in_a_browser(system, browser, shots):
     browser.find_element(By.ID, "cancel").click()
     wait.until(seen.element_to_be_clickable((By.ID, "confirm-cancel"))).click()
     wait.until(lambda _: text_of("#job-state") == "CANCELLED")
+    attempt = lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-attempt="1"]').text  # noqa: E731
+    wait.until(lambda _: "onprem" in attempt() and "CANCELLED" in attempt())
     assert not browser.find_elements(By.ID, "cancel")  # a finished job offers no cancel
     assert system.client.get(long)["state"] == "CANCELLED"
 

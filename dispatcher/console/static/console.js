@@ -210,6 +210,22 @@ function jobPage(jobId) {
   return timer;
 }
 
+// Each attempt's cluster and times, from the job's events (an attempt starts at its DISPATCHED event; the state
+// it left for, other than RUNNING, ends it: back to QUEUED when it was lost or preempted).
+function attempts(events) {
+  const found = new Map();
+  for (const e of events) {
+    if (!e.attempt) continue;
+    const a = found.get(e.attempt) || { attempt: e.attempt, cluster: "", dispatched: "", running: "", ended: "",
+      state: "", reason: "" };
+    if (e.to === "DISPATCHED") { a.dispatched = e.at; a.cluster = e.cluster || a.cluster; a.state = e.to; }
+    else if (e.to === "RUNNING") { a.running = e.at; a.state = e.to; }
+    else if (a.dispatched && !a.ended) { a.ended = e.at; a.state = e.to; a.reason = e.reason; }
+    found.set(e.attempt, a);
+  }
+  return [...found.values()].filter((a) => a.dispatched);
+}
+
 function jobView(job, why, confirming, setConfirming) {
   const fields = [["Name", job.name], ["Queue", job.queue], ["Service class", job.serviceClass],
     ["Priority", job.priority], ["Submitted by", job.submittedBy], ["Cluster", job.cluster],
@@ -258,6 +274,9 @@ function jobView(job, why, confirming, setConfirming) {
       table(["Alternative", "Verdict"], b.alternatives.map((a) => el("tr", {}, td(a.cluster), td(a.verdict)))));
     }
   }
+  out.push(el("h2", {}, "Attempts"), table(["Attempt", "Cluster", "Dispatched", "Running", "Ended", "State", "Reason"],
+    attempts(job.events).map((a) => el("tr", { "data-attempt": a.attempt }, td(a.attempt, "num"), td(a.cluster),
+      td(when(a.dispatched)), td(when(a.running)), td(when(a.ended)), stateCell(a.state), td(a.reason)))));
   out.push(el("h2", {}, "Events"), table(["Attempt", "At", "From", "To", "Cluster", "Reason"],
     job.events.map((e) => el("tr", {}, td(e.attempt, "num"), td(when(e.at)), td(e.from), stateCell(e.to),
       td(e.cluster), td(e.reason)))));
