@@ -215,15 +215,24 @@ async def _watch_all(pipe, address: str, ca: str | None, token: str, count: int)
     counts = {"open": 0, "events": 0, "errors": collections.Counter()}
 
     async def watch() -> None:
-        call = stub.WatchBatches(jobs_pb2.WatchRequest(), metadata=[("authorization", f"Bearer {token}")])
-        counts["open"] += 1
-        try:
-            async for batch in call:
-                counts["events"] += len(batch.events)
-        except grpc.aio.AioRpcError as exc:
-            counts["errors"][f"{exc.code().name}: {exc.details()}"[:100]] += 1
-        finally:
-            counts["open"] -= 1
+        """One `sluice watch` user: after the stream ends (a dispatcher restart), it watches again from the last
+        event it saw, after a jittered wait, as a user's script would."""
+        after, backoff = 0, 0.5
+        while True:
+            call = stub.WatchBatches(jobs_pb2.WatchRequest(after_event_id=after),
+                                     metadata=[("authorization", f"Bearer {token}")])
+            counts["open"] += 1
+            try:
+                async for batch in call:
+                    counts["events"] += len(batch.events)
+                    if batch.events:
+                        after, backoff = batch.events[-1].id, 0.5
+            except grpc.aio.AioRpcError as exc:
+                counts["errors"][f"{exc.code().name}: {exc.details()}"[:100]] += 1
+            finally:
+                counts["open"] -= 1
+            await asyncio.sleep(random.uniform(0, backoff))
+            backoff = min(backoff * 2, 10.0)
 
     tasks = [asyncio.create_task(watch()) for _ in range(count)]
     loop = asyncio.get_running_loop()
@@ -330,10 +339,10 @@ def _measure(system: systems.System, config: SwarmConfig, run_: Run, pipes: list
     run_.add(Figure("swarm", "oldest cluster heartbeat, swarm connected", oldest, "s",
                     Target("<=", 2 * config.heartbeat_s), note=f"{age[1]} clusters never reported"))
     run_.add(Figure("swarm", "dispatcher RSS, swarm connected", rss, "GiB", Target("<=", 1.0)))
-    _dispatch(system, config, run_, pipes)
+    _dispatch(system, config, run_, pipes, watch_pipe)
 
 
-def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: list) -> None:
+def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: list, watch_pipe) -> None:
     from sluice.client import Client, ClientError
 
     doc = workload.job_document("default", workload.SHAPES[0], "standard", 0, duration=f"{config.job_s}s")
@@ -351,7 +360,7 @@ def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: lis
         return
     deadline = began + config.settle_s
     if config.kill:
-        _kill_and_restart(system, config, run_, pipes, before + len(ids) // 4, deadline)
+        _kill_and_restart(system, config, run_, pipes, watch_pipe, before + len(ids) // 4, deadline)
     while system.count("state = 'SUCCEEDED'") < len(ids) + before and time.monotonic() < deadline:
         time.sleep(1.0)
     elapsed = time.monotonic() - began
@@ -368,10 +377,11 @@ def _dispatch(system: systems.System, config: SwarmConfig, run_: Run, pipes: lis
     run_.add(Figure("swarm", "jobs lost or run twice", (len(ids) - done) + twice, "jobs", Target("<=", 0)))
 
 
-def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pipes: list, ended: int,
+def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pipes: list, watch_pipe, ended: int,
                       deadline: float) -> None:
     """Once `ended` jobs SUCCEEDED: kill -9 of the dispatcher the agents call, a restart on its address, and
-    how long until every agent is welcomed again (each redials on its own jittered backoff)."""
+    how long until every agent is welcomed again (each redials on its own jittered backoff), and how many
+    watches are open again by then."""
     while system.count("state = 'SUCCEEDED'") < ended and time.monotonic() < deadline:
         time.sleep(0.2)
     killed_with = system.count("state = 'SUCCEEDED'")
@@ -383,7 +393,10 @@ def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pi
             break
         time.sleep(0.5)
     back_s = time.monotonic() - killed
+    watch_pipe.send("counts?")
+    watching = watch_pipe.recv()["open"]
     run_.add(Figure("swarm", "every agent back after kill -9 and a restart", back_s, "s",
                     Target("<=", config.back_s),
                     note=f"from the kill; {welcomed:,} of {config.clusters:,} welcomed again; the restarted "
-                         f"process served after {serving_s:.1f}s; killed with {killed_with:,} jobs SUCCEEDED"))
+                         f"process served after {serving_s:.1f}s; killed with {killed_with:,} jobs SUCCEEDED; "
+                         f"{watching:,} of {config.watchers:,} watches open again"))
