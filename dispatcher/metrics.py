@@ -37,6 +37,7 @@ from dispatcher.store import database
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
+from sluice.objects import object_from_document
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +199,9 @@ class StoreCollector(Collector):
             capacity = snapshot.read(session, now, unreachable_after_s=self._unreachable_after_s,
                                      staleness_s=self._staleness_s)
             classes = sorted(cluster_store.service_classes(session))
-            queues = {q.name: q.spec.get("spec", {}).get("serviceClasses") or classes
-                      for q in cluster_store.list_queues(session)}
-            quotas = mapping.queue_quotas(session)
+            rows = cluster_store.list_queues(session)
+            queues = {q.name: q.spec.get("spec", {}).get("serviceClasses") or classes for q in rows}
+            quotas = [mapping.quota_of(object_from_document(q.spec)) for q in rows]
             burst_rules = budgets.rules(session)
             spend = budgets.spend(session, now) if burst_rules else {}
             session.rollback()

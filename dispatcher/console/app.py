@@ -117,7 +117,8 @@ class Console:
         if path == "/api/v1/jobs":
             return 200, _json(gateway.jobs(authorization, queue=query.get("queue", ""), state=query.get("state", ""),
                                            user=query.get("user", ""), cluster=query.get("cluster", ""),
-                                           name=query.get("name", ""), limit=_limit(query.get("limit", "")),
+                                           name=query.get("name", ""),
+                                           limit=_count("limit", query.get("limit", ""), 0, MAX_PAGE),
                                            page=query.get("page", "")))
         if path == "/api/v1/queues":
             return 200, _json(gateway.queues(authorization))
@@ -156,14 +157,6 @@ def _method(method: str, wanted: str, path: str) -> None:
 def _job_id(text: str) -> int:
     if not text.isdigit() or not text.isascii() or not 0 < int(text) <= MAX_JOB_ID:
         raise ApiError(400, f"job id {text!r}: not a job id (a whole number from 1)")
-    return int(text)
-
-
-def _limit(text: str) -> int:
-    if not text:
-        return 0
-    if not text.isdigit() or not text.isascii() or not 0 < int(text) <= MAX_PAGE:
-        raise ApiError(400, f"limit {text!r}: must be a whole number from 1 to {MAX_PAGE}")
     return int(text)
 
 

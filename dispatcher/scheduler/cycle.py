@@ -26,8 +26,7 @@ from dispatcher.policy.planning import (
     active_needs,
     plan_cycle,
 )
-from dispatcher.policy.quotas import QuotaTree
-from dispatcher.scheduler.mapping import PolicyConfig, active_from_rows, heads_from_rows
+from dispatcher.scheduler.mapping import PolicyConfig, active_from_rows, decayed_history, heads_from_rows
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import budgets, reporting
@@ -235,12 +234,7 @@ class PostgresCycle:
         for r in running:
             usage[r.queue] = add(usage.get(r.queue, {}), r.requests, r.jobs)
         spend = budgets.spend(session, now) if policy.rules else {}
-        history: dict[str, dict[str, float]] = {}
-        if any(q.usage_half_life_s for q in policy.quotas):  # otherwise no share remembers anything
-            tree = QuotaTree(policy.quotas, {})
-            half_lives = {q.name: h for q in policy.quotas if (h := tree.half_life(q.name))}
-            history = cycle_reads.decayed_history(session, now, half_lives)
-        return CycleInputs(policy, tuple(capacities), usage, spend, history)
+        return CycleInputs(policy, tuple(capacities), usage, spend, decayed_history(session, now, policy.quotas))
 
     def heads(self, now: datetime, queues: list[str] | None, deeper: frozenset[str] = frozenset()) -> Heads:
         settings = self._settings

@@ -12,7 +12,7 @@ from dispatcher.capacity import snapshot
 from dispatcher.policy import states
 from dispatcher.policy.placing import verdicts
 from dispatcher.policy.quotas import QuotaTree
-from dispatcher.scheduler.mapping import candidate, queue_quotas
+from dispatcher.scheduler.mapping import candidate, decayed_history, queue_quotas
 from dispatcher.store import cycle_reads, job_reads
 from dispatcher.store.database import Session
 from dispatcher.store.models import Job
@@ -51,9 +51,7 @@ def fair_shares(session: Session, now: datetime, quotas: list, *, unreachable_af
     capacity: dict[str, int] = {}
     for c in snapshot.read(session, now, unreachable_after_s=unreachable_after_s):
         capacity = add(capacity, c.state.allocatable)
-    probe = QuotaTree(quotas, {})
-    half_lives = {q.name: h for q in quotas if (h := probe.half_life(q.name))}
-    tree = QuotaTree(quotas, capacity, cycle_reads.decayed_history(session, now, half_lives))
+    tree = QuotaTree(quotas, capacity, decayed_history(session, now, quotas))
     for row in cycle_reads.active_usage(session):
         tree.charge(row.queue, row.requests, row.jobs)
     return {q.name: tree.share(q.name) for q in quotas}

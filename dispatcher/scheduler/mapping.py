@@ -9,7 +9,7 @@ from datetime import datetime
 
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.planning import Active, Candidate, ClassPolicy
-from dispatcher.policy.quotas import QueueQuota
+from dispatcher.policy.quotas import QueueQuota, QuotaTree
 from dispatcher.services import budgets
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import cycle_reads
@@ -31,6 +31,16 @@ def class_policy_of(c: ServiceClassObject) -> ClassPolicy:
 def queue_quotas(session) -> list[QueueQuota]:
     """The queue tree's quotas, from the Queue objects."""
     return [quota_of(object_from_document(row.spec)) for row in cluster_store.list_queues(session)]
+
+
+def decayed_history(session, now: datetime, quotas: list[QueueQuota]) -> dict[str, dict[str, float]]:
+    """Per queue, the decayed resource-seconds its fair share remembers (policy/decay.py): only in trees whose root
+    has a usage half-life; none read when no root has one."""
+    if not any(q.usage_half_life_s for q in quotas):
+        return {}
+    tree = QuotaTree(quotas, {})
+    half_lives = {q.name: h for q in quotas if (h := tree.half_life(q.name))}
+    return cycle_reads.decayed_history(session, now, half_lives)
 
 
 def class_policies(session) -> dict[str, ClassPolicy]:
