@@ -87,7 +87,14 @@ def job_dict(job: jobs_pb2.Job) -> dict:
             "priority": job.priority, "state": job.state, "reason": job.reason, "cluster": job.cluster or None,
             "attempt": job.attempt, "createdAt": _time(job.created_at), "dispatchedAt": _time(job.dispatched_at),
             "startedAt": _time(job.started_at), "finishedAt": _time(job.finished_at), "labels": dict(job.labels),
-            "submittedBy": job.submitted_by, "maxRetries": job.max_retries}
+            "submittedBy": job.submitted_by, "maxRetries": job.max_retries,
+            "arrayId": job.array_id or None, "arrayIndex": job.array_index if job.array_id else None,
+            "interactive": job.interactive, "startAfter": _time(job.start_after)}
+
+
+def dependency_dict(edge: jobs_pb2.JobDependency) -> dict:
+    return {"jobId": edge.job_id, "name": edge.name or None, "condition": edge.condition, "state": edge.state,
+            "status": edge.status}
 
 
 def event_dict(event: jobs_pb2.JobEvent) -> dict:
@@ -97,7 +104,9 @@ def event_dict(event: jobs_pb2.JobEvent) -> dict:
 
 def describe_dict(reply: jobs_pb2.DescribeJobResponse) -> dict:
     return {**job_dict(reply.job), "queuePosition": reply.queue_position or None,
-            "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events]}
+            "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events],
+            "dependsOn": [dependency_dict(d) for d in reply.depends_on],
+            "dependants": [dependency_dict(d) for d in reply.dependants]}
 
 
 def explain_dict(reply: jobs_pb2.ExplainResponse) -> dict:
@@ -400,23 +409,26 @@ class Client:
         return explain_dict(self._call(self._jobs.Explain, jobs_pb2.GetJobRequest(id=job_id)))
 
     def list(self, *, queue: str = "", state: str = "", limit: int = 0, user: str = "", cluster: str = "",
-             name: str = "") -> list[dict]:
+             name: str = "", array: int = 0) -> list[dict]:
         """Jobs in id order; limit 0 lists every job (paging through the server's pages). user and cluster
-        match exactly, name any job whose name contains it (ignoring case)."""
+        match exactly, name any job whose name contains it (ignoring case); array: only its elements."""
         out: list[dict] = []
         token = ""
         while True:
             page = min(limit - len(out), 1000) if limit else 1000
             reply = self._call(self._jobs.List, jobs_pb2.ListJobsRequest(queue=queue, state=state, limit=page,
                                                                        page_token=token, user=user,
-                                                                       cluster=cluster, name=name))
+                                                                       cluster=cluster, name=name,
+                                                                       array_id=array))
             out.extend(job_dict(j) for j in reply.jobs)
             token = reply.next_page_token
             if not token or (limit and len(out) >= limit):
                 return out
 
-    def cancel(self, job_ids: list[int]) -> list[dict]:
-        return [job_dict(j) for j in self._call(self._jobs.Cancel, jobs_pb2.CancelRequest(ids=job_ids)).jobs]
+    def cancel(self, job_ids: list[int] = (), *, arrays: list[int] = ()) -> list[dict]:
+        """Cancel these jobs, and every element not yet ended of these arrays: the jobs as they were."""
+        return [job_dict(j) for j in self._call(self._jobs.Cancel, jobs_pb2.CancelRequest(
+            ids=list(job_ids), array_ids=list(arrays))).jobs]
 
     def watch(self, job_id: int = 0, after_event_id: int = 0, *, duration_s: float | None = None
               ) -> Iterator[dict]:

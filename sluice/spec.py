@@ -12,14 +12,17 @@ JobSpec.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from sluice import _validate as v
 from sluice._validate import SpecError
 from sluice.documents import parse_numbered_documents
 from sluice.quantity import add, format_duration_exact, format_quantity
 
-__all__ = ["SpecError", "PodSet", "Placement", "JobSpec", "job_from_document", "load_jobs", "pod_requests"]
+__all__ = ["SpecError", "PodSet", "Placement", "JobSpec", "Dependency", "JobArray", "job_from_document", "load_jobs",
+           "pod_requests", "parse_array", "parse_start_after"]
 
 API_VERSION = "sluice.io/v1"
 KUBERNETES_API_VERSION = "batch/v1"
@@ -33,6 +36,9 @@ MAX_PODS = 100_000
 DEFAULT_MAX_RETRIES = 2
 MAX_RETRIES = 100
 MAX_NAME_LENGTH = 253
+MAX_ARRAY = 100_000  # elements of one array: one submit's jobs at most
+MAX_DEPENDENCIES = 64
+CONDITIONS = ("succeeded", "failed", "finished")  # what a dependency waits for its job to do
 
 # A Kubernetes Job becomes one pod set with this name.
 KUBERNETES_POD_SET = "job"
@@ -47,7 +53,12 @@ MAX_EXIT_CODE = 255
 
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
 _METADATA_FIELDS = ("name", "labels")
-_SPEC_FIELDS = ("queue", "serviceClass", "priority", "podSets", "placement", "maxRetries", "maxRuntime")
+_PLAIN_SPEC_FIELDS = ("queue", "serviceClass", "priority", "podSets", "placement", "maxRetries", "maxRuntime")
+# When and how many: a job with any of these waits (WAITING) or becomes many jobs (docs/user-guide.md).
+_WHEN_FIELDS = ("startAfter", "dependsOn", "array", "interactive", "idleTimeout")
+_SPEC_FIELDS = _PLAIN_SPEC_FIELDS + _WHEN_FIELDS
+_DEPENDENCY_FIELDS = ("job", "condition")
+_ARRAY_FIELDS = ("count", "parallelism", "first")
 _POD_SET_FIELDS = ("name", "count", "template")
 _PLACEMENT_FIELDS = ("clusterSelector", "tiers", "sites")
 
@@ -70,6 +81,33 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Dependency:
+    """Start only once another job has `condition`d: `job` is an id, or the name of a job of the same submit
+    (else the newest job of that name its user submitted); a dependency on an array is on all its elements."""
+
+    job: int | str
+    condition: str = "succeeded"  # one of CONDITIONS
+
+
+@dataclass(frozen=True)
+class JobArray:
+    """One document submitted as `count` jobs, indexes first..first+count-1, at most `parallelism` of them
+    queued or running at once (None: no limit)."""
+
+    count: int
+    parallelism: int | None = None
+    first: int = 0
+
+    def to_document(self) -> dict:
+        out: dict = {"count": self.count}
+        if self.parallelism is not None:
+            out["parallelism"] = self.parallelism
+        if self.first:
+            out["first"] = self.first
+        return out
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str | None
     labels: dict[str, str]
@@ -80,6 +118,16 @@ class JobSpec:
     placement: Placement
     max_retries: int  # attempts after the first
     max_runtime_s: float | None  # seconds; None: no limit
+    # When and how many (None and () for a job that is queued at once, as itself).
+    start_after: datetime | float | None = None  # a time (aware), or seconds after the submit
+    depends_on: tuple[Dependency, ...] = ()
+    array: JobArray | None = None
+    interactive: bool = False  # a session a user works in: ahead of batch work of its class, never evicted
+    idle_timeout_s: float | None = None  # an interactive session nobody attached to for this long is ended
+
+    def waits(self) -> bool:
+        """Whether submitting it makes more than one queued job: it waits, or is an array."""
+        return self.start_after is not None or bool(self.depends_on) or self.array is not None
 
     def total_requests(self) -> dict[str, int]:
         """Milli-units the whole job needs at once."""
@@ -120,6 +168,17 @@ class JobSpec:
         spec["maxRetries"] = self.max_retries
         if self.max_runtime_s is not None:
             spec["maxRuntime"] = format_duration_exact(self.max_runtime_s)
+        if self.start_after is not None:
+            spec["startAfter"] = (format_time(self.start_after) if isinstance(self.start_after, datetime)
+                                  else format_duration_exact(self.start_after))
+        if self.depends_on:
+            spec["dependsOn"] = [{"job": d.job, "condition": d.condition} for d in self.depends_on]
+        if self.array is not None:
+            spec["array"] = self.array.to_document()
+        if self.interactive:
+            spec["interactive"] = True
+        if self.idle_timeout_s is not None:
+            spec["idleTimeout"] = format_duration_exact(self.idle_timeout_s)
         return {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
 
 
@@ -188,7 +247,99 @@ def _sluice_job(doc: dict, owned: bool = False) -> JobSpec:
         placement=_placement(spec.get("placement"), "spec.placement"),
         max_retries=v.integer(v.get(spec, "maxRetries", DEFAULT_MAX_RETRIES), "spec.maxRetries", 0, MAX_RETRIES),
         max_runtime_s=v.optional(v.duration, spec.get("maxRuntime"), "spec.maxRuntime", positive=True),
+        **_when(spec),
     )
+
+
+def _when(spec: dict) -> dict:
+    """The JobSpec fields of startAfter, dependsOn, array, interactive and idleTimeout."""
+    out: dict = {}
+    if (start_after := spec.get("startAfter")) is not None:
+        out["start_after"] = parse_start_after(start_after, "spec.startAfter")
+    if (depends_on := spec.get("dependsOn")) is not None:
+        out["depends_on"] = _dependencies(depends_on, "spec.dependsOn")
+    if (array := spec.get("array")) is not None:
+        out["array"] = _array(array, "spec.array")
+    interactive = v.optional(v.boolean, spec.get("interactive"), "spec.interactive") or False
+    idle = v.optional(v.duration, spec.get("idleTimeout"), "spec.idleTimeout", positive=True)
+    if idle is not None and not interactive:
+        raise SpecError("spec.idleTimeout", "only an interactive job (spec.interactive: true) has an idle timeout")
+    if interactive and out.get("array") is not None:
+        raise SpecError("spec.array", "an interactive session is one job: it cannot be an array")
+    out["interactive"], out["idle_timeout_s"] = interactive, idle
+    return out
+
+
+def parse_start_after(value: object, path: str) -> datetime | float:
+    """startAfter: an RFC 3339 time with its offset ('2026-12-01T03:00:00Z'), or a duration after the submit
+    ('30m', or seconds)."""
+    if isinstance(value, str) and ("T" in value or value.count("-") >= 2):
+        try:
+            at = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise SpecError(path, f"{value!r} is neither a time (RFC 3339, e.g. 2026-12-01T03:00:00Z) nor a "
+                                  "duration (e.g. 30m)") from None
+        if at.tzinfo is None:
+            raise SpecError(path, f"{value!r} has no time zone offset: add Z for UTC, or +01:00")
+        return at.astimezone(UTC)
+    if isinstance(value, datetime):  # YAML reads an unquoted time as one
+        if value.tzinfo is None:
+            raise SpecError(path, f"{value.isoformat()} has no time zone offset: add Z for UTC, or +01:00")
+        return value.astimezone(UTC)
+    return v.duration(value, path)
+
+
+def format_time(at: datetime) -> str:
+    """RFC 3339 in UTC, as `-o json` writes times."""
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _dependencies(value: object, path: str) -> tuple[Dependency, ...]:
+    out: list[Dependency] = []
+    for i, raw in enumerate(v.items(value, path, non_empty=True, max_items=MAX_DEPENDENCIES)):
+        item_path = f"{path}[{i}]"
+        item = v.mapping(raw, item_path, allowed=_DEPENDENCY_FIELDS)
+        job = v.required(item, "job", item_path)
+        if isinstance(job, bool) or not isinstance(job, (int, str)):
+            raise SpecError(f"{item_path}.job", f"must be a job id or a job name, got {v.describe(job)}")
+        if isinstance(job, int) and job < 1:
+            raise SpecError(f"{item_path}.job", f"must be a job id (1 or more), got {job}")
+        if isinstance(job, str):
+            job = v.string(job, f"{item_path}.job", max_len=MAX_NAME_LENGTH)
+            job = int(job) if job.isascii() and job.isdigit() else job
+        condition = v.choice(v.get(item, "condition", "succeeded"), f"{item_path}.condition", CONDITIONS)
+        if any(d.job == job for d in out):
+            raise SpecError(f"{item_path}.job", f"{job!r} is named twice")
+        out.append(Dependency(job, condition))
+    return tuple(out)
+
+
+def _array(value: object, path: str) -> JobArray:
+    item = v.mapping(value, path, allowed=_ARRAY_FIELDS)
+    count = v.integer(v.required(item, "count", path), f"{path}.count", 1, MAX_ARRAY)
+    parallelism = v.optional(v.integer, item.get("parallelism"), f"{path}.parallelism", lo=1)
+    first = v.integer(v.get(item, "first", 0), f"{path}.first", 0, 10_000_000)
+    return JobArray(count, parallelism if parallelism is None or parallelism < count else None, first)
+
+
+_ARRAY_FLAG = re.compile(r"^(\d+)-(\d+)(?:%(\d+))?$|^(\d+)(?:%(\d+))?$")
+
+
+def parse_array(text: str, path: str = "--array") -> JobArray:
+    """Slurm's way of writing an array: 0-99 (indexes 0 to 99), 0-99%10 (at most 10 at once), or 8 (0 to 7)."""
+    found = _ARRAY_FLAG.match(text.strip())
+    if not found:
+        raise SpecError(path, f"{text!r} is not an array: write FIRST-LAST (0-99), FIRST-LAST%PARALLEL (0-99%10) "
+                              "or a COUNT")
+    if found[4] is not None:
+        first, count, parallel = 0, int(found[4]), found[5]
+    else:
+        first, last, parallel = int(found[1]), int(found[2]), found[3]
+        if last < first:
+            raise SpecError(path, f"{text!r}: the last index comes before the first")
+        count = last - first + 1
+    return _array({"count": count, "first": first,
+                   **({} if parallel is None else {"parallelism": int(parallel)})}, path)
 
 
 def _plain_job(doc: dict, owned: bool) -> JobSpec | None:
@@ -228,7 +379,8 @@ def _plain_job(doc: dict, owned: bool) -> JobSpec | None:
         except SpecError:
             return None
     return _new(JobSpec, name=name, labels=labels, queue=queue, service_class=service_class, priority=priority,
-                pod_sets=pod_sets, placement=placement, max_retries=max_retries, max_runtime_s=max_runtime)
+                pod_sets=pod_sets, placement=placement, max_retries=max_retries, max_runtime_s=max_runtime,
+                start_after=None, depends_on=(), array=None, interactive=False, idle_timeout_s=None)
 
 
 def _plain_placement(placement: object) -> Placement | None:
@@ -344,7 +496,7 @@ def _new(cls, **fields):
 
 _ANYWHERE = Placement()  # shared by the plain jobs without a placement (nothing changes a Placement)
 _TOP_SET, _METADATA_SET = frozenset(_TOP_FIELDS), frozenset(_METADATA_FIELDS)
-_SPEC_SET, _POD_SET_SET = frozenset(_SPEC_FIELDS), frozenset(_POD_SET_FIELDS)
+_SPEC_SET, _POD_SET_SET = frozenset(_PLAIN_SPEC_FIELDS), frozenset(_POD_SET_FIELDS)
 _PLACEMENT_SET = frozenset(_PLACEMENT_FIELDS)
 _NAMES: set[str] = set()  # passed v.name
 _DNS_LABELS: set[str] = set()  # passed v.dns_label

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from dispatcher.policy import sessions
 from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent, RevokedCertificate
 from sluice.quantity import format_resources
 from sluice.v1 import admin_pb2, jobs_pb2
@@ -25,13 +26,20 @@ def resources(milli: dict | None) -> jobs_pb2.Resources:
 
 def job(row: Job, *, with_spec: bool = True) -> jobs_pb2.Job:
     return jobs_pb2.Job(
-        id=row.id, name=row.name or "", queue=row.queue, service_class=row.service_class, priority=row.priority,
+        id=row.id, name=row.name or "", queue=row.queue, service_class=row.service_class,
+        priority=sessions.own_priority(row.priority), interactive=row.priority != sessions.own_priority(row.priority),
+        array_id=row.array_id or 0, array_index=row.array_index or 0, start_after=timestamp(row.start_after),
         state=row.state, reason=row.reason, cluster=row.cluster or "", attempt=row.attempt,
         created_at=timestamp(row.created_at), dispatched_at=timestamp(row.dispatched_at),
         started_at=timestamp(row.started_at), finished_at=timestamp(row.finished_at),
         labels={str(k): str(v) for k, v in (row.labels or {}).items()},
         spec_json=json.dumps(row.spec) if with_spec else "", submitted_by=row.submitted_by,
         max_retries=row.max_retries)
+
+
+def dependency(job_id: int, name: str | None, condition: str, met: bool | None, state: str) -> jobs_pb2.JobDependency:
+    return jobs_pb2.JobDependency(job_id=job_id, name=name or "", condition=condition, state=state,
+                                  status="waiting" if met is None else "met" if met else "failed")
 
 
 def event(row: JobEvent) -> jobs_pb2.JobEvent:

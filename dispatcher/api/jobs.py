@@ -24,7 +24,7 @@ from dispatcher.services import budgets, group_commit, scoping
 from dispatcher.services import reporting as reports
 from dispatcher.services.submitting import Whole
 from dispatcher.store import clusters as cluster_store
-from dispatcher.store import database, job_reads, lifecycle
+from dispatcher.store import database, holds, job_reads, lifecycle
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
@@ -169,7 +169,9 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             message, position = _job_with_reason(session, scoping.visible_job(session, who, request.id))
             return jobs_pb2.DescribeJobResponse(
                 job=message, events=[convert.event(e) for e in job_reads.events(session, job_id=request.id)],
-                queue_position=position)
+                queue_position=position,
+                depends_on=[convert.dependency(*d) for d in holds.dependencies(session, request.id)],
+                dependants=[convert.dependency(*d) for d in holds.dependants(session, request.id)])
 
     @translated
     def Explain(self, request, context):
@@ -204,7 +206,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             readable = scoping.readable_queues(session, who)
             rows = job_reads.list_jobs(session, queue=request.queue or None, state=request.state or None,
                                        user=request.user or None, cluster=request.cluster or None,
-                                       name=request.name or None, after_id=after, limit=limit + 1,
+                                       name=request.name or None, array_id=request.array_id or None,
+                                       after_id=after, limit=limit + 1,
                                        visible_to=None if readable is None else (who.subject, readable))
             more = len(rows) > limit
             rows = rows[:limit]
@@ -214,10 +217,11 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     @translated
     def Cancel(self, request, context):
         who = self._auth.require(context, *READERS)
-        if not request.ids:
+        if not request.ids and not request.array_ids:
             raise InvalidRequest("cancel: no job ids given")
         with self._sessions.begin() as session:
-            jobs = reports.cancel(session, list(request.ids), who)
+            ids = list(request.ids) + job_reads.array_elements(session, list(request.array_ids))
+            jobs = reports.cancel(session, ids, who)
             return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
 
     @translated

@@ -1,9 +1,9 @@
 """The job state machine: which changes of state are allowed. Pure; the store enforces it."""
 from __future__ import annotations
 
-QUEUED, DISPATCHED, RUNNING = "QUEUED", "DISPATCHED", "RUNNING"
+WAITING, QUEUED, DISPATCHED, RUNNING = "WAITING", "QUEUED", "DISPATCHED", "RUNNING"
 SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
-STATES = (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+STATES = (WAITING, QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 ACTIVE = frozenset({DISPATCHED, RUNNING})  # an attempt holds capacity on a cluster
 # How an attempt ends besides SUCCEEDED and FAILED: an agent reports LOST or UNSCHEDULABLE; the dispatcher
@@ -12,7 +12,9 @@ LOST, UNSCHEDULABLE, PREEMPTED = "LOST", "UNSCHEDULABLE", "PREEMPTED"
 REPORTED_ENDS = frozenset({SUCCEEDED, FAILED, LOST, UNSCHEDULABLE})  # an attempt's end as its agent reports it
 
 # A return to QUEUED starts a new attempt (lost, preempted, failed with retries left, unschedulable).
+# WAITING: held until a time, other jobs or a slot of its array (policy/holding.py); no cycle reads it.
 TRANSITIONS: dict[str, frozenset[str]] = {
+    WAITING: frozenset({QUEUED, FAILED, CANCELLED}),
     QUEUED: frozenset({DISPATCHED, CANCELLED}),
     DISPATCHED: frozenset({RUNNING, SUCCEEDED, FAILED, CANCELLED, QUEUED}),
     RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, QUEUED}),

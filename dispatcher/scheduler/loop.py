@@ -21,6 +21,7 @@ from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.services import waiting
 from dispatcher.store import channels, submit_keys
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.leader import LeaderLock
@@ -125,6 +126,20 @@ class Scheduler:
         except Exception:
             log.exception("outbox pruning failed")
 
+    def _release_waiting(self) -> None:
+        """Between cycles, in a short transaction of its own: queue the waiting jobs whose time, dependencies
+        or array slot came (services.waiting); a failure is logged and tried again at the next pass."""
+        try:
+            with self._sessions.begin() as session:
+                released = waiting.release(session, datetime.now(UTC))
+            if released.queued:
+                self._work.set()
+                self._wake.set()
+        except StoreUnavailable:
+            raise
+        except Exception:
+            log.exception("releasing waiting jobs failed")
+
     def _leadership(self, leading: bool) -> None:
         if self._metrics is not None:
             self._metrics.leader.set(1 if leading else 0)
@@ -135,11 +150,14 @@ class Scheduler:
                 log.exception("leadership callback failed", extra={"leading": leading})
 
     def _lead(self, lock: LeaderLock) -> None:
-        reasons_at = 0.0
+        reasons_at = released_at = 0.0
         pruned_at = time.monotonic()
         while not self._stop.is_set():
             self._wake.clear()
             self._work.clear()
+            if time.monotonic() - released_at >= self._settings.release_interval_s:
+                released_at = time.monotonic()
+                self._release_waiting()
             write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
@@ -162,7 +180,7 @@ class Scheduler:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
             if (result.dispatched and result.more) or deeper_now:
                 continue  # the heads it read are gone, or others behind them may fit: they may start too
-            due = ended + self._settings.idle_wait_s
+            due = min(ended + self._settings.idle_wait_s, released_at + self._settings.release_interval_s)
             if not write_reasons:  # reasons were left unwritten: come back when they are due
                 due = min(due, reasons_at + self._settings.reason_interval_s)
             while (self._wake.wait(max(0.0, due - time.monotonic())) and result.idle and not self._work.is_set()

@@ -16,6 +16,7 @@ class SchedulerSettings:
     reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
     wake_pace_max_s: float = 0.25  # after a cycle that started nothing, the next waits up to its length (at most this)
+    release_interval_s: float = 1.0  # how often the leader queues waiting jobs whose hold is over (services.waiting)
     leader_retry_s: float = 1.0  # how often a follower tries to become leader
     # TCP keepalive on the leader lock's connection, both ways (seconds idle before the first probe; probes
     # then go 1 s apart and 2 unanswered ones drop the connection). A leader that dies with its machine

@@ -14,9 +14,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from dispatcher.errors import Conflict, DispatcherError
-from dispatcher.services.submitting import SubmitConfig, Whole, parse
+from dispatcher.errors import Conflict, DispatcherError, InvalidRequest
+from dispatcher.services import waiting
+from dispatcher.services.submitting import MAX_SUBMIT, SubmitConfig, Whole, parse
 from dispatcher.store import database, lifecycle, submit_keys
 from dispatcher.store.database import Sessions
 from dispatcher.store.tokens import Principal
@@ -89,7 +91,14 @@ class Submitter:
         return ticket.submitted()
 
     def _submit_all(self, tickets: list[_Ticket]) -> None:
-        """Queue the tickets together (they are written in one group) and return once each is answered."""
+        """Queue the tickets together (they are written in one group) and return once each is answered. A
+        submit with waiting jobs or arrays is written alone, by services.waiting."""
+        for ticket in tickets:
+            if any(spec.waits() for spec in ticket.specs):
+                self._write_waiting(ticket)
+        tickets = [t for t in tickets if not t.answered]
+        if not tickets:
+            return
         first = tickets[0]
         with self._lock:
             self._queued += tickets
@@ -192,6 +201,23 @@ class Submitter:
         for t in group:
             t.answer(ids=[next(it) for _ in t.rows])
         return True
+
+    def _write_waiting(self, ticket: _Ticket) -> None:
+        """Write a submit with waiting jobs or arrays in a transaction of its own, with its key."""
+        count = sum(spec.array.count if spec.array is not None else 1 for spec in ticket.specs)
+        try:
+            if count > MAX_SUBMIT:
+                raise InvalidRequest(f"submit: {count:,} jobs with the arrays' elements, at most {MAX_SUBMIT:,} "
+                                     "in one submit; split the file")
+            keys = [submit_keys.NewKey(ticket.principal.subject, ticket.key, ticket.digest, 0, count)] \
+                if ticket.key else []
+            with self._sessions.begin() as session:
+                ids = waiting.submit(session, ticket.principal, ticket.specs, datetime.now(UTC), keys)
+            ticket.answer(ids=ids)
+        except submit_keys.KeyUsed:
+            self._replay(ticket)
+        except Exception as exc:
+            ticket.answer(error=exc)
 
     def _replay(self, ticket: _Ticket) -> None:
         """Answer a submit whose key its user committed with before: that submit's ids, if its documents

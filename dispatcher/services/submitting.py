@@ -17,6 +17,7 @@ import orjson
 from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
+from dispatcher.policy.sessions import order_priority
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import copy_codec, job_reads, lifecycle
 from dispatcher.store.database import Session
@@ -209,9 +210,9 @@ class SubmitConfig:
                 doc = copy_codec.ExactJSON(doc)
             out.append(lifecycle.NewJob(
                 name=spec.name, queue=spec.queue, service_class=class_name, class_priority=self.classes[class_name],
-                priority=spec.priority, max_retries=spec.max_retries, spec=doc, requests=requests,
-                largest_pod=largest, placement=placement, labels=labels, submitted_by=principal.subject, pods=pods,
-                reason=note))
+                priority=order_priority(spec.priority, spec.interactive), max_retries=spec.max_retries, spec=doc,
+                requests=requests, largest_pod=largest, placement=placement, labels=labels,
+                submitted_by=principal.subject, pods=pods, reason=note))
         return out
 
     def _admit(self, principal: Principal, spec: JobSpec, where: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import orjson
@@ -35,9 +36,13 @@ COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 COPY_TRAILER = b"\xff\xff"
 JOB_COLUMNS = ("id", "name", "queue", "service_class", "class_priority", "priority", "max_retries", "spec",
                "requests", "largest_pod", "placement", "labels", "submitted_by", "pods", "state", "reason")
+# A submit with waiting jobs or arrays writes these too, and each row's own state (lifecycle.submit_waiting).
+HOLD_COLUMNS = ("hold", "start_after", "array_id", "array_index")
 EVENT_COLUMNS = ("job_id", "attempt", "from_state", "to_state", "reason")
 _NULL = b"\xff\xff\xff\xff"
 _row_and_id = struct.Struct(">hiq").pack  # field count, then an int8 field
+_int8 = struct.Struct(">iq").pack
+_POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _int4 = struct.Struct(">ii").pack
 _length = struct.Struct(">i").pack
 # What orjson does not write (see dumps).
@@ -74,6 +79,55 @@ def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> 
             jsonb_field(j.placement), jsonb_field(j.labels), text_field(j.submitted_by),
             _NULL if j.pods is None else jsonb_field(j.pods),
             tail if j.reason is None else state_field + text_field(j.reason))))
+    out.append(COPY_TRAILER)
+    return b"".join(out)
+
+
+def encode_held_jobs(ids: list[int], jobs: list[NewJob], reason: str) -> bytes:
+    """The jobs' rows (JOB_COLUMNS + HOLD_COLUMNS) in binary COPY format, each in its own state, with its
+    own reason or `reason`."""
+    out = [COPY_HEADER]
+    count = len(JOB_COLUMNS) + len(HOLD_COLUMNS)
+    cache: dict[int, bytes] = {}  # by id(): the documents an array's elements share
+
+    def jsonb(value) -> bytes:
+        field = cache.get(id(value))
+        if field is None:
+            data = dumps(value)
+            field = cache[id(value)] = _length(len(data) + 1) + b"\x01" + data
+        return field
+
+    def text(value: str | None) -> bytes:
+        if value is None:
+            return _NULL
+        data = value.encode()
+        return _length(len(data)) + data
+
+    for job_id, j in zip(ids, jobs):
+        at = None if j.start_after is None else (j.start_after - _POSTGRES_EPOCH) // _MICROSECOND
+        out.append(b"".join((
+            _row_and_id(count, 8, job_id), text(j.name), text(j.queue), text(j.service_class),
+            _int4(4, j.class_priority), _int4(4, j.priority), _int4(4, j.max_retries), jsonb(j.spec),
+            jsonb(j.requests), jsonb(j.largest_pod), jsonb(j.placement), jsonb(j.labels), text(j.submitted_by),
+            _NULL if j.pods is None else jsonb(j.pods), text(j.state), text(reason if j.reason is None else j.reason),
+            text(j.hold), _NULL if at is None else _int8(8, at),
+            _NULL if j.array_id is None else _int8(8, j.array_id),
+            _NULL if j.array_index is None else _int4(4, j.array_index))))
+    out.append(COPY_TRAILER)
+    return b"".join(out)
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def encode_first_events(ids: list[int], jobs: list[NewJob], reason: str) -> bytes:
+    """Each job's first event (EVENT_COLUMNS): attempt 0, from '' to its own state, with its own reason or
+    `reason`."""
+    out = [COPY_HEADER]
+    for job_id, j in zip(ids, jobs):
+        to, why = j.state.encode(), (reason if j.reason is None else j.reason).encode()
+        out.append(_row_and_id(len(EVENT_COLUMNS), 8, job_id) + _int4(4, 0) + _length(0) + _length(len(to)) + to
+                   + _length(len(why)) + why)
     out.append(COPY_TRAILER)
     return b"".join(out)
 

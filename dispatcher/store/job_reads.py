@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session, defer
 from dispatcher.errors import NotFound
 from dispatcher.policy import states
 from dispatcher.store.database import named
-from dispatcher.store.models import Attempt, Job, sql_strings
+from dispatcher.store.models import Attempt, Job, JobArray, sql_strings
 
 
 def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
@@ -21,7 +21,8 @@ def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
 
 
 def list_jobs(session: Session, *, queue: str | None = None, state: str | None = None, user: str | None = None,
-              cluster: str | None = None, name: str | None = None, after_id: int = 0, limit: int = 100,
+              cluster: str | None = None, name: str | None = None, array_id: int | None = None, after_id: int = 0,
+              limit: int = 100,
               visible_to: tuple[str, frozenset[str]] | None = None) -> list[Job]:
     """Jobs in id order, after a cursor: keyset paging stays fast however deep the listing goes.
 
@@ -39,6 +40,8 @@ def list_jobs(session: Session, *, queue: str | None = None, state: str | None =
         stmt = stmt.where(Job.submitted_by == user)
     if cluster:
         stmt = stmt.where(Job.cluster == cluster)
+    if array_id:
+        stmt = stmt.where(Job.array_id == array_id)
     if name:  # the text itself, not a pattern: its % and _ are escaped
         stmt = stmt.where(Job.name.ilike("%" + _like_escaped(name) + "%", escape="\\"))
     if visible_to is not None:
@@ -130,3 +133,22 @@ def queued_shapes(session: Session) -> list[tuple[dict, dict, dict, list[int]]]:
     return [tuple(row) for row in named(
         session, f"""SELECT requests, largest_pod, placement, array_agg(id ORDER BY id) FROM jobs
                      WHERE state = '{states.QUEUED}' GROUP BY requests, largest_pod, placement""")]
+
+
+def newest_named(session: Session, name: str, submitted_by: str) -> int | None:
+    """The id of the newest job of this name that this user submitted (a dependency by name)."""
+    return session.scalar(select(Job.id).where(Job.name == name, Job.submitted_by == submitted_by)
+                          .order_by(Job.id.desc()).limit(1))
+
+
+def array_elements(session: Session, array_ids: list[int]) -> list[int]:
+    """The elements of these arrays not yet ended, in id order; NotFound for an id that is no array."""
+    if not array_ids:
+        return []
+    found = set(session.scalars(select(JobArray.id).where(JobArray.id.in_(array_ids))))
+    for array_id in array_ids:
+        if array_id not in found:
+            raise NotFound(f"array {array_id} not found")
+    return list(session.scalars(select(Job.id).where(Job.array_id.in_(array_ids),
+                                                     Job.state.not_in(states.FINAL)).order_by(Job.id)))
+

@@ -56,6 +56,33 @@ class NewJob:
     submitted_by: str
     pods: list | None = None  # [[count, per-pod requests], ...] per pod set; None for a job of one pod
     reason: str | None = None  # its reason when not SUBMITTED (what submit found worth saying)
+    # A job that waits (submit_waiting): its state (WAITING, or QUEUED), hold, and array.
+    state: str = QUEUED
+    hold: str | None = None
+    start_after: datetime | None = None
+    array_id: int | None = None  # set by submit_waiting from array_of
+    array_of: int | None = None  # the place, in its submit, of its array's element 0
+    array_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewDependency:
+    """Job `job` (its place in the submit) depends on `on`: the place of a job of the same submit when
+    `within`, else a job id."""
+
+    job: int
+    on: int
+    within: bool
+    condition: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewArray:
+    first: int  # the place of element 0 in the submit: its job id is the array's
+    count: int
+    parallelism: int | None
+    first_index: int
+    waiting: bool  # some elements wait for a slot
 
 
 COPY_FROM = 100  # jobs in one write from which they go by binary COPY; fewer go in one statement
@@ -160,20 +187,8 @@ def _copy(session: Session, jobs: list[NewJob], keys: list[submit_keys.NewKey]) 
     """One statement draws the ids and queues the notifications; the ids, ascending, go to the jobs in
     order. Then binary COPY writes the jobs and their events: Postgres parses each value once, with no
     batch document to take apart and no sort or CTE to spill past work_mem."""
-    best: dict[str, NewJob] = {}
-    for j in jobs:
-        b = best.get(j.queue)
-        if b is None or (j.class_priority, j.priority) > (b.class_priority, b.priority):
-            best[j.queue] = j
-    # The ids are drawn with the notifications: each wake-up gives 0 for its job's id, as if it came first
-    # among the jobs of its class priority and priority (never passed over when it might not be behind).
-    notes = [(WAKE_CHANNEL, submit_wake(q, j.class_priority, j.priority, 0)) for q, j in sorted(best.items())]
-    notes.append((EVENTS_CHANNEL, ""))
     conn = driver(session)
-    ids = sorted(r[0] for r in conn.execute(
-        f"""WITH notified AS (SELECT count(*) FROM ({NOTIFY_SQL}) n)
-            SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s), notified""",
-        {"n": len(jobs), **notes_params(notes)}))
+    ids = _draw_ids(conn, len(jobs), jobs)
     with conn.cursor() as cursor:
         with cursor.copy(f"COPY jobs ({', '.join(copy_codec.JOB_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.write(copy_codec.encode_jobs(ids, jobs, QUEUED, SUBMITTED))
@@ -182,6 +197,102 @@ def _copy(session: Session, jobs: list[NewJob], keys: list[submit_keys.NewKey]) 
     with _keys_checked():
         submit_keys.record(conn, keys, ids)
     return ids
+
+
+def draw_ids(session: Session, jobs: list[NewJob]) -> list[int]:
+    """The ids of a submit's jobs, drawn before submit_waiting writes them (their reasons name them)."""
+    return _draw_ids(driver(session), len(jobs), [j for j in jobs if j.state == QUEUED])
+
+
+def submit_waiting(session: Session, ids: list[int], jobs: list[NewJob], dependencies: list[NewDependency],
+                   arrays: list[NewArray], keys: list[submit_keys.NewKey] = ()) -> list[int]:
+    """Insert the jobs of a submit that has waiting jobs or arrays, by the ids draw_ids gave them, each in
+    its own state (WAITING with its hold, or QUEUED), with its first event, the dependencies and arrays among
+    them and the submit's idempotency keys; their ids, in order. By COPY, whatever the size: an array's
+    elements share a document."""
+    conn = driver(session)
+    for j in jobs:
+        if j.array_of is not None:
+            j.array_id = ids[j.array_of]
+    with conn.cursor() as cursor:
+        columns = ", ".join(copy_codec.JOB_COLUMNS + copy_codec.HOLD_COLUMNS)
+        with cursor.copy(f"COPY jobs ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.write(copy_codec.encode_held_jobs(ids, jobs, SUBMITTED))
+        with cursor.copy(f"COPY job_events ({', '.join(copy_codec.EVENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.write(copy_codec.encode_first_events(ids, jobs, SUBMITTED))
+    if dependencies:
+        conn.execute("""INSERT INTO job_dependencies (job_id, depends_on, condition)
+                        SELECT * FROM unnest(%(jobs)s::bigint[], %(on)s::bigint[], %(conditions)s::text[])""",
+                     {"jobs": [ids[d.job] for d in dependencies],
+                      "on": [ids[d.on] if d.within else d.on for d in dependencies],
+                      "conditions": [d.condition for d in dependencies]})
+    if arrays:
+        conn.execute("""INSERT INTO job_arrays (id, count, parallelism, first_index, waiting)
+                        SELECT * FROM unnest(%(ids)s::bigint[], %(counts)s::int[], %(parallelism)s::int[],
+                                             %(firsts)s::int[], %(waiting)s::bool[])""",
+                     {"ids": [ids[a.first] for a in arrays], "counts": [a.count for a in arrays],
+                      "parallelism": [a.parallelism for a in arrays], "firsts": [a.first_index for a in arrays],
+                      "waiting": [a.waiting for a in arrays]})
+    with _keys_checked():
+        submit_keys.record(conn, keys, ids)
+    return ids
+
+
+def _draw_ids(conn, count: int, queued: list[NewJob]) -> list[int]:
+    """`count` new job ids, ascending, drawn in the statement that queues the submit's notifications: a
+    wake-up for each queue that gets queued jobs (its best job's place in its order, with id 0, as if it
+    came first among its class priority and priority) and the event feed's."""
+    best: dict[str, NewJob] = {}
+    for j in queued:
+        b = best.get(j.queue)
+        if b is None or (j.class_priority, j.priority) > (b.class_priority, b.priority):
+            best[j.queue] = j
+    notes = [(WAKE_CHANNEL, submit_wake(q, j.class_priority, j.priority, 0)) for q, j in sorted(best.items())]
+    notes.append((EVENTS_CHANNEL, ""))
+    return sorted(r[0] for r in conn.execute(
+        f"""WITH notified AS (SELECT count(*) FROM ({NOTIFY_SQL}) n)
+            SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s), notified""",
+        {"n": count, **notes_params(notes)}))
+
+
+def release(session: Session, ids: list[int], reason: str = SUBMITTED) -> list[int]:
+    """Queue these WAITING jobs (compare-and-set: one that left WAITING meanwhile is skipped), each with its
+    event, and wake the scheduler for their queues; the ids queued."""
+    if not ids:
+        return []
+    rows = driver(session).execute(
+        f"""WITH moved AS (
+                UPDATE jobs SET state = '{QUEUED}', hold = NULL, reason = %(reason)s
+                WHERE id = ANY(%(ids)s) AND state = '{states.WAITING}' RETURNING id, queue),
+            events AS (
+                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
+                SELECT id, 0, '{states.WAITING}', '{QUEUED}', %(reason)s FROM moved)
+            SELECT id, queue FROM moved""", {"ids": sorted(ids), "reason": reason}).fetchall()
+    for queue in sorted({queue for _, queue in rows}):
+        notify(session, WAKE_CHANNEL, queue)
+    if rows:
+        notify(session, EVENTS_CHANNEL)
+    return [job_id for job_id, _ in rows]
+
+
+def fail_waiting(session: Session, reasons: dict[int, str]) -> list[int]:
+    """End these WAITING jobs FAILED, each with its reason and event (compare-and-set, as release); the ids
+    failed."""
+    if not reasons:
+        return []
+    ids = sorted(reasons)
+    rows = driver(session).execute(
+        f"""WITH r AS (SELECT * FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS r(id, reason)),
+            moved AS (
+                UPDATE jobs SET state = '{states.FAILED}', hold = NULL, reason = r.reason, finished_at = now()
+                FROM r WHERE jobs.id = r.id AND jobs.state = '{states.WAITING}' RETURNING jobs.id, r.reason),
+            events AS (
+                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
+                SELECT id, 0, '{states.WAITING}', '{states.FAILED}', reason FROM moved)
+            SELECT id FROM moved""", {"ids": ids, "reasons": [reasons[i] for i in ids]}).fetchall()
+    if rows:
+        notify(session, EVENTS_CHANNEL)
+    return [row[0] for row in rows]
 
 
 def transition(session: Session, job: Job, to: str, reason: str, **values) -> None:

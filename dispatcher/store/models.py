@@ -92,6 +92,11 @@ class Job(Base):
     labels: Mapped[dict] = mapped_column(server_default=text("'{}'::jsonb"))
     submitted_by: Mapped[str] = mapped_column(Text, server_default="")
     preempted_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # evicted its last attempt
+    # What a WAITING job waits for now: time | dependencies | array (policy/holding.py), NULL otherwise (0012).
+    hold: Mapped[str | None] = mapped_column(Text, nullable=True)
+    start_after: Mapped[datetime | None] = mapped_column(nullable=True)
+    array_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # its array's element 0's job id
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = _now()
     dispatched_at: Mapped[datetime | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
@@ -109,6 +114,38 @@ class Job(Base):
         Index("ix_jobs_active_usage", "queue", "requests", postgresql_where=text("state IN ('DISPATCHED', 'RUNNING')")),
         Index("ix_jobs_queue_state", "queue", "state"),
         Index("ix_jobs_state_id", "state", "id"),
+        # The waiting jobs whose hold may be over, by hold and time; an array's elements in index order.
+        Index("ix_jobs_waiting", "hold", "start_after", "id", postgresql_where=text("state = 'WAITING'")),
+        Index("ix_jobs_array", "array_id", "state", "array_index", postgresql_where=text("array_id IS NOT NULL")),
+    )
+
+
+class JobArray(Base):
+    """One document submitted as many jobs (its elements); its id is element 0's job id."""
+
+    __tablename__ = "job_arrays"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(Integer)
+    parallelism: Mapped[int | None] = mapped_column(Integer, nullable=True)  # queued or running at once
+    first_index: Mapped[int] = mapped_column(Integer, server_default="0")
+    waiting: Mapped[bool] = mapped_column(server_default="false")  # has elements held for a slot
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (Index("ix_job_arrays_waiting", "id", postgresql_where=text("waiting")),)
+
+
+class JobDependency(Base):
+    """Job `job_id` starts only once job (or array) `depends_on` met `condition`; `met` is NULL until known."""
+
+    __tablename__ = "job_dependencies"
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    depends_on: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    condition: Mapped[str] = mapped_column(Text)  # succeeded | failed | finished
+    met: Mapped[bool | None] = mapped_column(nullable=True)
+
+    __table_args__ = (
+        Index("ix_job_dependencies_open", "depends_on", postgresql_where=text("met IS NULL")),
+        Index("ix_job_dependencies_on", "depends_on"),  # the graph around a job, for describe
     )
 
 

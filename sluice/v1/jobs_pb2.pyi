@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Job(_message.Message):
-    __slots__ = ("id", "name", "queue", "service_class", "priority", "state", "reason", "cluster", "attempt", "created_at", "dispatched_at", "started_at", "finished_at", "labels", "spec_json", "submitted_by", "max_retries")
+    __slots__ = ("id", "name", "queue", "service_class", "priority", "state", "reason", "cluster", "attempt", "created_at", "dispatched_at", "started_at", "finished_at", "labels", "spec_json", "submitted_by", "max_retries", "array_id", "array_index", "interactive", "start_after")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,10 @@ class Job(_message.Message):
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_ID_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_INDEX_FIELD_NUMBER: _ClassVar[int]
+    INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     queue: str
@@ -52,7 +56,11 @@ class Job(_message.Message):
     spec_json: str
     submitted_by: str
     max_retries: int
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., service_class: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., cluster: _Optional[str] = ..., attempt: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec_json: _Optional[str] = ..., submitted_by: _Optional[str] = ..., max_retries: _Optional[int] = ...) -> None: ...
+    array_id: int
+    array_index: int
+    interactive: bool
+    start_after: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., service_class: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., cluster: _Optional[str] = ..., attempt: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec_json: _Optional[str] = ..., submitted_by: _Optional[str] = ..., max_retries: _Optional[int] = ..., array_id: _Optional[int] = ..., array_index: _Optional[int] = ..., interactive: _Optional[bool] = ..., start_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("id", "job_id", "attempt", "from_state", "to_state", "reason", "cluster", "at")
@@ -99,14 +107,32 @@ class GetJobRequest(_message.Message):
     def __init__(self, id: _Optional[int] = ...) -> None: ...
 
 class DescribeJobResponse(_message.Message):
-    __slots__ = ("job", "events", "queue_position")
+    __slots__ = ("job", "events", "queue_position", "depends_on", "dependants")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    DEPENDANTS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     events: _containers.RepeatedCompositeFieldContainer[JobEvent]
     queue_position: int
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ...) -> None: ...
+    depends_on: _containers.RepeatedCompositeFieldContainer[JobDependency]
+    dependants: _containers.RepeatedCompositeFieldContainer[JobDependency]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ..., depends_on: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ..., dependants: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ...) -> None: ...
+
+class JobDependency(_message.Message):
+    __slots__ = ("job_id", "name", "condition", "state", "status")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONDITION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    name: str
+    condition: str
+    state: str
+    status: str
+    def __init__(self, job_id: _Optional[int] = ..., name: _Optional[str] = ..., condition: _Optional[str] = ..., state: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
 
 class ClusterVerdict(_message.Message):
     __slots__ = ("cluster", "verdict")
@@ -155,7 +181,7 @@ class ExplainResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., queue_position: _Optional[int] = ..., quota: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ..., bursts: _Optional[_Iterable[_Union[BurstDecision, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("queue", "state", "limit", "page_token", "user", "cluster", "name")
+    __slots__ = ("queue", "state", "limit", "page_token", "user", "cluster", "name", "array_id")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +189,7 @@ class ListJobsRequest(_message.Message):
     USER_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_ID_FIELD_NUMBER: _ClassVar[int]
     queue: str
     state: str
     limit: int
@@ -170,7 +197,8 @@ class ListJobsRequest(_message.Message):
     user: str
     cluster: str
     name: str
-    def __init__(self, queue: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., user: _Optional[str] = ..., cluster: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    array_id: int
+    def __init__(self, queue: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., user: _Optional[str] = ..., cluster: _Optional[str] = ..., name: _Optional[str] = ..., array_id: _Optional[int] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -181,10 +209,12 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "array_ids")
     IDS_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_IDS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    array_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., array_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CancelResponse(_message.Message):
     __slots__ = ("jobs",)
