@@ -200,7 +200,7 @@ CONTAINER = "spec.podSets.0.template.spec.containers.0"
     ("spec.podSet", [], "spec.podSet", "unknown field (did you mean podSets?)"),
     ("spec.retries", 3, "spec.retries", "unknown field (did you mean maxRetries?)"),
     ("spec.zzz", 3, "spec.zzz", "unknown field (known: queue, serviceClass, priority, podSets, placement, "
-                                "maxRetries, maxRuntime)"),
+                                "maxRetries, maxRuntime, startAfter, dependsOn, array, interactive, idleTimeout)"),
     # labels
     ("metadata.labels", ["a"], "metadata.labels", "must be a mapping, got list"),
     ("metadata.labels", {"team": 5}, "metadata.labels.team", 'must be a string, got integer 5 (quote it: "5")'),
