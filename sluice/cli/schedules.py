@@ -44,13 +44,11 @@ def create(ctx: typer.Context,
            file: str = typer.Option(..., "-f", "--file", help="One Schedule document (YAML/JSON); - reads stdin"),
            output: Format = OutputOpt) -> None:
     """Create a schedule; a schedule of that name must not exist (delete it first to change it)."""
-    from sluice.documents import parse_numbered_documents
     from sluice.schedules import load_schedule
     what = f"schedule create {file}"
-    read_documents(what, file, lambda text: load_schedule(text, source=None))  # checked here first: one line
-    [(_, document)] = read_documents(what, file, lambda text: parse_numbered_documents(text, source=None))
+    schedule = read_documents(what, file, lambda text: load_schedule(text, source=None))  # checked here first
     client = make_client(ctx, what)
-    _show(call(what, lambda: client.create_schedule(document)), output)
+    _show(call(what, lambda: client.create_schedule(schedule.to_document())), output)
 
 
 @app.command("list")
