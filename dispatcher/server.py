@@ -30,9 +30,9 @@ from dispatcher.api.admission import AdmissionRate, StreamLimits
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
-from dispatcher.api.schedules import SchedulesService
 from dispatcher.api.logs import LogRelay
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
+from dispatcher.api.schedules import SchedulesService
 from dispatcher.capacity.prometheus import Refresher
 from dispatcher.console.app import Console
 from dispatcher.console.gateway import Gateway

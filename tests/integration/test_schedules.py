@@ -204,3 +204,14 @@ def test_permissions_and_bad_input_change_nothing(db):
         assert recurring.delete(session, ROOT, "nightly", utc(2024, 1, 1)).name == "nightly"
     with db.sessions() as session:
         assert recurring.list_schedules(session, ROOT, utc(2024, 1, 1)) == []
+
+
+def test_the_example_schedule_fires(db):
+    from pathlib import Path
+
+    import yaml
+    document = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "schedule.yaml").read_text())
+    create(db, json.dumps(document), utc(2024, 6, 1, 12, 0, 30))
+    assert recurring.fire_due(db.sessions, utc(2024, 6, 1, 12, 2, 1)) == 1
+    [job] = jobs_of(db, "every-two-minutes")
+    assert job.queue == "default" and job.labels["project"] == "imagenet"

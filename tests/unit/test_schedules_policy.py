@@ -172,3 +172,13 @@ def test_a_due_time_is_never_started_twice():
             handled.append(firing.due)
             since = firing.due
     assert handled == sorted(set(handled)) and len(handled) > 250
+
+
+def test_the_example_schedule():
+    from pathlib import Path
+
+    from sluice.schedules import load_schedule
+    s = load_schedule((Path(__file__).resolve().parents[2] / "examples" / "schedule.yaml").read_text())
+    assert (s.name, s.cron, s.concurrency_policy, s.starting_deadline_s) == ("every-two-minutes", "*/2 * * * *",
+                                                                             "Forbid", 60)
+    assert s.template.pod_sets[0].template["metadata"]["annotations"]["sluice.io/sim-duration"] == "20s"
