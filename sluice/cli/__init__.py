@@ -1,5 +1,5 @@
-"""The `sluice` command line: the user's commands (jobs), `sluice schedule` (schedules), `sluice admin` (admin), `sluice config` (contexts)
-and the commands that run a server (servers), on the helpers they share (common).
+"""The `sluice` command line: the user's commands (jobs), `sluice schedule` (schedules), `sluice admin` (admin),
+`sluice config` (contexts) and the commands that run a server (servers), on the helpers they share (common).
 
 Errors print one line, `error: <what>: <why>`, and exit 1; usage errors exit 2. No module here imports
 grpc at load time: main() tunes the process (sluice.process) before any command does.
