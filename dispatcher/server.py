@@ -32,6 +32,7 @@ from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
 from dispatcher.api.logs import LogRelay
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
+from dispatcher.api.schedules import SchedulesService
 from dispatcher.capacity.prometheus import Refresher
 from dispatcher.console.app import Console
 from dispatcher.console.gateway import Gateway
@@ -43,7 +44,7 @@ from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.listening import Notifier, libpq_url
 from dispatcher.tls import grpc_credentials
 from sluice.serving import MetricsServer, ServerTls, refuse_plaintext_off_loopback
-from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc
+from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc, schedules_pb2_grpc
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited separately
@@ -171,6 +172,7 @@ class Dispatcher:
             {"watch": jobs.watches, "submit": jobs.submit_streams}, agent_links=lambda: agents.links_open,
             agents_refused=lambda: admission.refused))
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
+        schedules_pb2_grpc.add_SchedulesServicer_to_server(SchedulesService(self.sessions, auth), self.server)
         self.health = _Health(self._loop)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.on_loop, self.server)
         self.health_server: grpc.Server | None = None

@@ -19,7 +19,7 @@ import orjson
 from sluice import transport
 from sluice.config import ClientConfig, ConfigError, load
 from sluice.spec import JobSpec
-from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+from sluice.v1 import jobs_pb2, jobs_pb2_grpc, schedules_pb2, schedules_pb2_grpc
 from sluice.wire import STREAM_MARK
 
 SUBMIT_BATCH = 1000  # documents per request; a larger submit goes as several requests of one submit
@@ -158,6 +158,19 @@ def usage_dict(reply: jobs_pb2.UsageResponse, by: str = "queue") -> dict:
                       for b in reply.burst]}
 
 
+def schedule_dict(s: schedules_pb2.Schedule) -> dict:
+    document = json.loads(s.document_json or "{}")
+    spec = document.get("spec", {})
+    return {"name": s.name, "owner": s.owner, "schedule": spec.get("schedule"), "timeZone": spec.get("timeZone"),
+            "concurrencyPolicy": spec.get("concurrencyPolicy"), "suspended": s.suspended,
+            "lastScheduledAt": _time(s.last_scheduled_at), "nextDueAt": _time(s.next_due_at),
+            "activeJobs": list(s.active_job_ids), "status": s.status, "lastError": s.last_error or None,
+            "lastErrorAt": _time(s.last_error_at), "createdAt": _time(s.created_at),
+            "runs": [{"id": r.job_id, "name": r.name or None, "state": r.state, "reason": r.reason,
+                      "createdAt": _time(r.created_at), "finishedAt": _time(r.finished_at)} for r in s.runs],
+            "document": document}
+
+
 def _resources(r: jobs_pb2.Resources) -> dict[str, str]:
     from sluice.quantity import format_resources
     return format_resources(dict(r.milli))
@@ -282,6 +295,7 @@ class Client:
         except transport.TransportError as exc:
             raise ClientError("INVALID_ARGUMENT", str(exc)) from None
         self._jobs = jobs_pb2_grpc.JobsStub(self._channel)
+        self._schedules = schedules_pb2_grpc.SchedulesStub(self._channel)
         self._metadata = [("authorization", f"Bearer {config.token}")]
         self._submitted = False  # the first Submit goes as a call: a client that submits once opens no stream
         self._stream: _SubmitStream | None = None
@@ -511,6 +525,34 @@ class Client:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return
             raise rpc_error(exc) from None
+
+    def create_schedule(self, document: dict) -> dict:
+        """Create a schedule from its Schedule document (docs/api.md); one of that name must not exist."""
+        return schedule_dict(self._call(self._schedules.Create,
+                                        schedules_pb2.CreateScheduleRequest(document_json=_encode(document))))
+
+    def schedules(self) -> list[dict]:
+        """The schedules this token may see (a user's own; an admin's every one), by name."""
+        return [schedule_dict(s) for s in self._call(self._schedules.List,
+                                                     schedules_pb2.ListSchedulesRequest()).schedules]
+
+    def schedule(self, name: str) -> dict:
+        return schedule_dict(self._call(self._schedules.Get, schedules_pb2.ScheduleRequest(name=name)))
+
+    def suspend_schedule(self, name: str) -> dict:
+        return schedule_dict(self._call(self._schedules.Suspend, schedules_pb2.ScheduleRequest(name=name)))
+
+    def resume_schedule(self, name: str) -> dict:
+        return schedule_dict(self._call(self._schedules.Resume, schedules_pb2.ScheduleRequest(name=name)))
+
+    def delete_schedule(self, name: str) -> dict:
+        """Delete a schedule (as it was, returned); the jobs it started stay."""
+        return schedule_dict(self._call(self._schedules.Delete, schedules_pb2.ScheduleRequest(name=name)))
+
+    def trigger_schedule(self, name: str) -> dict:
+        """Start one run of a schedule now: {"jobId", "cancelled", "schedule"}."""
+        reply = self._call(self._schedules.Trigger, schedules_pb2.ScheduleRequest(name=name))
+        return {"jobId": reply.job_id, "cancelled": list(reply.cancelled), "schedule": schedule_dict(reply.schedule)}
 
     def clusters(self) -> list[dict]:
         return cluster_dicts(self._call(self._jobs.ListClusters, jobs_pb2.ListClustersRequest()))

@@ -9,7 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from dispatcher.policy import sessions
 from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent, RevokedCertificate
 from sluice.quantity import format_resources
-from sluice.v1 import admin_pb2, jobs_pb2
+from sluice.v1 import admin_pb2, jobs_pb2, schedules_pb2
 
 
 def timestamp(value: datetime | None) -> Timestamp | None:
@@ -18,6 +18,18 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     ts = Timestamp()
     ts.FromDatetime(value)
     return ts
+
+
+def schedule(view) -> schedules_pb2.Schedule:
+    """A services.recurring.ScheduleView as its message."""
+    return schedules_pb2.Schedule(
+        name=view.name, owner=view.owner, document_json=json.dumps(view.document), suspended=view.suspended,
+        last_scheduled_at=timestamp(view.last_scheduled_at), next_due_at=timestamp(view.next_due_at),
+        active_job_ids=view.active_job_ids, status=view.status, last_error=view.last_error or "",
+        last_error_at=timestamp(view.last_error_at), created_at=timestamp(view.created_at),
+        runs=[schedules_pb2.ScheduleRun(job_id=r.job_id, name=r.name or "", state=r.state, reason=r.reason,
+                                        created_at=timestamp(r.created_at), finished_at=timestamp(r.finished_at))
+              for r in view.runs])
 
 
 def resources(milli: dict | None) -> jobs_pb2.Resources:

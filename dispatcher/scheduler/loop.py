@@ -21,7 +21,7 @@ from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
-from dispatcher.services import waiting
+from dispatcher.services import recurring, waiting
 from dispatcher.store import channels, submit_keys
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.leader import LeaderLock
@@ -140,6 +140,18 @@ class Scheduler:
         except Exception:
             log.exception("releasing waiting jobs failed")
 
+    def _fire_schedules(self) -> None:
+        """Between cycles: start the runs of schedules that are due (services.recurring.fire_due), each schedule in
+        a short transaction of its own; a failure is logged and tried again at the next pass."""
+        try:
+            started = recurring.fire_due(self._sessions, datetime.now(UTC))
+            if started:
+                log.debug("schedules fired", extra={"started": started})
+        except StoreUnavailable:
+            raise  # the cycle's own store is gone too: the loop waits for it
+        except Exception:
+            log.exception("firing schedules failed")
+
     def _leadership(self, leading: bool) -> None:
         if self._metrics is not None:
             self._metrics.leader.set(1 if leading else 0)
@@ -152,6 +164,7 @@ class Scheduler:
     def _lead(self, lock: LeaderLock) -> None:
         reasons_at = released_at = 0.0
         pruned_at = time.monotonic()
+        fired_at = 0.0
         while not self._stop.is_set():
             self._wake.clear()
             self._work.clear()
@@ -176,6 +189,9 @@ class Scheduler:
             if ended - pruned_at >= self._settings.outbox_prune_interval_s:
                 pruned_at = ended
                 self._prune_outbox()
+            if ended - fired_at >= self._settings.schedule_interval_s:
+                fired_at = ended
+                self._fire_schedules()
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
             if (result.dispatched and result.more) or deeper_now:

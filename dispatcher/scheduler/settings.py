@@ -36,5 +36,8 @@ class SchedulerSettings:
     # with the outbox, up to submit_key_prune_limit each time (one key per submit: as many as jobs, at worst).
     submit_key_retention_s: float = 86_400.0
     submit_key_prune_limit: int = 100_000
+    # Schedules (services.recurring) are fired between cycles at most this often; a due time starts within
+    # about this, or idle_wait_s when the loop is idle, after it comes.
+    schedule_interval_s: float = 1.0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Index, Integer, Text, text
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Index, Integer, Text, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -236,6 +236,28 @@ class SubmitKey(Base):
     created_at: Mapped[datetime] = _now()
 
     __table_args__ = (Index("ix_submit_keys_created_at", "created_at", postgresql_using="brin"),)
+
+
+class Schedule(Base):
+    """A recurring job: a cron expression and a job template (the Schedule document), fired by the scheduling
+    leader (services/recurring.py). Jobs it started are named by id in recent_job_ids, read by primary key:
+    the jobs table carries nothing of schedules but each job's labels."""
+
+    __tablename__ = "schedules"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner: Mapped[str] = mapped_column(Text)  # the subject whose jobs these are
+    owner_role: Mapped[str] = mapped_column(Text)  # its role when it created the schedule: admin | user
+    spec: Mapped[dict] = mapped_column()  # the Schedule document, canonical (sluice.schedules)
+    suspended: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    last_scheduled_at: Mapped[datetime | None] = mapped_column(nullable=True)  # last due time started or skipped
+    next_due_at: Mapped[datetime | None] = mapped_column(nullable=True)  # the first due time after it
+    recent_job_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger), server_default=text("'{}'::bigint[]"))
+    status: Mapped[str] = mapped_column(Text, server_default="")  # what it did or skipped last, for people
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why its last start failed
+    last_error_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    created_at: Mapped[datetime] = _now()
+
+    __table_args__ = (Index("ix_schedules_next_due_at", "next_due_at", postgresql_where=text("NOT suspended")),)
 
 
 class BurstPolicy(Base):

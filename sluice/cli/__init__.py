@@ -1,5 +1,5 @@
-"""The `sluice` command line: the user's commands (jobs), `sluice admin` (admin), `sluice config` (contexts)
-and the commands that run a server (servers), on the helpers they share (common).
+"""The `sluice` command line: the user's commands (jobs), `sluice schedule` (schedules), `sluice admin` (admin),
+`sluice config` (contexts) and the commands that run a server (servers), on the helpers they share (common).
 
 Errors print one line, `error: <what>: <why>`, and exit 1; usage errors exit 2. No module here imports
 grpc at load time: main() tunes the process (sluice.process) before any command does.
@@ -17,7 +17,7 @@ from typing import NoReturn
 import typer
 
 from sluice import process
-from sluice.cli import admin, common, contexts, jobs, servers, simulate
+from sluice.cli import admin, common, contexts, jobs, schedules, servers, simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Sluice: queue whole jobs, place them across clusters by capacity and policy.")
@@ -27,6 +27,7 @@ app.add_typer(servers.dispatcher_app, name="dispatcher")
 app.add_typer(servers.agent_app, name="agent")
 app.add_typer(admin.app, name="admin")
 app.add_typer(contexts.app, name="config")
+app.add_typer(schedules.app, name="schedule")
 
 
 SHELLS = tuple(shell.value for shell in typer.completion.Shells)  # what typer writes completion scripts for

@@ -317,11 +317,12 @@ def shapes():
     """What each read command's client call returns, against a server whose every answer is full."""
     from sluice.admin_client import AdminClient
     from sluice.config import ClientConfig
-    from sluice.v1 import admin_pb2, jobs_pb2
+    from sluice.v1 import admin_pb2, jobs_pb2, schedules_pb2
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     server.add_generic_rpc_handlers([_handler(jobs_pb2.DESCRIPTOR.services_by_name["Jobs"], jobs_pb2),
-                                     _handler(admin_pb2.DESCRIPTOR.services_by_name["Admin"], admin_pb2)])
+                                     _handler(admin_pb2.DESCRIPTOR.services_by_name["Admin"], admin_pb2),
+                                     _handler(schedules_pb2.DESCRIPTOR.services_by_name["Schedules"], schedules_pb2)])
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
@@ -332,16 +333,18 @@ def shapes():
                    "admin quota set": client.set_quota("q", {"cpu": "1"}),
                    "admin queue add-member": client.add_member("q", "u"),
                    "admin token create": client.create_token("user", "u"), "admin token list": client.tokens(),
-                   "admin audit": client.audit()}
+                   "admin audit": client.audit(), "schedule get": client.schedule("s"),
+                   "schedule list": client.schedules(), "schedule trigger": client.trigger_schedule("s")}
     finally:
         server.stop(None)
 
 
 # Parts of a shape the doc gives by naming another command's: (command, where) -> that command.
 SAME_AS = {("describe", ""): "get", ("describe", "events[]"): "watch", ("explain", ""): "get",
-           ("list", ""): "get", ("cancel", ""): "get"}
+           ("list", ""): "get", ("cancel", ""): "get", ("schedule trigger", "schedule"): "schedule get"}
 COMMANDS = ["get", "list", "cancel", "describe", "explain", "watch", "clusters", "queues", "usage",
-            "admin quota set", "admin queue add-member", "admin token create", "admin token list", "admin audit"]
+            "admin quota set", "admin queue add-member", "admin token create", "admin token list", "admin audit",
+            "schedule get", "schedule trigger"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
