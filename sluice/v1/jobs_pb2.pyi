@@ -99,14 +99,36 @@ class GetJobRequest(_message.Message):
     def __init__(self, id: _Optional[int] = ...) -> None: ...
 
 class DescribeJobResponse(_message.Message):
-    __slots__ = ("job", "events", "queue_position")
+    __slots__ = ("job", "events", "queue_position", "attempts")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     events: _containers.RepeatedCompositeFieldContainer[JobEvent]
     queue_position: int
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[JobAttempt]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[JobAttempt, _Mapping]]] = ...) -> None: ...
+
+class JobAttempt(_message.Message):
+    __slots__ = ("attempt", "cluster", "state", "reason", "dispatched_at", "started_at", "finished_at", "address")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    cluster: str
+    state: str
+    reason: str
+    dispatched_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    address: str
+    def __init__(self, attempt: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class ClusterVerdict(_message.Message):
     __slots__ = ("cluster", "verdict")
