@@ -41,9 +41,10 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
     """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
     all of them: the jobs are locked and read at once (in id order), each report is judged against its
     job as the reports before it left it, and the changes are written together: the jobs' new states,
-    one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
-    capacity: the scheduler should look again). held_by: the agent, whose token or certificate must still
-    hold (Unauthenticated otherwise, and nothing is applied)."""
+    one event per transition, the attempts started and ended, and the address a running attempt's report
+    carries (a change of it needs no transition). Returns how many attempts ended (freeing capacity: the
+    scheduler should look again). held_by: the agent, whose token or certificate must still hold
+    (Unauthenticated otherwise, and nothing is applied)."""
     ids = sorted({r.job_id for r in reports})
     views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids, held_by=held_by)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
