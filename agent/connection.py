@@ -93,7 +93,7 @@ def _status_message(status: AttemptStatus) -> agents_pb2.AttemptStatus:
     at = Timestamp()
     at.FromNanoseconds(int(status.at * 1e9))
     return agents_pb2.AttemptStatus(job_id=status.job_id, attempt=status.attempt, state=status.state,
-                                    reason=status.reason, exit_code=status.exit_code, at=at)
+                                    reason=status.reason, exit_code=status.exit_code, at=at, address=status.address)
 
 
 def _fitted(status: AttemptStatus) -> AttemptStatus:

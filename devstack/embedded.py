@@ -239,7 +239,7 @@ def sim_cluster(obj, data: pathlib.Path, time_scale: float = 1.0) -> SimCluster:
                                 provisioning_delay=elastic.get("provisioningDelay", 0.0),
                                 scale_down_after=elastic.get("scaleDownAfter", 600.0),
                                 # the timeout the cluster's kubernetes agent would give a gang
-                                gang_start_timeout=obj.kubernetes["gangStartTimeout"]))
+                                gang_start_timeout=obj.kubernetes["gangStartTimeout"], name=obj.name))
 
 
 def load_config(path: pathlib.Path | None) -> list | None:

@@ -102,9 +102,16 @@ def event_dict(event: jobs_pb2.JobEvent) -> dict:
             "to": event.to_state, "reason": event.reason, "cluster": event.cluster or None, "at": _time(event.at)}
 
 
+def attempt_dict(attempt: jobs_pb2.JobAttempt) -> dict:
+    return {"attempt": attempt.attempt, "cluster": attempt.cluster, "state": attempt.state, "reason": attempt.reason,
+            "dispatchedAt": _time(attempt.dispatched_at), "startedAt": _time(attempt.started_at),
+            "finishedAt": _time(attempt.finished_at), "address": attempt.address or None}
+
+
 def describe_dict(reply: jobs_pb2.DescribeJobResponse) -> dict:
     return {**job_dict(reply.job), "queuePosition": reply.queue_position or None,
             "spec": json.loads(reply.job.spec_json or "{}"), "events": [event_dict(e) for e in reply.events],
+            "attempts": [attempt_dict(a) for a in reply.attempts],
             "dependsOn": [dependency_dict(d) for d in reply.depends_on],
             "dependants": [dependency_dict(d) for d in reply.dependants]}
 

@@ -10,7 +10,7 @@ STREAM_MARK = ("sluice-submit-stream", "1")  # the header a server sends once it
 class AttemptReport:
     """What an agent reports of one attempt (agents.proto AttemptStatus), as both ends hold it: its state
     as the agent sees it (PENDING, RUNNING, SUCCEEDED, FAILED, LOST, UNSCHEDULABLE), why, its exit code,
-    and when it got there by the agent's clock."""
+    when it got there by the agent's clock, and while it runs the address of its first pod."""
 
     job_id: int
     attempt: int
@@ -20,3 +20,6 @@ class AttemptReport:
     # Seconds since the epoch when the attempt reached `state`, by the cluster's account; 0: not said
     # (older agents, or the dispatcher's own verdicts), which the dispatcher takes as the report's arrival.
     at: float = 0.0
+    # How to reach the attempt's first pod (`10.1.2.3:8888`, or an IP alone when it declares no port), said
+    # with RUNNING once the cluster knows it; "": not known, or not said (the address stored stays).
+    address: str = ""

@@ -26,6 +26,11 @@ UNSCHEDULABLE = "UNSCHEDULABLE"
 FINAL_STATES = frozenset({SUCCEEDED, FAILED, LOST, UNSCHEDULABLE})
 
 
+# The environment variables every pod of an array element sees (both backends set the same).
+ENV_ARRAY_ID = "SLUICE_ARRAY_ID"
+ENV_ARRAY_INDEX = "SLUICE_ARRAY_INDEX"
+
+
 @dataclass(frozen=True)
 class AttemptStatus(AttemptReport):
     """An attempt's report as the agent keeps it until the dispatcher acks it (`at`: when the cluster
@@ -115,3 +120,21 @@ def _container_requests(container: dict) -> dict[str, int]:
     if not isinstance(resources, dict):
         return {}
     return {**_amounts(resources.get("limits")), **_amounts(resources.get("requests"))}
+
+
+def array_fields(document: object) -> dict[str, int]:
+    """`arrayId` and `arrayIndex` of a job document's spec (an element of a job array), those that are
+    non-negative integers; {} for a job that is no array element."""
+    spec = document.get("spec") if isinstance(document, dict) else None
+    if not isinstance(spec, dict):
+        return {}
+    return {key: spec[key] for key in ("arrayId", "arrayIndex")
+            if isinstance(spec.get(key), int) and not isinstance(spec[key], bool) and spec[key] >= 0}
+
+
+def sluice_environment(document: object) -> dict[str, str]:
+    """The environment variables Sluice sets in every container of a job's pods, in a fixed order:
+    SLUICE_ARRAY_ID and SLUICE_ARRAY_INDEX for an element of a job array; {} otherwise."""
+    fields = array_fields(document)
+    names = (("arrayId", ENV_ARRAY_ID), ("arrayIndex", ENV_ARRAY_INDEX))
+    return {env: str(fields[key]) for key, env in names if key in fields}

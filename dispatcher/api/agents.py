@@ -63,7 +63,7 @@ def more_room(before: dict | None, after: dict) -> bool:
 def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
     """The report as the store applies it, with the agent's time (0 when unstamped: older agents, or a time
     that is not a valid Timestamp, which the store then takes as the report's arrival), and a NUL in its
-    reason shown as U+FFFD."""
+    reason or address shown as U+FFFD."""
     try:
         at = status.at.ToNanoseconds() / 1e9 if status.HasField("at") else 0.0
     except ValueError:  # nanos outside 0..999,999,999 or seconds past year 9999
@@ -71,7 +71,10 @@ def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
     reason = status.reason
     if "\x00" in reason:  # a termination message may hold one; Postgres stores none
         reason = reason.replace("\x00", "\ufffd")
-    return AttemptReport(status.job_id, status.attempt, status.state, reason, status.exit_code, at)
+    address = status.address
+    if "\x00" in address:
+        address = address.replace("\x00", "\ufffd")
+    return AttemptReport(status.job_id, status.attempt, status.state, reason, status.exit_code, at, address)
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):

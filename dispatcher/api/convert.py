@@ -7,7 +7,7 @@ from datetime import datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from dispatcher.policy import sessions
-from dispatcher.store.models import ApiToken, AuditRecord, Job, JobEvent, RevokedCertificate
+from dispatcher.store.models import ApiToken, Attempt, AuditRecord, Job, JobEvent, RevokedCertificate
 from sluice.quantity import format_resources
 from sluice.v1 import admin_pb2, jobs_pb2, schedules_pb2
 
@@ -58,6 +58,12 @@ def event(row: JobEvent) -> jobs_pb2.JobEvent:
     return jobs_pb2.JobEvent(id=row.id, job_id=row.job_id, attempt=row.attempt, from_state=row.from_state,
                              to_state=row.to_state, reason=row.reason, cluster=row.cluster or "",
                              at=timestamp(row.at))
+
+
+def attempt(row: Attempt) -> jobs_pb2.JobAttempt:
+    return jobs_pb2.JobAttempt(attempt=row.attempt, cluster=row.cluster, state=row.state, reason=row.reason or "",
+                               dispatched_at=timestamp(row.dispatched_at), started_at=timestamp(row.started_at),
+                               finished_at=timestamp(row.finished_at), address=row.address or "")
 
 
 def token(row: ApiToken) -> admin_pb2.Token:

@@ -169,7 +169,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             message, position = _job_with_reason(session, scoping.visible_job(session, who, request.id))
             return jobs_pb2.DescribeJobResponse(
                 job=message, events=[convert.event(e) for e in job_reads.events(session, job_id=request.id)],
-                queue_position=position,
+                queue_position=position, attempts=[convert.attempt(a) for a in job_reads.attempts(session, request.id)],
                 depends_on=[convert.dependency(*d) for d in holds.dependencies(session, request.id)],
                 dependants=[convert.dependency(*d) for d in holds.dependants(session, request.id)])
 

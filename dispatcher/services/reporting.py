@@ -41,14 +41,16 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
     """Apply a cluster's reports in their order, in the caller's transaction, with a few statements for
     all of them: the jobs are locked and read at once (in id order), each report is judged against its
     job as the reports before it left it, and the changes are written together: the jobs' new states,
-    one event per transition, the attempts started and ended. Returns how many attempts ended (freeing
-    capacity: the scheduler should look again). held_by: the agent, whose token or certificate must still
-    hold (Unauthenticated otherwise, and nothing is applied)."""
+    one event per transition, the attempts started and ended, and the address a running attempt's report
+    carries (a change of it needs no transition). Returns how many attempts ended (freeing capacity: the
+    scheduler should look again). held_by: the agent, whose token or certificate must still hold
+    (Unauthenticated otherwise, and nothing is applied)."""
     ids = sorted({r.job_id for r in reports})
     views = {row[0]: JobView(*row[1:]) for row in lifecycle.lock_for_reports(session, ids, held_by=held_by)}
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
-    # (job, attempt) -> [started, end state, reason, exit code, when it started, when it ended (agent's)]
+    # (job, attempt) -> [started, end state, reason, exit code, when it started, when it ended (agent's),
+    # address (None: not said)]
     attempts: dict[tuple[int, int], list] = {}
     ended = 0
     for report in reports:
@@ -62,21 +64,26 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
                                                            "cluster": cluster, "state": report.state})
             continue
         if outcome.to is None:
+            if report.address and outcome.attempt_state == states.RUNNING:  # a running attempt's, said again
+                attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None, None])[6] = \
+                    report.address
             continue
         events.append((report.job_id, job.attempt, job.state, outcome.to, outcome.reason, job.cluster))
         change = changed.setdefault(report.job_id, {"started": False, "finished": False, "requeued": False})
         change.update(state=outcome.to, reason=outcome.reason)
-        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None])
+        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None, None])
         if outcome.to == states.RUNNING:
             change["started"] = attempt[0] = True
             attempt[4] = _agent_time(report)
+            if report.address:
+                attempt[6] = report.address
         else:
             change["finished" if outcome.to in states.FINAL else "requeued"] = True
             attempt[1:4] = report.state, report.reason, report.exit_code
             attempt[5] = _agent_time(report)
             ended += 1
         views[report.job_id] = replace(job, state=outcome.to, cluster=None if change["requeued"] else job.cluster)
-    if not events:
+    if not events and not attempts:
         return 0
     # A job back in its queue may start again (""); one that finished only leaves room (ROOM).
     wake = "" if any(c["requeued"] for c in changed.values()) else channels.ROOM if ended else None

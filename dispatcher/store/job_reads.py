@@ -116,6 +116,11 @@ def attempt_cluster(session: Session, job_id: int, attempt: int) -> str | None:
     return session.scalar(select(Attempt.cluster).where(Attempt.job_id == job_id, Attempt.attempt == attempt))
 
 
+def attempts(session: Session, job_id: int) -> list[Attempt]:
+    """The job's attempts, oldest first."""
+    return list(session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.attempt)))
+
+
 def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
     """(attempt, burst decision) of the job's attempts that burst, oldest first."""
     return [(r.attempt, r.burst) for r in session.execute(

@@ -354,29 +354,37 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
     changed: per job, its final {state, reason} and whether it started (started_at), finished
     (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
     cluster) of every transition, in order: each becomes a job event. attempts: per (job, attempt),
-    (started, end state, reason, exit code, started at, ended at): started marks it RUNNING; an end
-    state ("" for none) ends it, unless it already ended. The times are the agent's (None: not said,
-    taken as now), bounded: a start not before the attempt's dispatch, an end not before its start,
-    neither after now. The job's started_at and finished_at, and the times of its events (a move to
-    RUNNING at the start, any other at the end), are the attempt's. wake: the scheduler is woken too,
-    with this payload. Returns the seconds from each started attempt's dispatch to now. Raises
-    IllegalTransition, writing nothing, when an event's move is not in the state table.
+    (started, end state, reason, exit code, started at, ended at, address): started marks it RUNNING;
+    an end state ("" for none) ends it, unless it already ended. The times are the agent's (None: not
+    said, taken as now), bounded: a start not before the attempt's dispatch, an end not before its
+    start, neither after now. The job's started_at and finished_at, and the times of its events (a
+    move to RUNNING at the start, any other at the end), are the attempt's. address: how to reach its
+    first pod, written unless None (or the attempt ended); an attempt may come with an address alone
+    (a running one's, said again), which changes nothing else and makes no event. wake: the scheduler
+    is woken too, with this payload. Returns the seconds from each started attempt's dispatch to now.
+    Raises IllegalTransition, writing nothing, when an event's move is not in the state table.
     """
     for _job, _attempt, from_state, to_state, *_rest in events:
         states.check(from_state, to_state)
     ids = list(changed)
     keys = list(attempts)
-    notes = [(EVENTS_CHANNEL, ""), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
+    # Reports rarely carry an address: only then does the statement take the column (no cost otherwise).
+    addressed = any(a[6] is not None for a in attempts.values())
+    notes = [*([(EVENTS_CHANNEL, "")] if events else []), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
     params = {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
         ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
         ("requeued", "requeued"))},
-        **dict(zip(("e_jobs", "e_attempts", "e_froms", "e_tos", "e_reasons", "e_clusters"), map(list, zip(*events)))),
+        **dict(zip(_EVENT_COLUMNS, map(list, zip(*events)) if events else ([],) * len(_EVENT_COLUMNS))),
         "a_jobs": [k[0] for k in keys], "a_attempts": [k[1] for k in keys],
-        **dict(zip(("a_started", "a_states", "a_reasons", "a_codes", "a_started_at", "a_ended_at"),
-                   map(list, zip(*attempts.values())) if attempts else ([], [], [], [], [], []))),
+        **dict(zip(_ATTEMPT_COLUMNS if addressed else _ATTEMPT_COLUMNS[:-1],
+                   map(list, zip(*attempts.values())) if attempts else ([],) * len(_ATTEMPT_COLUMNS))),
         **notes_params(notes)}
-    row = driver(session).execute(_TRANSITIONS, params).fetchone()
+    row = driver(session).execute(_TRANSITIONS_ADDRESSED if addressed else _TRANSITIONS, params).fetchone()
     return [float(w) for w in row[0]]
+
+
+_EVENT_COLUMNS = ("e_jobs", "e_attempts", "e_froms", "e_tos", "e_reasons", "e_clusters")
+_ATTEMPT_COLUMNS = ("a_started", "a_states", "a_reasons", "a_codes", "a_started_at", "a_ended_at", "a_addresses")
 
 
 # Start (a.started: RUNNING) and end (a.state, unless "": that state, unless it ended already) the
@@ -384,8 +392,22 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
 # that had ended stays as it ended. The agent's times (a.started_at, a.ended_at; NULL: not said, so now)
 # are bounded by the dispatch, the start and now: a cluster's clock is not the dispatcher's.
 _START = "LEAST(now(), GREATEST(attempts.dispatched_at, coalesce(a.started_at, now())))"
-_MARK_ATTEMPTS = f"""
-        UPDATE attempts SET
+
+
+def _mark_attempts(addressed: bool) -> str:
+    """The attempts' UPDATE; addressed: with %(a_addresses)s too (NULL: not said), written to attempts that
+    have not ended, and an address alone only where it changes (no row written for a repeat)."""
+    address_set, address_in, address_as, address_only = "", "", "", ""
+    if addressed:
+        address_set = """
+               address = CASE WHEN a.address IS NOT NULL AND attempts.finished_at IS NULL THEN a.address
+                              ELSE attempts.address END,"""
+        address_in, address_as = ", %(a_addresses)s::text[]", ", address"
+        address_only = """
+              AND (a.started OR a.state <> '' OR (a.address IS DISTINCT FROM attempts.address
+                                                  AND attempts.finished_at IS NULL))"""
+    return f"""
+        UPDATE attempts SET{address_set}
                started_at = CASE WHEN a.started THEN {_START} ELSE attempts.started_at END,
                state = CASE WHEN a.state <> '' AND attempts.finished_at IS NULL THEN a.state
                             WHEN a.started THEN '{RUNNING}' ELSE attempts.state END,
@@ -399,20 +421,24 @@ _MARK_ATTEMPTS = f"""
                                   ELSE attempts.finished_at END
         FROM unnest(%(a_jobs)s::bigint[], %(a_attempts)s::int[], %(a_started)s::boolean[], %(a_states)s::text[],
                     %(a_reasons)s::text[], %(a_codes)s::int[], %(a_started_at)s::timestamptz[],
-                    %(a_ended_at)s::timestamptz[])
-             AS a(job_id, attempt, started, state, reason, exit_code, started_at, ended_at)
-        WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt
+                    %(a_ended_at)s::timestamptz[]{address_in})
+             AS a(job_id, attempt, started, state, reason, exit_code, started_at, ended_at{address_as})
+        WHERE attempts.job_id = a.job_id AND attempts.attempt = a.attempt{address_only}
         RETURNING a.job_id, a.attempt, a.started, attempts.started_at, attempts.finished_at,
                   extract(epoch FROM now() - attempts.dispatched_at) AS waited"""
 
 
+_MARK_ATTEMPTS = _mark_attempts(addressed=False)
+
+
 # The jobs take their attempts' times (marked's RETURNING: the rows as updated), and so do their events.
-_TRANSITIONS = f"""
+def _transitions(addressed: bool) -> str:
+    return f"""
     WITH c AS (
         SELECT * FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(reasons)s::text[], %(started)s::boolean[],
                              %(finished)s::boolean[], %(requeued)s::boolean[])
                       AS c(id, state, reason, started, finished, requeued)),
-    marked AS ({_MARK_ATTEMPTS}),
+    marked AS ({_mark_attempts(addressed)}),
     moved AS (
         UPDATE jobs SET state = c.state, reason = c.reason,
                started_at = CASE WHEN c.started THEN coalesce(m.started_at, now()) ELSE jobs.started_at END,
@@ -429,6 +455,10 @@ _TRANSITIONS = f"""
              LEFT JOIN marked m ON m.job_id = e.job_id AND m.attempt = e.attempt
         ORDER BY e.n)
     SELECT array(SELECT waited FROM marked WHERE started), (SELECT count(*) FROM ({NOTIFY_SQL}) n)"""
+
+
+_TRANSITIONS = _transitions(addressed=False)
+_TRANSITIONS_ADDRESSED = _transitions(addressed=True)
 
 
 def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason: str,

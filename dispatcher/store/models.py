@@ -178,6 +178,8 @@ class Attempt(Base):
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
     # The burst decision that sent it to a paid cluster (policy, trigger, alternatives, cost); None otherwise.
     burst: Mapped[dict | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
+    # How to reach its first pod (`10.1.2.3:8888`), as its agent last said while it ran; None: never said.
+    address: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index("ix_attempts_burst_finished", "finished_at", postgresql_where=text("burst IS NOT NULL")),)
 

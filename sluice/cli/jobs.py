@@ -121,6 +121,9 @@ def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format 
         print(f"{key + ':':<14}{info[key] if info[key] is not None else '-'}")
     if info["state"] == "QUEUED":
         print(f"{'position:':<14}{info['queuePosition']} in queue {info['queue']}")
+    current = next((a for a in info["attempts"] if a["attempt"] == info["attempt"]), None)
+    if current is not None and current["address"] and current["state"] == "RUNNING":
+        print(f"{'address:':<14}{current['address']}")  # how to reach its first pod (an interactive session)
     print(f"{'reason:':<14}{info['reason']}")
     print("events:")
     print(_indent(table(

@@ -401,7 +401,7 @@ def agent_run(cluster: str = typer.Option(..., "--cluster"),
             node = parse_resources(dict(item.split("=", 1) for item in sim_node.split(",") if item))
         except (ValueError, QuantityError) as exc:
             raise Failed("agent run --sim-node", str(exc)) from None
-        cluster_backend = SimCluster(SimConfig(nodes=sim_nodes, node=node))
+        cluster_backend = SimCluster(SimConfig(nodes=sim_nodes, node=node, name=cluster))
     agent = Agent(AgentSettings(cluster, dispatcher, token, tls=tls), cluster_backend)
     server = None
     own_tls = tempfile.TemporaryDirectory(prefix="sluice-agent-metrics-")  # removed, key and all, at the end

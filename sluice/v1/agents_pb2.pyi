@@ -25,20 +25,22 @@ class Capacity(_message.Message):
     def __init__(self, allocatable: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., applied_through: _Optional[int] = ..., node_free: _Optional[_Iterable[_Union[_jobs_pb2.Resources, _Mapping]]] = ...) -> None: ...
 
 class AttemptStatus(_message.Message):
-    __slots__ = ("job_id", "attempt", "state", "reason", "exit_code", "at")
+    __slots__ = ("job_id", "attempt", "state", "reason", "exit_code", "at", "address")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     state: str
     reason: str
     exit_code: int
     at: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    address: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("cluster", "agent_version", "inventory", "capacity", "reads_batches")

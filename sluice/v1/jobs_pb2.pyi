@@ -107,18 +107,40 @@ class GetJobRequest(_message.Message):
     def __init__(self, id: _Optional[int] = ...) -> None: ...
 
 class DescribeJobResponse(_message.Message):
-    __slots__ = ("job", "events", "queue_position", "depends_on", "dependants")
+    __slots__ = ("job", "events", "queue_position", "attempts", "depends_on", "dependants")
     JOB_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     DEPENDANTS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     events: _containers.RepeatedCompositeFieldContainer[JobEvent]
     queue_position: int
+    attempts: _containers.RepeatedCompositeFieldContainer[JobAttempt]
     depends_on: _containers.RepeatedCompositeFieldContainer[JobDependency]
     dependants: _containers.RepeatedCompositeFieldContainer[JobDependency]
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ..., depends_on: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ..., dependants: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ...) -> None: ...
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., queue_position: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[JobAttempt, _Mapping]]] = ..., depends_on: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ..., dependants: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ...) -> None: ...
+
+class JobAttempt(_message.Message):
+    __slots__ = ("attempt", "cluster", "state", "reason", "dispatched_at", "started_at", "finished_at", "address")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    cluster: str
+    state: str
+    reason: str
+    dispatched_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    address: str
+    def __init__(self, attempt: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class JobDependency(_message.Message):
     __slots__ = ("job_id", "name", "condition", "state", "status")

@@ -28,7 +28,8 @@ real `kubernetes` client library runs unchanged against it. It serves what the a
 
 A minimal Job controller creates each Job's pods (Indexed or not), owns them, counts succeeded and
 failed pods and sets the Complete or Failed condition. Tests act as scheduler and kubelet through
-`schedule`, `run_pod`, `succeed_pod`, `fail_pod`, `image_pull_error`, ... or switch on `autopilot`,
+`schedule`, `run_pod` (which gives the pod an IP, 10.244.0.1 up, unless it has one), `set_pod_ip`,
+`succeed_pod`, `fail_pod`, `image_pull_error`, ... or switch on `autopilot`,
 which binds pending pods first-fit to Ready schedulable nodes with room, runs them and ends them
 after the seconds their `fakekube.test/run-seconds` annotation says (exit code from
 `fakekube.test/exit-code`), leaving pods that fit nowhere Pending with the scheduler's message.
@@ -333,6 +334,7 @@ class FakeKube:
         self._timers: list[tuple[float, int, object]] = []
         self._timer_seq = itertools.count()
         self._autopilot = False
+        self._pod_ips = itertools.count()  # the n-th pod to run (from 0) gets 10.244.<n // 250>.<n % 250 + 1>
         self._stopping = False
         self.requests: list[RequestRecord] = []
         self.deletions: list[tuple[str, str, str, str]] = []  # (plural, namespace, name, propagationPolicy)
@@ -494,6 +496,14 @@ class FakeKube:
         """The pod's containers start; at: the kubelet's time for it (default now)."""
         with self._cond:
             self._run(self._pod(namespace, name), node, at)
+
+    def set_pod_ip(self, namespace: str, name: str, ip: str) -> None:
+        """The kubelet reports another IP for the pod ("" for none)."""
+        with self._cond:
+            pod = self._pod(namespace, name)
+            pod["status"]["podIP"] = ip
+            pod["status"]["podIPs"] = [{"ip": ip}] if ip else []
+            self._modified("pods", pod)
 
     def succeed_pod(self, namespace: str, name: str, *, at: datetime | None = None) -> None:
         with self._cond:
@@ -770,6 +780,10 @@ class FakeKube:
         self._set_condition(pod, "Ready", "True")
         pod["status"]["phase"] = "Running"
         pod["status"]["startTime"] = pod["status"].get("startTime") or _now_text(at)
+        if not pod["status"].get("podIP"):
+            n = next(self._pod_ips)
+            pod["status"]["podIP"] = f"10.244.{n // 250}.{n % 250 + 1}"
+            pod["status"]["podIPs"] = [{"ip": pod["status"]["podIP"]}]
         pod["status"]["containerStatuses"] = [
             {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "restartCount": 0,
              "started": True, "state": {"running": {"startedAt": _now_text(at)}}}

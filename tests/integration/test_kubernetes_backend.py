@@ -135,6 +135,56 @@ def test_creation_names_labels_and_repeats(start, fake):
     assert [r.status for r in fake.requests_matching("POST", "/pods$")] == [201] * 3 + [409] * 3
 
 
+@pytest.mark.parametrize("workload", ["pods", "jobs"])
+def test_array_elements_pods_carry_their_index_in_env_and_labels(start, fake, workload):
+    backend, statuses = start(cluster_document(workload=workload))
+    own = pod_set("worker", 2, initContainers=[{"name": "fetch", "image": "fetch:1",
+                                                "env": [{"name": "SLUICE_ARRAY_INDEX", "value": "mine"}]}])
+    backend.create_attempt(21, 1, job_doc(own, pod_set("ps", 1), arrayId=19, arrayIndex=2))
+    backend.create_attempt(22, 1, job_doc(pod_set("worker", 1)))
+    created = pods(fake, 21)
+    assert len(created) == 3  # made by the API server (workload pods) or its Job controller (workload jobs)
+    for pod in created:
+        assert {k: v for k, v in pod["metadata"]["labels"].items() if k.startswith("sluice.io/array")} == {
+            "sluice.io/array-id": "19", "sluice.io/array-index": "2"}
+        assert pod["spec"]["containers"][0]["env"] == [{"name": "SLUICE_ARRAY_ID", "value": "19"},
+                                                       {"name": "SLUICE_ARRAY_INDEX", "value": "2"}]
+        if pod["metadata"]["labels"]["sluice.io/pod-set"] == "worker":
+            assert pod["spec"]["initContainers"][0]["env"] == [{"name": "SLUICE_ARRAY_INDEX", "value": "mine"},
+                                                               {"name": "SLUICE_ARRAY_ID", "value": "19"}]
+    for job in fake.list("jobs", NS, "sluice.io/job-id=21"):
+        assert job["metadata"]["labels"]["sluice.io/array-index"] == "2"
+    (plain,) = pods(fake, 22)
+    assert "env" not in plain["spec"]["containers"][0] and "sluice.io/array-id" not in plain["metadata"]["labels"]
+    run_all(fake, 21)
+    assert statuses.wait(21, "RUNNING").state == "RUNNING"
+
+
+def test_running_reports_the_first_pod_s_address_and_again_when_it_changes(start, fake):
+    backend, statuses = start()
+    server = pod_set("server", 1)
+    server["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": 8888}, {"containerPort": 9000}]
+    backend.create_attempt(24, 1, job_doc(server, pod_set("aa", 2)))  # "aa" sorts first, but is the second set
+    backend.create_attempt(25, 1, job_doc(pod_set("shell", 1)))
+    run_all(fake, 24)
+    run_all(fake, 25)
+    running = statuses.wait(24, "RUNNING")
+    ip = fake.get("pods", NS, "24-1-server-0")["status"]["podIP"]
+    assert ip and running.address == f"{ip}:8888"
+    shell = statuses.wait(25, "RUNNING")
+    assert shell.address == fake.get("pods", NS, "25-1-shell-0")["status"]["podIP"]  # no port declared
+    fake.set_pod_ip(NS, "24-1-server-0", "")  # the IP unknown for a moment: nothing is said
+    fake.set_pod_ip(NS, "24-1-server-0", "10.9.8.7")
+    wait_until(lambda: len(statuses.of(24)) == 2, what="a second RUNNING report")
+    assert [(s.state, s.address) for s in statuses.of(24)] == [("RUNNING", f"{ip}:8888"), ("RUNNING", "10.9.8.7:8888")]
+    assert {s.job_id: s.address for s in backend.inventory()} == {24: "10.9.8.7:8888", 25: shell.address}
+    fake.set_pod_ip(NS, "24-1-server-0", "fd00::7")
+    wait_until(lambda: len(statuses.of(24)) == 3, what="a third RUNNING report")
+    assert statuses.of(24)[-1].address == "[fd00::7]:8888"
+    time.sleep(0.15)
+    assert len(statuses.of(24)) == 3 and len(statuses.of(25)) == 1  # said once per address
+
+
 def test_running_then_succeeded_and_capacity_follows(start, fake):
     backend, statuses = start()
     assert backend.capacity().allocatable == {"cpu": 12000, "memory": 48 * 2**30 * 1000}

@@ -149,3 +149,36 @@ def test_a_job_dispatched_to_the_cluster_while_its_hello_is_reconciled_is_not_lo
         assert reports.reconcile(session, "onprem", []) == []
     assert len(dispatched) == 1
     assert _state(sessions, [job_id])["jobs"][0][:3] == ("DISPATCHED", "dispatched to onprem", 1)
+
+
+def test_a_running_attempt_s_address_is_written_when_said_and_again_when_it_changes(sessions):
+    a, b, c = _dispatched(sessions, 3)
+
+    def addresses() -> list:
+        with sessions() as session:
+            return session.execute(text("SELECT address FROM attempts WHERE job_id = ANY(:ids) ORDER BY job_id"),
+                                   {"ids": [a, b, c]}).scalars().all()
+
+    def events() -> int:
+        with sessions() as session:
+            return session.execute(text("SELECT count(*) FROM job_events WHERE job_id = ANY(:ids)"),
+                                   {"ids": [a, b, c]}).scalar()
+
+    with sessions.begin() as session:  # a batch with no address takes the statement without the column
+        reports.apply_many(session, "onprem", [Report(a, 1, "RUNNING"), Report(b, 1, "PENDING")])
+    assert addresses() == [None, None, None]
+    with sessions.begin() as session:
+        reports.apply_many(session, "onprem", [
+            Report(a, 1, "RUNNING", address="10.0.0.1:8888"),  # known only now: no transition, the address alone
+            Report(b, 1, "RUNNING", address="10.0.0.2"),  # with its start
+            Report(c, 1, "PENDING", address="10.0.0.3")])  # not running: not written
+    assert addresses() == ["10.0.0.1:8888", "10.0.0.2", None]
+    before = events()
+    with sessions.begin() as session:
+        reports.apply_many(session, "onprem", [Report(a, 1, "RUNNING", address="10.0.0.9:8888"),
+                                               Report(b, 1, "RUNNING", address="10.0.0.2"),  # a repeat
+                                               Report(b, 1, "RUNNING")])  # said nothing: the address stays
+    assert addresses() == ["10.0.0.9:8888", "10.0.0.2", None] and events() == before  # no event for an address
+    with sessions.begin() as session:
+        reports.apply_many(session, "onprem", [Report(a, 1, "SUCCEEDED"), Report(a, 1, "RUNNING", address="x:1")])
+    assert addresses()[0] == "10.0.0.9:8888"  # a stale report after the end changes nothing

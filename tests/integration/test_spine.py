@@ -1,6 +1,11 @@
 """The whole path, for real: submit -> Postgres -> scheduler -> gRPC -> sim agent -> status."""
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
 
 import pytest
@@ -34,6 +39,35 @@ def test_job_runs_to_success(system):
     assert job["startedAt"] and job["finishedAt"]
     events = [e["to"] for e in system.client.describe(job_id)["events"]]
     assert events == ["QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_running_attempt_s_address_is_in_describe(system):
+    session = job_doc(duration="60s")
+    session["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": 8888}]
+    [job_id, plain] = system.client.submit([session, job_doc(duration="60s")])
+    deadline = time.monotonic() + 15
+    while {system.client.get(i)["state"] for i in (job_id, plain)} != {"RUNNING"}:
+        assert time.monotonic() < deadline, system.client.get(job_id)
+        time.sleep(0.05)
+    described = system.client.describe(job_id)
+    [attempt] = described["attempts"]
+    assert attempt["attempt"] == 1 and attempt["state"] == "RUNNING" and attempt["cluster"] == described["cluster"]
+    assert attempt["address"] == f"{job_id}-1-w-0.{described['cluster']}.sim:8888"
+    assert attempt["startedAt"] and attempt["finishedAt"] is None
+    assert system.client.describe(plain)["attempts"][0]["address"] == f"{plain}-1-w-0.{described['cluster']}.sim"
+    env = {**os.environ, "SLUICE_CONFIG": str(system.client_config_path)}
+    cli = [sys.executable, "-m", "sluice", "describe", str(job_id)]
+    root = pathlib.Path(__file__).resolve().parents[2]
+    table = subprocess.run(cli, env=env, cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
+    assert f"address:      {attempt['address']}\n" in table
+    shown = json.loads(subprocess.run([*cli, "-o", "json"], env=env, cwd=root, capture_output=True, text=True,
+                                      timeout=30, check=True).stdout)
+    assert shown["attempts"][0]["address"] == attempt["address"]
+    system.client.cancel([job_id, plain])
+    ended = system.client.describe(job_id)["attempts"][0]
+    assert ended["state"] == "CANCELLED" and ended["address"] == attempt["address"]  # kept, but not shown any more
+    table = subprocess.run(cli, env=env, cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "address:" not in table
 
 
 def test_failed_job_retries_then_fails(system):

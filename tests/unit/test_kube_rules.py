@@ -40,8 +40,11 @@ def test_pods_workload_manifests_are_valid_named_and_labelled():
     assert first["metadata"]["labels"] == {"team": "a", "sluice.io/job-id": "12", "sluice.io/attempt": "3",
                                            "sluice.io/pod-set": "worker", "app.kubernetes.io/managed-by": "sluice"}
     assert first["metadata"]["annotations"] == {"note": "x", "sluice.io/gang-size": "3",
+                                                "sluice.io/pod-set-index": "0",
                                                 "sluice.io/created-at": CREATED, "sluice.io/max-runtime": "2h",
                                                 "sluice.io/pod-index": "0"}
+    assert plan.manifests[2]["metadata"]["annotations"]["sluice.io/pod-set-index"] == "1"
+    assert "env" not in first["spec"]["containers"][0]  # no array element: no environment of Sluice's
     assert first["spec"]["restartPolicy"] == "Never" and first["spec"]["activeDeadlineSeconds"] == 7200
     assert first["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "8", "memory": "1Gi"}
     assert plan.manifests[2]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "0.5"
@@ -65,6 +68,36 @@ def test_jobs_workload_is_one_indexed_job_per_pod_set_that_never_replaces_a_pod(
         kubernetes_validate.validate(manifest, "1.33", strict=True)
     long = job_name(123456, 2, "a" * 63)
     assert len(long) <= 52 and long == job_name(123456, 2, "a" * 63) and long != job_name(123456, 2, "a" * 62 + "b")
+
+
+@pytest.mark.parametrize("workload", ["pods", "jobs"])
+def test_array_elements_get_their_index_in_env_and_labels_and_the_template_s_own_env_wins(workload):
+    own = pod_set("main", 1)
+    own["template"]["metadata"]["labels"]["sluice.io/array-index"] = "99"  # Sluice's labels win, as for the rest
+    own["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "fetch:1",
+                                                  "env": [{"name": "SLUICE_ARRAY_INDEX", "value": "mine"}]}]
+    own["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    plan = plan_attempt(40, 1, job(own, pod_set("side", 1), arrayId=37, arrayIndex=3),
+                        ClusterSettings(workload=workload), CREATED)
+    for manifest in plan.manifests:
+        kubernetes_validate.validate(manifest, "1.33", strict=True)
+        pod = manifest if workload == "pods" else manifest["spec"]["template"]
+        for metadata in {id(m): m for m in (manifest["metadata"], pod["metadata"])}.values():
+            assert metadata["labels"]["sluice.io/array-id"] == "37"
+            assert metadata["labels"]["sluice.io/array-index"] == "3"
+    main = plan.manifests[0] if workload == "pods" else plan.manifests[0]["spec"]["template"]
+    assert main["spec"]["initContainers"][0]["env"] == [{"name": "SLUICE_ARRAY_INDEX", "value": "mine"},
+                                                        {"name": "SLUICE_ARRAY_ID", "value": "37"}]
+    assert main["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"},
+                                                    {"name": "SLUICE_ARRAY_ID", "value": "37"},
+                                                    {"name": "SLUICE_ARRAY_INDEX", "value": "3"}]
+    side = plan.manifests[1] if workload == "pods" else plan.manifests[1]["spec"]["template"]
+    assert side["spec"]["containers"][0]["env"] == [{"name": "SLUICE_ARRAY_ID", "value": "37"},
+                                                    {"name": "SLUICE_ARRAY_INDEX", "value": "3"}]
+    assert own["template"]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]  # the document's untouched
+    plain = plan_attempt(41, 1, job(pod_set("main", 1), arrayId=True, arrayIndex="3"), ClusterSettings(), CREATED)
+    assert "env" not in plain.manifests[0]["spec"]["containers"][0]  # not integers: no array element
+    assert "sluice.io/array-index" not in plain.manifests[0]["metadata"]["labels"]
 
 
 @pytest.mark.parametrize("template_spec, cluster, words", [

@@ -272,6 +272,26 @@ def test_events_apply_at_their_own_deadline():
     assert states == {1: (SUCCEEDED, 10.0), 2: (SUCCEEDED, 20.0)}
 
 
+def test_array_elements_pods_logs_show_their_environment_and_running_attempts_an_address():
+    clock = FakeClock()
+    cluster = SimCluster(SimConfig(nodes=1, node=NODE, name="onprem-a"), clock=clock)
+    element = job(pods=2, duration="30s")
+    element["spec"].update(arrayId=40, arrayIndex=3)
+    element["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["ports"] = [{"containerPort": 8888}]
+    cluster.create_attempt(43, 1, element)
+    cluster.create_attempt(44, 1, job(cpu="1", duration="30s"))
+    first = [line for pod, line in cluster.logs(43, 1) if pod == "43-1-worker-1"]
+    assert first[0].split(" ", 1)[1] == "environment: SLUICE_ARRAY_ID=40 SLUICE_ARRAY_INDEX=3"
+    assert first[1].endswith("created; waiting for a node")
+    assert not any("environment" in line for _, line in cluster.logs(44, 1))  # no array element: nothing added
+    clock.now += 1
+    running = {s.job_id: s for s in cluster.inventory()}
+    assert (running[43].state, running[43].address) == (RUNNING, "43-1-worker-0.onprem-a.sim:8888")
+    assert running[44].address == "44-1-worker-0.onprem-a.sim"  # no port declared
+    clock.now += 30
+    assert {s.address for s in cluster.inventory()} == {""}  # ended: an address is for a running attempt
+
+
 # -- ledger -------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,8 @@ Guarantees:
   second object. Within one process an attempt is never created again once created or deleted.
 - Status changes reach `on_status` in order, from one delivery thread, never under the lock. Each
   attempt reports each state once per process, and nothing after its final state or after Sluice
-  started deleting it (cancel, preempt, orphan).
+  started deleting it (cancel, preempt, orphan); RUNNING is reported again when its first pod's
+  address (status.py `pod_address`) becomes known or changes.
 - Watches keep their resourceVersion across reconnects, relist on 410 Gone, and back off
   exponentially (honouring Retry-After) on 429, 5xx and lost connections. A watch that cannot be
   reopened leaves the last known state in place; nothing is reported lost because of it.
@@ -45,6 +46,7 @@ from agent.backends.base import (
     FINAL_STATES,
     LOST,
     PENDING,
+    RUNNING,
     UNSCHEDULABLE,
     AttemptStatus,
     CapacityReport,
@@ -257,7 +259,7 @@ class KubernetesBackend:
                                           waiting_since=self._waiting_since,
                                           was_complete=track.complete if track else False)
                     out[key] = AttemptStatus(key[0], key[1], verdict.state, verdict.reason, verdict.exit_code,
-                                             verdict.at or now)
+                                             verdict.at or now, address=verdict.address)
             for key, (status, _) in self._verdicts.items():
                 out.setdefault(key, status)
         return list(out.values())
@@ -280,11 +282,11 @@ class KubernetesBackend:
 
     # -- decisions ---------------------------------------------------------------------------------
     def _emit(self, key: tuple[int, int], state: str, reason: str = "", exit_code: int = 0,
-              cleanup: str = ks.CLEANUP_NONE, at: float | None = None) -> AttemptStatus:
+              cleanup: str = ks.CLEANUP_NONE, at: float | None = None, address: str = "") -> AttemptStatus:
         """Record and queue a report (caller holds the lock); at: when the objects show the state was
         reached (None: now)."""
         now = self._clock()
-        status = AttemptStatus(key[0], key[1], state, reason, exit_code, at or now)
+        status = AttemptStatus(key[0], key[1], state, reason, exit_code, at or now, address=address)
         track = self._tracks.setdefault(key, _Track())
         track.status, track.reported_at = status, now
         if state in FINAL_STATES:
@@ -365,9 +367,13 @@ class KubernetesBackend:
                                       waiting_since=self._waiting_since, was_complete=track.complete)
                 if verdict.state == UNSCHEDULABLE and not self._confirmed(key, verdict, now):
                     verdict = ks.Verdict(PENDING)
-                if verdict.state != PENDING and (track.status is None or track.status.state != verdict.state):
+                moved = verdict.state != PENDING and (track.status is None or track.status.state != verdict.state)
+                # A running attempt's address is said once known, and again if it changes (never unsaid).
+                readdressed = (not moved and verdict.state == RUNNING and track.status is not None
+                               and verdict.address not in ("", track.status.address))
+                if moved or readdressed:
                     status = self._emit(key, verdict.state, verdict.reason, verdict.exit_code, verdict.cleanup,
-                                        verdict.at)
+                                        verdict.at, verdict.address)
                     if status.state in _EVENT_REASONS:
                         announce = (sorted(jobs + pods, key=ks.name_of)[0], status)
                     if verdict.cleanup == ks.CLEANUP_ALL:

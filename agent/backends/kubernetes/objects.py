@@ -12,8 +12,13 @@ Names are deterministic, so creating an attempt twice is harmless (the API serve
 
 Every object, and every pod a Job makes, carries the labels `sluice.io/job-id`, `sluice.io/attempt`,
 `sluice.io/pod-set` and `app.kubernetes.io/managed-by: sluice`, and the annotations
-`sluice.io/gang-size` (pods in the whole attempt) and `sluice.io/created-at` (when the agent created
-the attempt, RFC 3339 with microseconds, which starts the gang clock even across agent restarts).
+`sluice.io/gang-size` (pods in the whole attempt), `sluice.io/pod-set-index` (the pod set's place in the
+document's podSets, which tells the attempt's first pod) and `sluice.io/created-at` (when the agent
+created the attempt, RFC 3339 with microseconds, which starts the gang clock even across agent restarts).
+An element of a job array (`spec.arrayId`, `spec.arrayIndex`) also carries the labels
+`sluice.io/array-id` and `sluice.io/array-index`, and every container and init container of its pods
+the environment variables SLUICE_ARRAY_ID and SLUICE_ARRAY_INDEX, unless it defines that name itself
+(the template's own wins).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from agent.backends.base import array_fields, sluice_environment
 from agent.backends.kubernetes.policy import violations
 from agent.backends.kubernetes.settings import WORKLOAD_JOBS, ClusterSettings
 from sluice.quantity import QuantityError, parse_duration
@@ -31,6 +37,8 @@ LABEL_JOB_ID = "sluice.io/job-id"
 LABEL_ATTEMPT = "sluice.io/attempt"
 LABEL_POD_SET = "sluice.io/pod-set"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_ARRAY_ID = "sluice.io/array-id"
+LABEL_ARRAY_INDEX = "sluice.io/array-index"
 MANAGED_BY = "sluice"
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -38,6 +46,7 @@ ANNOTATION_GANG_SIZE = "sluice.io/gang-size"
 ANNOTATION_CREATED_AT = "sluice.io/created-at"
 ANNOTATION_MAX_RUNTIME = "sluice.io/max-runtime"
 ANNOTATION_POD_INDEX = "sluice.io/pod-index"
+ANNOTATION_POD_SET_INDEX = "sluice.io/pod-set-index"
 
 RESTART_LIMIT = 6  # in-place restarts (restartPolicy OnFailure) before a pod counts as failed: the Job default
 
@@ -133,13 +142,18 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
     if problems:
         raise Refused("refused by the cluster's pod policy: " + "; ".join(problems))
     gang_size = sum(count for _, count, _ in prepared)
+    array = array_fields(document)
+    array_labels = {label: str(array[key]) for key, label in (("arrayId", LABEL_ARRAY_ID),
+                                                              ("arrayIndex", LABEL_ARRAY_INDEX)) if key in array}
+    environment = sluice_environment(document)
     manifests = []
-    for name, count, template in prepared:
-        labels = attempt_labels(job_id, attempt, name)
-        annotations = {ANNOTATION_GANG_SIZE: str(gang_size), ANNOTATION_CREATED_AT: created_at}
+    for order, (name, count, template) in enumerate(prepared):
+        labels = {**attempt_labels(job_id, attempt, name), **array_labels}
+        annotations = {ANNOTATION_GANG_SIZE: str(gang_size), ANNOTATION_POD_SET_INDEX: str(order),
+                       ANNOTATION_CREATED_AT: created_at}
         if deadline is not None:
             annotations[ANNOTATION_MAX_RUNTIME] = str(spec["maxRuntime"]).strip()
-        metadata, pod_spec = _pod_parts(template, labels, annotations, deadline)
+        metadata, pod_spec = _pod_parts(template, labels, annotations, deadline, environment)
         if cluster.workload == WORKLOAD_JOBS:
             restart = pod_spec["restartPolicy"]
             manifests.append({
@@ -161,10 +175,12 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
     return AttemptPlan(job_id, attempt, namespace, cluster.workload, gang_size, tuple(manifests))
 
 
-def _pod_parts(template: dict, labels: dict, annotations: dict, deadline: int | None) -> tuple[dict, dict]:
+def _pod_parts(template: dict, labels: dict, annotations: dict, deadline: int | None,
+               environment: dict[str, str]) -> tuple[dict, dict]:
     """Metadata and spec of one pod of a pod set: the template's, with Sluice's labels and annotations on
-    top, restartPolicy Never unless it says OnFailure, maxRuntime as activeDeadlineSeconds, and every
-    quantity written as a string (the API accepts numbers, the typed client does not)."""
+    top, Sluice's environment added to every container and init container (a name the container defines
+    keeps its value), restartPolicy Never unless it says OnFailure, maxRuntime as activeDeadlineSeconds,
+    and every quantity written as a string (the API accepts numbers, the typed client does not)."""
     source = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
     metadata = {"labels": {**(source.get("labels") or {}), **labels},
                 "annotations": {**(source.get("annotations") or {}), **annotations}}
@@ -173,8 +189,21 @@ def _pod_parts(template: dict, labels: dict, annotations: dict, deadline: int | 
     if deadline is not None:
         current = spec.get("activeDeadlineSeconds")
         spec["activeDeadlineSeconds"] = min(current, deadline) if isinstance(current, int) and current > 0 else deadline
+    if environment:
+        _add_environment(spec, environment)
     _quantities_as_strings(spec)
     return metadata, spec
+
+
+def _add_environment(spec: dict, environment: dict[str, str]) -> None:
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            if not isinstance(container, dict):
+                continue
+            env = container.get("env") if isinstance(container.get("env"), list) else []
+            defined = {item.get("name") for item in env if isinstance(item, dict)}
+            container["env"] = env + [{"name": name, "value": value} for name, value in environment.items()
+                                      if name not in defined]
 
 
 def _text(value: object) -> object:

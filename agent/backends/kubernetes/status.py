@@ -22,7 +22,9 @@ An attempt's state, in this order of precedence:
 
 A verdict says when the objects show it was reached (`Verdict.at`): RUNNING at the last pod's start,
 SUCCEEDED at the last pod's end, FAILED at the failed container's end (or the Job's Failed condition);
-None where they do not say (the agent then stamps the time it looked).
+None where they do not say (the agent then stamps the time it looked). A RUNNING verdict also says how
+to reach the attempt's first pod (`Verdict.address`, `first_pod`): its `status.podIP`, with `:<port>`
+when its first container declares ports (the first one's containerPort); "" while the pod has no IP.
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ class Verdict:
     exit_code: int = 0
     cleanup: str = CLEANUP_NONE
     at: float | None = None  # seconds since the epoch the objects give for it; None: they do not say
+    address: str = ""  # RUNNING: how to reach the first pod (`10.1.2.3:8888`); "": not known
 
 
 def _meta(obj: dict) -> dict:
@@ -133,6 +136,40 @@ def _latest(times: Iterable[float | None]) -> float | None:
     """The latest of these times; None when any is unknown (the whole is known only when each part is)."""
     found = list(times)
     return max(found) if found and None not in found else None  # type: ignore[type-var]
+
+
+def _annotated_int(obj: dict, *names: str) -> int | None:
+    annotations = _meta(obj).get("annotations") or {}
+    for name in names:
+        try:
+            return int(annotations[name])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return None
+
+
+def first_pod(pods: Iterable[dict]) -> dict | None:
+    """The attempt's first pod: of its first pod set (`sluice.io/pod-set-index`), the one of index 0
+    (`sluice.io/pod-index`, or the Job controller's completion index); by name where those are missing."""
+    def order(pod: dict) -> tuple:
+        pod_set = _annotated_int(pod, ko.ANNOTATION_POD_SET_INDEX)
+        index = _annotated_int(pod, ko.ANNOTATION_POD_INDEX, "batch.kubernetes.io/job-completion-index")
+        return (pod_set is None, pod_set or 0, index is None, index or 0, name_of(pod))
+    return min(pods, key=order, default=None)
+
+
+def pod_address(pod: dict) -> str:
+    """`IP:port` of a pod (its first container's first containerPort), its IP alone without a port, "" without
+    an IP (not yet assigned). An IPv6 address is bracketed when a port follows."""
+    ip = _status(pod).get("podIP")
+    if not isinstance(ip, str) or not ip:
+        return ""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    ports = containers[0].get("ports") if containers and isinstance(containers[0], dict) else None
+    port = ports[0].get("containerPort") if isinstance(ports, list) and ports and isinstance(ports[0], dict) else None
+    if not isinstance(port, int) or isinstance(port, bool) or port <= 0:
+        return ip
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def gang_size(objects: Iterable[dict]) -> int | None:
@@ -247,7 +284,9 @@ def evaluate(pods: list[dict], jobs: list[dict], *, now: float, gang_timeout_s: 
         return Verdict(SUCCEEDED, at=_latest(pod_finished_at(p) for p in succeeded))
     started = [p for p in live if phase(p) in ("Running", "Succeeded")]
     if expected and len(started) >= expected:
-        return Verdict(RUNNING, at=_latest(pod_started_at(p) for p in started))
+        first = first_pod(started)
+        return Verdict(RUNNING, at=_latest(pod_started_at(p) for p in started),
+                       address=pod_address(first) if first is not None else "")
     begun = created_at(pods + jobs)
     if begun is not None and now - begun >= gang_timeout_s:
         reason = (f"the gang did not start within {format_duration(gang_timeout_s)}: "

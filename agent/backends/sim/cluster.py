@@ -15,6 +15,11 @@ Guarantees:
   that are due (pod ends, nodes joining or leaving), so with a fake clock the cluster runs in virtual
   time (the thread only delivers).
 
+Pods run nothing, but each has a log (`logs`): a line at each change, after a first line showing the
+environment Sluice sets in its containers (`environment: SLUICE_ARRAY_ID=7 SLUICE_ARRAY_INDEX=2` for an
+element of a job array; no such line otherwise). A RUNNING attempt's report carries a made-up, stable
+address: `<first pod>.<cluster name>.sim`, with `:<port>` when the first container declares ports.
+
 Attempt states: PENDING on create; RUNNING when every pod of the attempt runs (the gang is up);
 SUCCEEDED when every pod succeeded; FAILED when any pod fails or outlives maxRuntime, and the attempt's
 other pods are deleted then. Gangs start as under a co-scheduler: all of an attempt's pods bind at once,
@@ -81,6 +86,7 @@ from agent.backends.base import (
     LogsGone,
     StatusCallback,
     pod_requests,
+    sluice_environment,
 )
 from agent.backends.sim.ledger import read_ledger
 from agent.backends.sim.packing import first_fit_decreasing, gang_nodes_to_request
@@ -126,6 +132,7 @@ class SimConfig:
     scale_down_after: float = 60.0  # seconds (scaled) an added node stays idle before it is removed
     # seconds (scaled) a gang may wait to start whole before it is UNSCHEDULABLE: the kubernetes default
     gang_start_timeout: float = DEFAULT_GANG_START_TIMEOUT_S
+    name: str = "sim"  # the cluster's name, in the made-up addresses of its running attempts
 
     def __post_init__(self) -> None:
         if self.max_nodes is None:
@@ -171,6 +178,18 @@ def _exit_code(value: object) -> tuple[int, str]:
         return 1, f"{EXIT_CODE_ANNOTATION} {str(value)[:40]!r}: {exc}"
 
 
+def _address(pod: str, cluster: str, body: dict) -> str:
+    """`<pod>.<cluster>.sim`, with `:<port>` when the first pod set's first container declares ports."""
+    pod_sets = _dicts(body.get("podSets"))
+    template = pod_sets[0].get("template") if pod_sets else None
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    containers = _dicts(pod_spec.get("containers")) if isinstance(pod_spec, dict) else []
+    ports = _dicts(containers[0].get("ports")) if containers else []
+    port = ports[0].get("containerPort") if ports else None
+    host = f"{pod}.{cluster}.sim"
+    return f"{host}:{port}" if isinstance(port, int) and not isinstance(port, bool) and port > 0 else host
+
+
 # ---------------------------------------------------------------------------------------------
 # Mutable simulation state (only touched under SimCluster._cond)
 
@@ -213,13 +232,15 @@ class _Attempt:
     running: int = 0  # pods bound and not yet ended
     succeeded: int = 0
     logged: list[_Pod] = field(default_factory=list)  # every pod it had, kept with their logs after they end
+    address: str = ""  # how to reach its first pod while it runs (made up, but stable)
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.job_id, self.attempt)
 
     def status(self) -> AttemptStatus:
-        return AttemptStatus(self.job_id, self.attempt, self.state, self.reason, self.exit_code, self.at)
+        return AttemptStatus(self.job_id, self.attempt, self.state, self.reason, self.exit_code, self.at,
+                             address=self.address if self.state == RUNNING else "")
 
 
 class SimCluster:
@@ -545,7 +566,12 @@ class SimCluster:
                 record.pods.append(_Pod(f"{key[0]}-{key[1]}-{name}-{index}", record, request,
                                         duration * scale, exit_code, problem=problem, pod_set=name))
         record.logged = list(record.pods)
+        if record.pods:
+            record.address = _address(record.pods[0].name, self._config.name, body)
+        environment = " ".join(f"{name}={value}" for name, value in sluice_environment(spec).items())
         for pod in record.pods:
+            if environment:  # what a container of this pod would find in its environment
+                self._log(pod, now, f"environment: {environment}")
             self._log(pod, now, "created; waiting for a node")
         return record
 
