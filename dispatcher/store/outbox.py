@@ -21,13 +21,20 @@ def lock_clusters(session: Session, clusters) -> None:
                             {"cs": sorted(set(clusters))})  # one round trip; volatile calls run in the sorted order
 
 
+# The document an attempt runs: the job's, and for an array element, its array's id and its index in `spec`.
+_DOCUMENT = """CASE WHEN j.array_id IS NULL THEN j.spec::text
+                    ELSE jsonb_set(j.spec, '{spec}', (j.spec -> 'spec')
+                                   || jsonb_build_object('arrayId', j.array_id, 'arrayIndex', j.array_index))::text
+               END"""
+
+
 def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500) -> list:
     """Unacked commands for a cluster in id order, after a cursor, each with its job's document (`spec`):
     a dispatch command does not copy it, every attempt of a job runs the same document. Rows: id, kind,
     job_id, attempt, reason (a cancel's), spec_json (the document as JSON text, as the link sends it)."""
     return named(session,
-                 """SELECT o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
-                           j.spec::text AS spec_json
+                 f"""SELECT o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                           {_DOCUMENT} AS spec_json
                     FROM outbox o JOIN jobs j ON j.id = o.job_id
                     WHERE o.cluster = %(cluster)s AND o.acked_at IS NULL AND o.id > %(after)s
                     ORDER BY o.id LIMIT %(limit)s""", {"cluster": cluster, "after": after_id, "limit": limit})
@@ -37,8 +44,8 @@ def pending_many(session: Session, wants: list[tuple[str, int]], limit: int = 50
     """pending() for many (cluster, after_id) at once, in one query: one list of rows per want, in order."""
     out: list[list] = [[] for _ in wants]
     for row in named(session,
-                     """SELECT w.n, o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
-                               j.spec::text AS spec_json
+                     f"""SELECT w.n, o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                               {_DOCUMENT} AS spec_json
                         FROM unnest(%(clusters)s::text[], %(afters)s::bigint[]) WITH ORDINALITY AS w(cluster, after, n)
                         CROSS JOIN LATERAL (SELECT * FROM outbox o
                                             WHERE o.cluster = w.cluster AND o.acked_at IS NULL AND o.id > w.after
