@@ -426,6 +426,13 @@ class Client:
     def describe(self, job_id: int) -> dict:
         return describe_dict(self._call(self._jobs.Describe, jobs_pb2.GetJobRequest(id=job_id)))
 
+    def attach(self, job_id: int) -> dict:
+        """Attach to an interactive session: {"job", "address" (None until its agent says), "idleTimeoutSeconds"
+        (attach again within it to keep the session; None: no idle timeout)}."""
+        reply = self._call(self._jobs.Attach, jobs_pb2.GetJobRequest(id=job_id))
+        return {"job": job_dict(reply.job), "address": reply.address or None,
+                "idleTimeoutSeconds": reply.idle_timeout_seconds or None}
+
     def explain(self, job_id: int) -> dict:
         return explain_dict(self._call(self._jobs.Explain, jobs_pb2.GetJobRequest(id=job_id)))
 

@@ -20,7 +20,7 @@ from dispatcher.policy import accounting, states
 from dispatcher.policy.quotas import rolled_up
 from dispatcher.scheduler.explaining import explain, fair_shares
 from dispatcher.scheduler.mapping import queue_quotas
-from dispatcher.services import budgets, group_commit, scoping
+from dispatcher.services import budgets, group_commit, scoping, sessions
 from dispatcher.services import reporting as reports
 from dispatcher.services.submitting import Whole
 from dispatcher.store import clusters as cluster_store
@@ -172,6 +172,14 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 queue_position=position, attempts=[convert.attempt(a) for a in job_reads.attempts(session, request.id)],
                 depends_on=[convert.dependency(*d) for d in holds.dependencies(session, request.id)],
                 dependants=[convert.dependency(*d) for d in holds.dependants(session, request.id)])
+
+    @translated
+    def Attach(self, request, context):
+        who = self._auth.require(context, *READERS)
+        with self._sessions.begin() as session:
+            found = sessions.attach(session, who, request.id, datetime.now(UTC))
+            return jobs_pb2.AttachResponse(job=convert.job(found.job, with_spec=False), address=found.address,
+                                           idle_timeout_seconds=found.idle_timeout_s)
 
     @translated
     def Explain(self, request, context):

@@ -84,6 +84,7 @@ class Active:
     preemptible: bool = False
     ends_at: float | None = None  # epoch seconds it is expected to end by (its maxRuntime), when known
     pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its pod sets (count, per-pod requests); (): one pod
+    evictable: bool = True  # False for an interactive session (policy.sessions): no preemption or reclaim takes it
 
 
 @dataclass(frozen=True)
@@ -724,7 +725,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, r
     borrowing: dict[str, bool] = {}  # per queue, for this search
 
     def eligible(a: Active) -> bool:
-        if a.job_id in evicting or a.job_id == c.preempted_by:
+        if not a.evictable or a.job_id in evicting or a.job_id == c.preempted_by:
             return False
         if by_class(a):
             return True

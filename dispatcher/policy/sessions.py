@@ -16,6 +16,11 @@ def order_priority(priority: int, interactive: bool) -> int:
     return priority + ORDER_BOOST if interactive else priority
 
 
+def is_interactive(order: int) -> bool:
+    """Whether a job is a session, from its place in the order (the jobs.priority column)."""
+    return order > MAX_PRIORITY
+
+
 def own_priority(order: int) -> int:
     """The priority a job was submitted with, from its place in the order."""
     return order - ORDER_BOOST if order > MAX_PRIORITY else order

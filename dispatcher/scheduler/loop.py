@@ -21,7 +21,7 @@ from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
-from dispatcher.services import recurring, waiting
+from dispatcher.services import recurring, sessions, waiting
 from dispatcher.store import channels, submit_keys
 from dispatcher.store import outbox as outbox_store
 from dispatcher.store.leader import LeaderLock
@@ -126,31 +126,37 @@ class Scheduler:
         except Exception:
             log.exception("outbox pruning failed")
 
-    def _release_waiting(self) -> None:
-        """Between cycles, in a short transaction of its own: queue the waiting jobs whose time, dependencies
-        or array slot came (services.waiting); a failure is logged and tried again at the next pass."""
+    def _between_cycles(self, what: str, work: Callable[[], object]) -> object | None:
+        """Leader work between cycles, in short transactions of its own; a failure is logged and the work is
+        tried again at its next turn."""
         try:
-            with self._sessions.begin() as session:
-                released = waiting.release(session, datetime.now(UTC))
-            if released.queued:
-                self._work.set()
-                self._wake.set()
-        except StoreUnavailable:
-            raise
-        except Exception:
-            log.exception("releasing waiting jobs failed")
-
-    def _fire_schedules(self) -> None:
-        """Between cycles: start the runs of schedules that are due (services.recurring.fire_due), each schedule in
-        a short transaction of its own; a failure is logged and tried again at the next pass."""
-        try:
-            started = recurring.fire_due(self._sessions, datetime.now(UTC))
-            if started:
-                log.debug("schedules fired", extra={"started": started})
+            return work()
         except StoreUnavailable:
             raise  # the cycle's own store is gone too: the loop waits for it
         except Exception:
-            log.exception("firing schedules failed")
+            log.exception("leader work between cycles failed", extra={"work": what})
+            return None
+
+    def _release_waiting(self) -> None:
+        """Queue the waiting jobs whose time, dependencies or array slot came (services.waiting), and end
+        the interactive sessions idle past their timeout (services.sessions)."""
+        def release() -> int:
+            now = datetime.now(UTC)
+            with self._sessions.begin() as session:
+                queued = waiting.release(session, now).queued
+            with self._sessions.begin() as session:
+                sessions.end_idle(session, now)
+            return queued
+        if self._between_cycles("release", release):
+            self._work.set()
+            self._wake.set()
+
+    def _fire_schedules(self) -> None:
+        """Start the runs of schedules that are due (services.recurring.fire_due), each schedule in a short
+        transaction of its own."""
+        started = self._between_cycles("schedules", lambda: recurring.fire_due(self._sessions, datetime.now(UTC)))
+        if started:
+            log.debug("schedules fired", extra={"started": started})
 
     def _leadership(self, leading: bool) -> None:
         if self._metrics is not None:

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dispatcher.policy import sessions
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.planning import Active, Candidate, ClassPolicy
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
@@ -101,7 +102,7 @@ def active_from_rows(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
     return [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
                    classes[r.service_class].preemptible if r.service_class in classes else False,
                    r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None,
-                   _pods(r.pods))
+                   _pods(r.pods), evictable=not sessions.is_interactive(r.priority))
             for r in rows]
 
 

@@ -136,9 +136,10 @@ def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
             if job_id in known and (job_id, attempt) not in reported_done]
 
 
-def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
-    """Cancel jobs: queued ones at once; dispatched or running ones also get a cancel command.
-    All or nothing: a job the caller may not see (scoping.visible_job) refuses the whole call."""
+def cancel(session: Session, job_ids: list[int], who: Principal, reason: str | None = None) -> list[Job]:
+    """Cancel jobs: waiting and queued ones at once; dispatched or running ones also get a cancel command.
+    All or nothing: a job the caller may not see (scoping.visible_job) refuses the whole call. reason:
+    said instead of 'cancelled by <who>'."""
     out = []
     for job_id in job_ids:
         job = scoping.visible_job(session, who, job_id, for_update=True)
@@ -148,11 +149,11 @@ def cancel(session: Session, job_ids: list[int], who: Principal) -> list[Job]:
         cluster, attempt, was_active = job.cluster, job.attempt, job.state in states.ACTIVE
         if job.state == states.QUEUED:  # the jobs behind it move up: its queue is planned again
             channels.notify(session, channels.WAKE_CHANNEL, job.queue)
-        reason = f"cancelled by {who.subject}"
-        lifecycle.transition(session, job, states.CANCELLED, reason)
+        why = reason or f"cancelled by {who.subject}"
+        lifecycle.transition(session, job, states.CANCELLED, why)
         if was_active and cluster:
-            lifecycle.end_attempt(session, job_id, attempt, states.CANCELLED, reason)
-            outbox_store.add_cancel(session, cluster, job_id, attempt, reason)
+            lifecycle.end_attempt(session, job_id, attempt, states.CANCELLED, why)
+            outbox_store.add_cancel(session, cluster, job_id, attempt, why)
         out.append(job)
     return out
 

@@ -8,6 +8,7 @@ from dispatcher.errors import NotFound
 from dispatcher.policy import states
 from dispatcher.store.database import named
 from dispatcher.store.models import Attempt, Job, JobArray, sql_strings
+from sluice.spec import MAX_PRIORITY
 
 
 def get(session: Session, job_id: int, *, for_update: bool = False) -> Job:
@@ -157,3 +158,20 @@ def array_elements(session: Session, array_ids: list[int]) -> list[int]:
     return list(session.scalars(select(Job.id).where(Job.array_id.in_(array_ids),
                                                      Job.state.not_in(states.FINAL)).order_by(Job.id)))
 
+
+
+def mark_attached(session: Session, job_id: int, now) -> None:
+    session.execute(text("UPDATE jobs SET attached_at = :now WHERE id = :id"), {"now": now, "id": job_id})
+
+
+def current_address(session: Session, job_id: int, attempt: int) -> str | None:
+    return session.scalar(select(Attempt.address).where(Attempt.job_id == job_id, Attempt.attempt == attempt))
+
+
+def sessions_with_idle_timeout(session: Session) -> list[tuple]:
+    """(id, idleTimeout as given, started_at, attached_at) of the running interactive sessions that have an
+    idle timeout (an interactive job's priority is above MAX_PRIORITY: policy.sessions)."""
+    return [tuple(r) for r in session.execute(text(
+        f"""SELECT id, spec -> 'spec' ->> 'idleTimeout', started_at, attached_at FROM jobs
+            WHERE state = '{states.RUNNING}' AND priority > {MAX_PRIORITY} AND spec -> 'spec' ? 'idleTimeout'
+            ORDER BY id"""))]

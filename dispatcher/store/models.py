@@ -97,6 +97,7 @@ class Job(Base):
     start_after: Mapped[datetime | None] = mapped_column(nullable=True)
     array_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # its array's element 0's job id
     array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attached_at: Mapped[datetime | None] = mapped_column(nullable=True)  # an interactive session's last attach
     created_at: Mapped[datetime] = _now()
     dispatched_at: Mapped[datetime | None] = mapped_column(nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)

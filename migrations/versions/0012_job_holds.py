@@ -1,4 +1,4 @@
-"""jobs that wait (startAfter, dependsOn, array parallelism) and job arrays
+"""jobs that wait (startAfter, dependsOn, array parallelism), job arrays, and when a session was last attached to
 
 Revision ID: 0012
 Revises: 0011
@@ -17,6 +17,7 @@ def upgrade() -> None:
     op.add_column('jobs', sa.Column('start_after', sa.DateTime(timezone=True), nullable=True))
     op.add_column('jobs', sa.Column('array_id', sa.BigInteger(), nullable=True))
     op.add_column('jobs', sa.Column('array_index', sa.Integer(), nullable=True))
+    op.add_column('jobs', sa.Column('attached_at', sa.DateTime(timezone=True), nullable=True))
     op.create_index('ix_jobs_waiting', 'jobs', ['hold', 'start_after', 'id'],
                     postgresql_where=sa.text("state = 'WAITING'"))
     op.create_index("ix_jobs_array", "jobs", ["array_id", "state", "array_index"],
@@ -50,5 +51,5 @@ def downgrade() -> None:
     op.drop_table('job_arrays')
     op.drop_index('ix_jobs_array', table_name='jobs')
     op.drop_index('ix_jobs_waiting', table_name='jobs')
-    for column in ('array_index', 'array_id', 'start_after', 'hold'):
+    for column in ('attached_at', 'array_index', 'array_id', 'start_after', 'hold'):
         op.drop_column('jobs', column)

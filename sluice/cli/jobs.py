@@ -5,6 +5,7 @@ They import the client (grpc, the stubs) only inside their bodies.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import typer
 
@@ -38,13 +39,21 @@ def submit(ctx: typer.Context,
            key: str | None = typer.Option(None, "--idempotency-key",
                                           help="Name this submit: run again with the same key (within a day), "
                                                "it prints the same ids and creates nothing"),
+           array: str | None = typer.Option(None, "--array", help="Submit each job as an array, as Slurm writes "
+                                            "it: 0-99 (indexes 0 to 99), 0-99%10 (at most 10 at once), or a count"),
+           start_after: str | None = typer.Option(None, "--start-after", help="Each job waits until this time "
+                                                  "(2026-12-01T03:00:00Z) or for this long after the submit (30m)"),
+           depends_on: list[str] = typer.Option([], "--depends-on", help="Each job waits for this job (an id or a "
+                                                "name), as ID or ID:succeeded|failed|finished; repeat for more"),
            output: Format = typer.Option(Format.table, "--output", "-o")) -> None:
     """Submit jobs, all or none; prints their ids."""
     from sluice.documents import parse_numbered_documents
     from sluice.spec import job_from_document
     what = f"submit {file}"
+    when = _when_options(what, array, start_after, depends_on)
     numbered = read_documents(what, file, lambda text: [
-        (number, job_from_document(doc, queue=queue, service_class=service_class, document=number, source=None))
+        (number, replace(job_from_document(doc, queue=queue, service_class=service_class, document=number,
+                                           source=None), **when))
         for number, doc in parse_numbered_documents(text, source=None)])
     if not numbered:
         raise Failed(what, "the file holds no jobs")
@@ -62,6 +71,33 @@ def submit(ctx: typer.Context,
             error(f"job {j['id']}", f"{j['state']}: {j['reason']}")
         if failed:
             raise typer.Exit(1)
+
+
+def _when_options(what: str, array: str | None, start_after: str | None, depends_on: list[str]) -> dict:
+    """The JobSpec fields --array, --start-after and --depends-on set on every job of a file."""
+    from sluice.spec import SpecError
+    try:
+        return _when_fields(array, start_after, depends_on)
+    except SpecError as exc:
+        raise Failed(what, str(exc)) from None
+
+
+def _when_fields(array: str | None, start_after: str | None, depends_on: list[str]) -> dict:
+    from sluice.spec import CONDITIONS, Dependency, SpecError, parse_array, parse_start_after
+    out: dict = {}
+    if array is not None:
+        out["array"] = parse_array(array)
+    if start_after is not None:
+        out["start_after"] = parse_start_after(start_after, "--start-after")
+    if depends_on:
+        dependencies = []
+        for text in depends_on:
+            job, _, condition = text.partition(":")
+            if not job or (condition and condition not in CONDITIONS):
+                raise SpecError("--depends-on", f"{text!r}: write JOB or JOB:{'|'.join(CONDITIONS)}")
+            dependencies.append(Dependency(int(job) if job.isdigit() else job, condition or "succeeded"))
+        out["depends_on"] = tuple(dependencies)
+    return out
 
 
 def _in_file_terms(numbers: list[int], submit):
@@ -91,11 +127,12 @@ def list_jobs(ctx: typer.Context, queue: str = typer.Option("", "--queue"), stat
               user: str = typer.Option("", "--user", help="Only the jobs this user submitted"),
               cluster: str = typer.Option("", "--cluster", help="Only the jobs dispatched to this cluster"),
               name: str = typer.Option("", "--name", help="Only the jobs whose name contains this (any case)"),
+              array: int = typer.Option(0, "--array", min=0, max=(1 << 63) - 1, help="Only the elements of this array"),
               limit: int = typer.Option(100, "--limit", min=0, help="0: all"), output: Format = OutputOpt) -> None:
     """List jobs, oldest first."""
     client = make_client(ctx, "list")
     emit(call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit, user=user, cluster=cluster,
-                                          name=name)), output, JOB_COLUMNS)
+                                          name=name, array=array)), output, JOB_COLUMNS)
 
 
 def _job_view(ctx: typer.Context, verb: str, job: str, output: Format, read) -> dict | None:
@@ -121,10 +158,19 @@ def describe(ctx: typer.Context, job: str = typer.Argument(...), output: Format 
         print(f"{key + ':':<14}{info[key] if info[key] is not None else '-'}")
     if info["state"] == "QUEUED":
         print(f"{'position:':<14}{info['queuePosition']} in queue {info['queue']}")
+    if info["arrayId"] is not None:
+        print(f"{'array:':<14}{info['arrayId']}, index {info['arrayIndex']}")
+    if info["interactive"]:
+        print(f"{'session:':<14}interactive: `sluice attach {info['id']}` keeps it and says how to reach it")
     current = next((a for a in info["attempts"] if a["attempt"] == info["attempt"]), None)
     if current is not None and current["address"] and current["state"] == "RUNNING":
         print(f"{'address:':<14}{current['address']}")  # how to reach its first pod (an interactive session)
     print(f"{'reason:':<14}{info['reason']}")
+    for key, title in (("dependsOn", "waits for:"), ("dependants", "waited on by:")):
+        if info[key]:  # the dependency graph around it
+            print(title)
+            print(_indent(table(info[key], [("JOB", "jobId"), ("NAME", "name"), ("CONDITION", "condition"),
+                                            ("STATE", "state"), ("STATUS", "status")])))
     print("events:")
     print(_indent(table(
         info["events"], [("AT", "at"), ("ATTEMPT", "attempt"), ("FROM", "from"), ("TO", "to"),
@@ -154,12 +200,45 @@ def _indent(text: str) -> str:
 
 
 @app.command()
-def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(..., help="Job ids"),
+def cancel(ctx: typer.Context, jobs: list[str] = typer.Argument(None, help="Job ids"),
+           arrays: list[int] = typer.Option([], "--array", min=1, max=(1 << 63) - 1,
+                                            help="Every element not yet ended of this array; repeat for more"),
            output: Format = OutputOpt) -> None:
-    """Cancel jobs: queued ones at once, running ones are stopped in their cluster."""
+    """Cancel jobs: waiting and queued ones at once, running ones are stopped in their cluster."""
+    jobs = jobs or []
+    if not jobs and not arrays:
+        raise typer.BadParameter("give job ids, or --array")
     ids = [_job_id(j) for j in jobs]
     client = make_client(ctx, "cancel")
-    emit(call(f"cancel {' '.join(jobs)}", lambda: client.cancel(ids)), output, JOB_COLUMNS)
+    what = "cancel " + " ".join([*jobs, *(f"--array {a}" for a in arrays)])
+    emit(call(what, lambda: client.cancel(ids, arrays=arrays)), output, JOB_COLUMNS)
+
+
+@app.command()
+def attach(ctx: typer.Context, job: str = typer.Argument(..., help="An interactive session's job id"),
+           once: bool = typer.Option(False, "--once", help="Attach once and return, instead of staying")) -> None:
+    """Attach to an interactive session: print how to reach it, and keep it from idling until Ctrl-C."""
+    import time
+    job_id = _job_id(job)
+    client = make_client(ctx, f"attach {job}")
+    shown = None
+    try:
+        while True:
+            found = call(f"attach {job}", lambda: client.attach(job_id))
+            state = found["job"]["state"]
+            if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                raise Failed(f"attach {job}", f"the session ended: {state}: {found['job']['reason']}")
+            seen = (state, found["address"])
+            if seen != shown:
+                shown = seen
+                where = found["address"] or "no address yet (its agent says once its pod runs)"
+                print(f"job {job_id} {state}: {where}", flush=True)
+            if once:
+                return
+            idle = found["idleTimeoutSeconds"]
+            time.sleep(min(30.0, idle / 3) if idle else 30.0)
+    except KeyboardInterrupt:
+        pass
 
 
 @app.command()

@@ -142,6 +142,16 @@ class JobAttempt(_message.Message):
     address: str
     def __init__(self, attempt: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
 
+class AttachResponse(_message.Message):
+    __slots__ = ("job", "address", "idle_timeout_seconds")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    address: str
+    idle_timeout_seconds: float
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., address: _Optional[str] = ..., idle_timeout_seconds: _Optional[float] = ...) -> None: ...
+
 class JobDependency(_message.Message):
     __slots__ = ("job_id", "name", "condition", "state", "status")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -59,6 +59,11 @@ class JobsStub:
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=sluice_dot_v1_dot_jobs__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.Attach = channel.unary_unary(
+                '/sluice.v1.Jobs/Attach',
+                request_serializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=sluice_dot_v1_dot_jobs__pb2.AttachResponse.FromString,
+                _registered_method=True)
         self.List = channel.unary_unary(
                 '/sluice.v1.Jobs/List',
                 request_serializer=sluice_dot_v1_dot_jobs__pb2.ListJobsRequest.SerializeToString,
@@ -134,6 +139,13 @@ class JobsServicer:
 
     def Explain(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
+        """Attach to an interactive session: how to reach it, and it is not idle (spec.idleTimeout) for a while.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -218,6 +230,11 @@ def add_JobsServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.FromString,
                     response_serializer=sluice_dot_v1_dot_jobs__pb2.ExplainResponse.SerializeToString,
+            ),
+            'Attach': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=sluice_dot_v1_dot_jobs__pb2.GetJobRequest.FromString,
+                    response_serializer=sluice_dot_v1_dot_jobs__pb2.AttachResponse.SerializeToString,
             ),
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
@@ -395,6 +412,33 @@ class Jobs:
             '/sluice.v1.Jobs/Explain',
             sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
             sluice_dot_v1_dot_jobs__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.v1.Jobs/Attach',
+            sluice_dot_v1_dot_jobs__pb2.GetJobRequest.SerializeToString,
+            sluice_dot_v1_dot_jobs__pb2.AttachResponse.FromString,
             options,
             channel_credentials,
             insecure,
