@@ -1031,3 +1031,18 @@ def test_a_reservation_lets_in_only_what_does_not_delay_it_as_easy_backfill_does
     plan = plan_cycle({"a": [big], "b": [short], "c": [spare], "d": [long]}, unknown, [x],
                       [QueueQuota(q) for q in "abcd"], CLASSES, first.holds, NOW + 1)
     assert plan.places == []
+
+
+def test_an_interactive_session_is_never_evicted_and_comes_before_batch_work_of_its_class():
+    from dataclasses import replace
+
+    from dispatcher.policy.sessions import order_priority
+    session = replace(running(2, "b", "c", "batch", priority=order_priority(0, True), cpu=8 * CPU), evictable=False)
+    act = [running(1, "b", "c", "batch", cpu=8 * CPU), session]
+    plan = run([head(10, "a", "critical", cpu=8 * CPU)], act, [cluster("c", act, cpu=16 * CPU)])
+    assert victims(plan) == [1]  # the younger job, 2, is a session: the older batch job goes instead
+    plan = run([head(10, "a", "critical", cpu=16 * CPU)], act, [cluster("c", act, cpu=16 * CPU)])
+    assert victims(plan) == []  # evicting both is the only way, and one is a session
+    queued = [head(20, "a", priority=1000, cpu=8 * CPU), head(21, "a", priority=order_priority(-5, True), cpu=8 * CPU)]
+    plan = run(queued, [], [cluster("c", [], cpu=8 * CPU)])
+    assert [p.job_id for p in plan.places] == [21]
