@@ -152,3 +152,35 @@ def test_bad_arrays_and_times_are_refused(system, spec, message):
 def _seconds(text: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(name: str):
+    from sluice.spec import load_jobs
+    return load_jobs((EXAMPLES / name).read_text(), source=f"examples/{name}")
+
+
+def test_the_user_guides_examples_run_as_it_says(system):
+    client = system.client
+    pipeline = client.submit(_example("pipeline.yaml"))
+    sweep = client.submit(_example("sweep.yaml"))
+    [later] = client.submit(_example("later.yaml"))
+    [notebook] = client.submit(_example("notebook.yaml"))
+    assert len(sweep) == 21 and client.get(later)["state"] == "WAITING"
+    jobs = {j["name"]: j for j in wait_final(client, pipeline, timeout=120)}
+    assert [jobs[n]["state"] for n in ("preprocess", "train-small", "train-large", "evaluate")] == ["SUCCEEDED"] * 4
+    assert jobs["cleanup"]["state"] == "FAILED"
+    assert jobs["cleanup"]["reason"] == (f"dependency job {pipeline[0]} ended SUCCEEDED; this job needed it to fail")
+    assert max(jobs["train-small"]["finishedAt"], jobs["train-large"]["finishedAt"]) <= jobs["evaluate"]["startedAt"]
+    swept = wait_final(client, sweep, timeout=120)
+    assert all(j["state"] == "SUCCEEDED" for j in swept)
+    assert max(j["finishedAt"] for j in swept[:20]) <= swept[20]["startedAt"]
+    deadline = time.monotonic() + 30
+    while client.get(notebook)["state"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    attached = client.attach(notebook)
+    assert attached["job"]["interactive"] and attached["address"].endswith(":8888")
+    assert attached["idleTimeoutSeconds"] == 1800
+    client.cancel([notebook, later])
