@@ -391,7 +391,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             readable = scoping.readable_queues(session, who)  # a user's usage is that of the jobs they may see
             runs = [accounting.AttemptRun(queue=r.queue, service_class=r.service_class, cluster=r.cluster,
                                           user=r.submitted_by, requests=r.requests, started_at=r.started_at,
-                                          finished_at=r.finished_at)
+                                          finished_at=r.finished_at, array=r.array_id)
                     for r in usage_totals.attempt_runs(session, ended_after=win.start)
                     if scoping.sees(who, readable, r.queue, r.submitted_by)]
             # Today's prices and multipliers apply to the whole window.

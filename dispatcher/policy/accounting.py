@@ -18,7 +18,8 @@ __all__ = ["CURRENCY", "GROUPINGS", "AttemptRun", "Window", "GroupUsage", "windo
 
 # docs/api.md: money is a plain number in the currency named once in the config. No setting names it yet.
 CURRENCY = "USD"
-GROUPINGS = ("queue", "class", "cluster", "user")
+GROUPINGS = ("queue", "class", "cluster", "user", "array")
+NO_ARRAY = "-"  # the group, by array, of the jobs that are no array's elements
 GIB = 2**30
 MILLI = 1000
 
@@ -34,6 +35,7 @@ class AttemptRun:
     requests: Mapping[str, int]  # the whole job's request, milli-units
     started_at: datetime | None  # None: never started running, so it used nothing
     finished_at: datetime | None  # None: still running
+    array: int | None = None  # the array its job is an element of
 
     def group(self, by: str) -> str:
         if by == "queue":
@@ -44,6 +46,8 @@ class AttemptRun:
             return self.cluster
         if by == "user":
             return self.user
+        if by == "array":
+            return NO_ARRAY if self.array is None else str(self.array)
         raise ValueError(f"cannot group by {by!r}; one of {', '.join(GROUPINGS)}")
 
 

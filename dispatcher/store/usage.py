@@ -35,10 +35,10 @@ def used_per_cluster(session: Session) -> list[Row]:
 # -- chargeback (dispatcher/accounting.py) ------------------------------------------------------------
 
 def attempt_runs(session: Session, *, ended_after: datetime | None = None) -> list[Row]:
-    """(cluster, started_at, finished_at, queue, service_class, submitted_by, requests) of every attempt
-    that started running; with `ended_after`, only those still running or finished at or after it."""
+    """(cluster, started_at, finished_at, queue, service_class, submitted_by, requests, array_id) of every
+    attempt that started running; with `ended_after`, only those still running or finished at or after it."""
     stmt = (select(Attempt.cluster, Attempt.started_at, Attempt.finished_at, Job.queue, Job.service_class,
-                   Job.submitted_by, Job.requests)
+                   Job.submitted_by, Job.requests, Job.array_id)
             .join(Job, Job.id == Attempt.job_id).where(Attempt.started_at.is_not(None))
             .order_by(Attempt.job_id, Attempt.attempt))
     if ended_after is not None:

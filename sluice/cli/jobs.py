@@ -310,7 +310,7 @@ def queues(ctx: typer.Context, output: Format = OutputOpt) -> None:
           ("RANK", "fairShareRank")])
 
 
-USAGE_GROUPINGS = ("queue", "class", "cluster", "user")
+USAGE_GROUPINGS = ("queue", "class", "cluster", "user", "array")
 # The unit of an hour of each resource, for table headers (others: unit-hours).
 HOUR_UNITS = {"cpu": "core-h", "memory": "GiB-h", "nvidia.com/gpu": "GPU-h"}
 
@@ -355,7 +355,7 @@ def _rounded(value):
 def usage(ctx: typer.Context,
           since: str = typer.Option("30d", "--since", callback=_valid_since,
                                     help="The window: this long back from now (90m, 12h, 30d), or 'all'"),
-          by: str = typer.Option("queue", "--by", callback=_by, help="Group by queue, class, cluster or user"),
+          by: str = typer.Option("queue", "--by", callback=_by, help="Group by queue, class, cluster, user or array"),
           output: ReportFormat = typer.Option(ReportFormat.table, "--output", "-o", help="table, json, yaml or csv")
           ) -> None:
     """Chargeback: resource-hours and cost (cluster price x class multiplier) per group, from the attempts."""

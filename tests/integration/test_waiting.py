@@ -113,6 +113,8 @@ def test_an_array_runs_every_element_at_most_parallelism_at_once(system):
     assert all(j["state"] == "SUCCEEDED" for j in jobs)
     assert [j["arrayIndex"] for j in jobs] == list(range(12)) and {j["arrayId"] for j in jobs} == {ids[0]}
     assert [j["id"] for j in system.client.list(array=ids[0])] == sorted(ids)
+    groups = {g["group"]: g for g in system.client.usage(by="array")["groups"]}
+    assert groups[str(ids[0])]["attempts"] == 12
     lines = [entry["line"] for entry in system.client.logs(ids[7])]
     assert lines[0].endswith(f" environment: SLUICE_ARRAY_ID={ids[0]} SLUICE_ARRAY_INDEX=7")
 

@@ -5,7 +5,7 @@
 const TOKEN_KEY = "sluice.token";
 const POLL_MS = 2000;
 const FINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
-const STATES = ["QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
+const STATES = ["WAITING", "QUEUED", "DISPATCHED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
 const SVG = "http://www.w3.org/2000/svg";
 
 function el(tag, attrs, ...children) {
@@ -388,7 +388,7 @@ function usagePage() {
   const form = el("form", { class: "filters", id: "usage-form" },
     el("label", {}, "Since", el("select", { name: "since" }, ["1h", "24h", "7d", "30d", "all"].map((s) =>
       el("option", { value: s, selected: s === since }, s)))),
-    el("label", {}, "By", el("select", { name: "by" }, ["queue", "class", "cluster", "user"].map((s) =>
+    el("label", {}, "By", el("select", { name: "by" }, ["queue", "class", "cluster", "user", "array"].map((s) =>
       el("option", { value: s, selected: s === by }, s)))),
     el("button", { class: "action", type: "submit" }, "Show"));
   const status = el("div");
