@@ -18,8 +18,9 @@ from tests.e2e.test_crash import FINAL, _stop_postgres, free_port, start_up
 
 
 def step(name: str, duration: str = "1s", exit_code: str = "0", **spec) -> dict:
+    retries = 0 if exit_code != "0" else 2  # a lost attempt (the kill) is retried; a failing one is not
     return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"queue": "default", "maxRetries": 0 if exit_code != "0" else 2, **spec, "podSets": [{"name": "w", "count": 1, "template": {
+            "spec": {"queue": "default", "maxRetries": retries, **spec, "podSets": [{"name": "w", "count": 1, "template": {
                 "metadata": {"annotations": {"sluice.io/sim-duration": duration, "sluice.io/sim-exit-code": exit_code}},
                 "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}]}}
 
@@ -68,7 +69,8 @@ def test_kill_9_mid_chain_then_restart_runs_the_rest_in_order_exactly_once():
         assert [j for j in jobs.values() if j["state"] not in FINAL] == []
         assert (named["bad"]["state"], named["never"]["state"], named["cleanup"]["state"]) == \
             ("FAILED", "FAILED", "SUCCEEDED")
-        assert named["never"]["reason"] == f"dependency job {by_name['bad']} ended FAILED; this job needed it to succeed"
+        assert named["never"]["reason"] == \
+            f"dependency job {by_name['bad']} ended FAILED; this job needed it to succeed"
         fine = [j for name, j in named.items() if name not in ("bad", "never")]
         fine += [j for j in jobs.values() if j["arrayId"] is not None]
         assert [(j["name"], j["state"], j["reason"]) for j in fine if j["state"] != "SUCCEEDED"] == []
