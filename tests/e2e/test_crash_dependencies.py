@@ -20,7 +20,8 @@ from tests.e2e.test_crash import FINAL, _stop_postgres, free_port, start_up
 def step(name: str, duration: str = "1s", exit_code: str = "0", **spec) -> dict:
     retries = 0 if exit_code != "0" else 2  # a lost attempt (the kill) is retried; a failing one is not
     return {"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"queue": "default", "maxRetries": retries, **spec, "podSets": [{"name": "w", "count": 1, "template": {
+            "spec": {"queue": "default", "maxRetries": retries, **spec,
+                     "podSets": [{"name": "w", "count": 1, "template": {
                 "metadata": {"annotations": {"sluice.io/sim-duration": duration, "sluice.io/sim-exit-code": exit_code}},
                 "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}]}}
 
