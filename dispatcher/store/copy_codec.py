@@ -49,10 +49,11 @@ _length = struct.Struct(">i").pack
 _json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
-def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> bytes:
-    """The jobs' rows (JOB_COLUMNS) in binary COPY format, each in `state` with `reason` (or its own)."""
+def _field_writers():
+    """(text_field, jsonb_field): a str (or None) and a JSON value as COPY fields, each written once per
+    distinct value (a jsonb by id(): the documents jobs of one batch share, as submitting interns them)."""
     texts: dict[str | None, bytes] = {None: _NULL}
-    values: dict[int, bytes] = {}  # by id(): the small documents jobs of one batch share (submitting interns them)
+    values: dict[int, bytes] = {}
 
     def text_field(value: str | None) -> bytes:
         field = texts.get(value)
@@ -68,6 +69,12 @@ def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> 
             field = values[id(value)] = _length(len(data) + 1) + b"\x01" + data
         return field
 
+    return text_field, jsonb_field
+
+
+def encode_jobs(ids: list[int], jobs: list[NewJob], state: str, reason: str) -> bytes:
+    """The jobs' rows (JOB_COLUMNS) in binary COPY format, each in `state` with `reason` (or its own)."""
+    text_field, jsonb_field = _field_writers()
     state_field, tail = text_field(state), text_field(state) + text_field(reason)
     out = [COPY_HEADER]
     for job_id, j in zip(ids, jobs):
@@ -88,21 +95,7 @@ def encode_held_jobs(ids: list[int], jobs: list[NewJob], reason: str) -> bytes:
     own reason or `reason`."""
     out = [COPY_HEADER]
     count = len(JOB_COLUMNS) + len(HOLD_COLUMNS)
-    cache: dict[int, bytes] = {}  # by id(): the documents an array's elements share
-
-    def jsonb(value) -> bytes:
-        field = cache.get(id(value))
-        if field is None:
-            data = dumps(value)
-            field = cache[id(value)] = _length(len(data) + 1) + b"\x01" + data
-        return field
-
-    def text(value: str | None) -> bytes:
-        if value is None:
-            return _NULL
-        data = value.encode()
-        return _length(len(data)) + data
-
+    text, jsonb = _field_writers()
     for job_id, j in zip(ids, jobs):
         at = None if j.start_after is None else (j.start_after - _POSTGRES_EPOCH) // _MICROSECOND
         out.append(b"".join((
