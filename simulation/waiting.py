@@ -83,6 +83,8 @@ class Waiting:
 
     def due(self, t: float) -> list[SimJob]:
         """The jobs whose holds are over at t, in id order, to be queued now."""
+        if not self._touched and not (self._events and self._events[0][0] <= t):
+            return []  # most moments: nothing to release (a replay calls this at every one)
         while self._events and self._events[0][0] <= t:
             _, job_id = heapq.heappop(self._events)
             job = self._jobs[job_id]
