@@ -1,6 +1,7 @@
 """A replay in virtual time: jobs arrive when the trace says, a policy decides, jobs end after their run.
 
-Time jumps from one event to the next (an arrival, an end, or a moment when a waiting job's verdict can
+Time jumps from one event to the next (an arrival, an end, the end of a waiting job's holds (waiting.py:
+its startAfter, its dependencies, a slot of its array), or a moment when a queued job's verdict can
 change by time alone: a reservation or burst threshold reached, a preemption hold expiring), so a replay
 costs O(decisions), not O(virtual seconds); nothing sleeps. At each moment the policy decides once the
 moment's events are in. The policies:
@@ -31,6 +32,7 @@ from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
 from simulation.memory_cycle import MemoryCycle
+from simulation.waiting import Waiting
 from simulation.world import DONE, QUEUED, UNRUNNABLE, SimCluster, SimJob, World
 from sluice.objects import ClusterObject
 from sluice.quantity import add, fits, subtract
@@ -239,13 +241,14 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         job.reason = _never_runs(job, empty) or ""
         if job.reason:
             job.state = UNRUNNABLE
-    arrivals = sorted((j for j in jobs if j.state != UNRUNNABLE), key=lambda j: (j.submit, j.id))
+    waiting = Waiting(jobs)  # the jobs that wait before they are queued; unrunnable ones fail their dependants
+    arrivals = sorted((j for j in jobs if j.state == QUEUED), key=lambda j: (j.submit, j.id))
     ends: list[tuple[float, int, int]] = []  # (end time, job id, attempt)
     busy: list[tuple[float, dict[str, int]]] = [(0.0, {})]
     next_arrival, cycles, done, wake = 0, 0, 0, math.inf
     while True:
         t = min(arrivals[next_arrival].submit if next_arrival < len(arrivals) else math.inf,
-                ends[0][0] if ends else math.inf, wake)
+                ends[0][0] if ends else math.inf, wake, waiting.next_time())
         if t == math.inf:
             break
         due = t >= wake  # a moment needs a cycle when time, an end or a submit that is not behind parked heads says so
@@ -256,13 +259,18 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
                 continue  # an attempt that was evicted, or one that starts later
             world.stop(job, t, requeue=False)
             strategy.ended(job, t)
+            waiting.ended(job, t)
             done += 1
             due = True
         while next_arrival < len(arrivals) and arrivals[next_arrival].submit <= t:
             job = arrivals[next_arrival]
+            job.eligible = job.submit
             world.enqueue(job)
             due = strategy.arrived(job) or due
             next_arrival += 1
+        for job in waiting.due(t):  # its holds are over: it arrives in its queue now
+            world.enqueue(job)
+            due = strategy.arrived(job) or due
         for _ in range(MAX_CYCLES_PER_MOMENT if due else 0):
             cycles += 1
             if not strategy.decide(t):
@@ -275,6 +283,7 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         wake = strategy.wake(t)
         if progress is not None:
             progress(done)
+    waiting.leftover()
     for job in jobs:
         if job.state == QUEUED:
             job.state = UNRUNNABLE

@@ -4,7 +4,11 @@ Pure: outcomes in, dicts and text out. Times are seconds of virtual time (the tr
 amounts are Sluice milli-units. Every figure that has nothing to be computed from (no job finished, say)
 is None, never NaN, so the JSON stays valid.
 
-How a job's time is read from its JobOutcome: it waited from submit_s to start_s (its first start). Its
+How a job's time is read from its JobOutcome: it waited from submit_s to start_s (its first start). A job
+that waited before it was queued (startAfter, dependencies, a slot of its array) arrives at submit_s when
+its holds ended: the scheduler is not answerable for the time before, and every figure (waits,
+completion, slowdown, fair share's waiting work) counts from then; `held` and `held_s` say what it waited
+for and how long. Its
 `runs`, when given, are every attempt's hold of its requests, those cut short by preemption included:
 the queue's share counts them all, and between one run's end and the next start its work waits again.
 Without them, its last run, the one that finished, held its requests over [max(start_s, end_s - run_s),
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 __all__ = ["JobOutcome", "policy_figures", "window_shares", "fair_share_violations", "busy_from_outcomes",
            "render_table", "to_json", "format_seconds", "BOUNDED_SLOWDOWN_FLOOR_S"]
 
+_HELD = (("time", "startAfter"), ("dependencies", "dependencies"), ("array", "array"))  # holding.HOLDS: JSON keys
 BOUNDED_SLOWDOWN_FLOOR_S = 10.0  # the literature's threshold: jobs shorter than this count as this long
 _WAITING_EPSILON_S = 1e-6  # float sums over a window may fall short of its length by rounding
 
@@ -45,6 +50,8 @@ class JobOutcome:
     preemptions: int = 0
     unrunnable: str | None = None  # why it could never run anywhere (too big for every cluster, say)
     runs: tuple[tuple[float, float], ...] = ()  # every attempt's (start, end); (): the finishing run only
+    held: str | None = None  # what it waited for last before it was queued: time, dependencies or array
+    held_s: float = 0.0  # how long it waited before it was queued (its trace submit is submit_s - held_s)
 
 
 # -- the run's figures -------------------------------------------------------------------------------
@@ -70,6 +77,8 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
       utilizationResource.
     - queues: per queue, share (its fraction of all dominant-resource seconds used), entitledShare, mean
       wait and job count.
+    - heldJobs: how many jobs waited before they were queued, by what they waited for last (startAfter,
+      dependencies, array: a slot of their array), and meanHeldSeconds, their mean time so held.
     """
     outcomes = list(outcomes)
     _check_capacity(capacity)
@@ -84,6 +93,8 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
     last_end = max((o.end_s for o in finished), default=None)
     makespan = None if last_end is None else last_end - first_submit
     unrunnable = Counter(o.unrunnable for o in outcomes if o.unrunnable is not None)
+    held = [o for o in outcomes if o.held is not None]
+    held_by = Counter(o.held for o in held)
 
     if busy is not None:
         used = _busy_resource_seconds(busy, first_submit or 0.0, last_end or 0.0)
@@ -132,6 +143,8 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
         "preemptions": sum(o.preemptions for o in outcomes),
         "unrunnable": sum(unrunnable.values()),
         "unrunnableReasons": dict(sorted(unrunnable.items())),
+        "heldJobs": {key: held_by[hold] for hold, key in _HELD},
+        "meanHeldSeconds": _mean([o.held_s for o in held]),
         "queues": per_queue,
     }
 
@@ -303,6 +316,11 @@ def render_table(trace_info: dict, figures_by_policy: dict[str, dict]) -> str:
     rows: list[list[str]] = [["", *policies]]
     for label, key, kind in _ROWS:
         rows.append([label, *(_cell(figures_by_policy[p], key, kind) for p in policies)])
+    if any(any(f.get("heldJobs", {}).values()) for f in figures_by_policy.values()):
+        for label, key in (("Held for startAfter", "startAfter"), ("Held for dependencies", "dependencies"),
+                           ("Held for an array slot", "array")):
+            rows.append([label, *(f"{figures_by_policy[p].get('heldJobs', {}).get(key, 0):,}" for p in policies)])
+        rows.append(["Mean held", *(_cell(figures_by_policy[p], "meanHeldSeconds", "duration") for p in policies)])
     reasons = sorted({r for f in figures_by_policy.values() for r in f.get("unrunnableReasons", {})})
     for reason in reasons:
         rows.append([f"  unrunnable: {reason}",

@@ -23,8 +23,11 @@ class Simulation:
 
 
 def outcomes_of(replayed: Replayed) -> list[report.JobOutcome]:
-    return [report.JobOutcome(j.trace_id, j.queue, j.submit, j.first_start, j.finished, j.run_s, j.requests, j.cluster,
-                              j.preemptions, j.reason if j.state == UNRUNNABLE else None, tuple(j.runs))
+    """Each job as the report reads it: arrived when it was queued (its submit, or the end of its holds)."""
+    return [report.JobOutcome(j.trace_id, j.queue, j.submit if j.eligible is None else j.eligible, j.first_start,
+                              j.finished, j.run_s, j.requests, j.cluster, j.preemptions,
+                              j.reason if j.state == UNRUNNABLE else None, tuple(j.runs), j.held_by,
+                              0.0 if j.eligible is None else j.eligible - j.submit)
             for j in replayed.jobs]
 
 

@@ -21,7 +21,7 @@ from dispatcher.policy.quotas import QueueQuota
 from dispatcher.scheduler.mapping import PolicyConfig, class_policy_of, quota_of
 from dispatcher.services.budgets import rule_of
 from dispatcher.services.submitting import default_class
-from simulation.world import SimJob
+from simulation.world import Dependency, SimJob
 from sluice.objects import (
     AdminObject,
     BurstPolicyObject,
@@ -130,7 +130,8 @@ def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
 
 def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[SimJob]:
     """Fresh SimJobs for one replay, ids 1.. in submit order (as a dispatcher numbers submits), each saving
-    its progress every checkpoint_s (None: never)."""
+    its progress every checkpoint_s (None: never), with what it waits for (startAfter, dependencies on the
+    replayed jobs, its array's parallelism)."""
     queues = {q.name: q for q in scene.objects if isinstance(q, QueueObject)}
     priorities = {name: c.priority for name, c in scene.policy.classes.items()}
     out = []
@@ -139,6 +140,7 @@ def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[
     def one(amounts: dict[str, int]) -> dict[str, int]:
         return shared.setdefault(tuple(sorted(amounts.items())), amounts)
 
+    ids = {j.id: i for i, j in enumerate(trace.jobs, start=1)} if any(j.depends_on for j in trace.jobs) else {}
     for i, j in enumerate(trace.jobs, start=1):
         queue = queue_of(j, trace.format)
         service_class = getattr(j, "service_class", None) or default_class(list(queues[queue].service_classes),
@@ -153,4 +155,17 @@ def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[
         out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], tuple(j.pods),
                           one(requests), one(largest), j.requested_s if j.requested_s else run, j.requested_s,
                           trace_id=j.id, checkpoint_s=checkpoint_s))
+        if j.waits:
+            _holds(out[-1], j, ids)
     return out
+
+
+def _holds(job: SimJob, traced, ids: dict[int, int]) -> None:
+    """What the trace job waits for, on its SimJob. ids: trace id -> SimJob id of every replayed job."""
+    if traced.start_after_s:
+        job.hold_until = job.submit + traced.start_after_s
+    dependencies = (Dependency(tuple(ids[i] for i in d.on if i in ids), d.condition, d.think_s, d.label, d.array)
+                    for d in traced.depends_on)
+    job.depends_on = tuple(d for d in dependencies if d.on)
+    if traced.array is not None and traced.array.parallelism is not None:
+        job.array_id, job.parallelism = traced.array.id, traced.array.parallelism

@@ -7,29 +7,41 @@ Three formats:
 - philly: Microsoft's Philly GPU trace as a CSV `timestamp,duration,num_gpus,gpu_time,cluster`, rows in
   any order; a job of G GPUs is ceil(G/8) pods on 8-GPU nodes; its virtual cluster is its queue.
 - sluice: job files as `sluice submit` reads them, each document with two more top-level keys: `submitAt`
-  (when it arrives) and `runFor` (how long it runs), both durations ('90s', '2m') or seconds.
+  (when it arrives) and `runFor` (how long it runs), both durations ('90s', '2m') or seconds. A document may
+  wait as a submitted job does: `spec.startAfter` (a duration after its submitAt only: a replay has no
+  calendar), `spec.dependsOn` (a document's name, or a job number: the trace's jobs are numbered 1.. as one
+  submit of the file numbers them, an array's elements in index order and the array by its first element),
+  and `spec.array` (the document becomes `count` jobs, each with its runFor, at most `parallelism` at once).
+
+SWF's fields 17 and 18 (preceding job, think time) become a dependency: the job waits until its preceding
+job has finished, then the think time (dependencies=False ignores them, and a Sluice file's dependsOn). A
+dependency on a job that is not replayed (dropped, or outside the window) is left out: it is taken to have
+ended before the replay began.
 
 Times are seconds from the first usable job's submit (so the first job arrives at 0). Amounts are Sluice
 milli-units (sluice.quantity): 4 cpus is {"cpu": 4000}, 8 GPUs {"nvidia.com/gpu": 8000}.
 """
 from __future__ import annotations
 
+import bisect
 import gc
 import gzip
 import math
 import os
 import zlib
 from csv import reader as csv_reader
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
+from dispatcher.policy.holding import cycle_in
 from sluice._validate import NAME
 from sluice.documents import parse_numbered_documents
 from sluice.quantity import QuantityError, add, parse_duration
 from sluice.spec import JobSpec, SpecError, job_from_document
 
-__all__ = ["TraceJob", "Trace", "TraceError", "read_trace", "FORMATS", "GPU", "CPU", "PHILLY_GPUS_PER_NODE"]
+__all__ = ["TraceJob", "TraceDependency", "TraceArray", "Trace", "TraceError", "read_trace", "FORMATS", "GPU", "CPU",
+           "PHILLY_GPUS_PER_NODE"]
 
 FORMATS = ("swf", "philly", "sluice")
 CPU = "cpu"
@@ -56,6 +68,27 @@ class TraceError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class TraceDependency:
+    """The job may start only once `on` has done `condition` (holding.CONDITIONS), and think_s after that."""
+
+    on: tuple[int, ...]  # trace job ids: one job, or every element of an array (those replayed)
+    condition: str = "finished"
+    think_s: float = 0.0  # SWF's think time: seconds after the preceding job ends
+    label: int = 0  # how reasons name it: the job's id, an array's first element's
+    array: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TraceArray:
+    """The job is an element of an array: at most `parallelism` of its elements queued or running at once,
+    taken in index order."""
+
+    id: int  # the trace id of its first element
+    index: int
+    parallelism: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class TraceJob:
     id: int  # swf: the job number; philly: the row's line in the file; sluice: the document number
     submit_s: float  # seconds after the trace's first submit
@@ -68,6 +101,15 @@ class TraceJob:
     partition: str  # '' when the trace does not say
     name: str
     spec: JobSpec | None = field(default=None, compare=False, repr=False)  # sluice format: the job as written
+    start_after_s: float | None = None  # it waits until this long after its submit (startAfter)
+    depends_on: tuple[TraceDependency, ...] = ()
+    array: TraceArray | None = None
+
+    @property
+    def waits(self) -> bool:
+        """Whether it may wait before it is queued: for a time, other jobs or a slot of its array."""
+        return bool(self.start_after_s) or bool(self.depends_on) or (
+            self.array is not None and self.array.parallelism is not None)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -94,11 +136,12 @@ class Trace:
 # -- reading ----------------------------------------------------------------------------------------
 
 def read_trace(path: str | os.PathLike, fmt: str | None = None, *, skip_bad_lines: bool = False,
-               window: tuple[int, int] | None = None) -> Trace:
+               window: tuple[int, int] | None = None, dependencies: bool = True) -> Trace:
     """Read a trace file (gzip-compressed or not). fmt: one of FORMATS, or None to tell from the file name.
     skip_bad_lines: count malformed lines in Trace.skipped instead of raising TraceError at the first.
     window=(start, count): only the jobs start..start+count-1 in submit order (after dropping), re-based so
-    the first of them arrives at 0; fewer when the trace ends sooner."""
+    the first of them arrives at 0; fewer when the trace ends sooner. dependencies: replay SWF's preceding
+    jobs and a Sluice file's dependsOn (False: every job is independent; a dependsOn is still checked)."""
     path = Path(path)
     fmt = _format(path, fmt)
     start, count = _window(window)
@@ -108,14 +151,14 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None, *, skip_bad_line
     gc.disable()  # hundreds of thousands of acyclic records: the cycle collector would take a third of the time
     try:
         if fmt == "swf":
-            records, skipped, dropped, machine = _swf_records(text, source, skip_bad_lines)
+            records, skipped, dropped, machine = _swf_records(text, source, skip_bad_lines, dependencies)
         elif fmt == "philly":
             records, skipped, dropped = _philly_records(text, source, skip_bad_lines)
             machine = None
         else:
-            records, skipped, dropped = _sluice_records(text, source, skip_bad_lines)
-            machine = None
-        lines = _count_lines(text) if fmt != "sluice" else skipped + dropped + len(records)
+            records, skipped, documents = _sluice_records(text, source, skip_bad_lines)
+            dropped, machine = 0, None
+        lines = _count_lines(text) if fmt != "sluice" else documents
         records.sort(key=_submit_order)
         usable = len(records)
         if window is not None:
@@ -125,11 +168,32 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None, *, skip_bad_line
             records = records[start:start + count]
         origin = records[0][0] if records else 0.0
         jobs = tuple(_BUILDERS[fmt](record, origin) for record in records)
+        if fmt != "philly":
+            jobs = _replayed_dependencies(jobs, dependencies)
     finally:
         if collecting:
             gc.enable()
     return Trace(name=_trace_name(path), format=fmt, jobs=jobs, skipped=skipped, dropped=dropped, machine=machine,
                  lines=lines, usable_jobs=usable, window=None if window is None else (start, count))
+
+
+def _replayed_dependencies(jobs: tuple[TraceJob, ...], keep: bool) -> tuple[TraceJob, ...]:
+    """The jobs with their dependencies on replayed jobs only (none unless keep): a job that is not replayed
+    (dropped, or outside the window) is taken to have ended before the replay began."""
+    if not any(job.depends_on for job in jobs):
+        return jobs
+    present = {job.id for job in jobs}
+    out = []
+    for job in jobs:
+        if job.depends_on:
+            kept = []
+            for dependency in job.depends_on if keep else ():
+                on = tuple(i for i in dependency.on if i in present)
+                if on:
+                    kept.append(dependency if len(on) == len(dependency.on) else replace(dependency, on=on))
+            job = replace(job, depends_on=tuple(kept))
+        out.append(job)
+    return tuple(out)
 
 
 def _submit_order(record: tuple) -> tuple[float, int]:
@@ -204,9 +268,11 @@ class _BadLines:
 
 # -- Standard Workload Format ---------------------------------------------------------------------------
 
-# record: (submit, id, run, requested or None, processors, user, group, queue, partition)
+# record: (submit, id, run, requested or None, processors, user, group, queue, partition, line, preceding job or
+# -1, think time)
 
-def _swf_records(text: str, source: str, skip: bool) -> tuple[list[tuple], int, int, dict[str, int] | None]:
+def _swf_records(text: str, source: str, skip: bool,
+                 dependencies: bool = True) -> tuple[list[tuple], int, int, dict[str, int] | None]:
     bad = _BadLines(source, skip)
     records: list[tuple] = []
     dropped = 0
@@ -245,8 +311,12 @@ def _swf_records(text: str, source: str, skip: bool) -> tuple[list[tuple], int, 
             dropped += 1
             continue
         requested = values[8]
+        preceding = int(values[16]) if values[16] > 0 and dependencies else -1
         records.append((submit, int(values[0]), run, requested if requested > 0 else None, int(processors),
-                        int(values[11]), int(values[12]), int(values[14]), int(values[15]), number))
+                        int(values[11]), int(values[12]), int(values[14]), int(values[15]), number, preceding,
+                        max(values[17], 0.0)))
+    if any(record[10] != -1 for record in records):
+        _swf_cycle(records, source)
     machine_size = header.get("MaxProcs") or header.get("MaxNodes")
     machine = {CPU: machine_size * 1000} if machine_size else None
     return records, bad.count, dropped, machine
@@ -272,14 +342,25 @@ def _swf_header(line: str, header: dict[str, int]) -> None:
             header[key] = size
 
 
+def _swf_cycle(records: list[tuple], source: str) -> None:
+    """Refuse preceding jobs that go round in a circle: none of them could ever start."""
+    lines = {record[1]: record[9] for record in records}
+    graph = {record[1]: [record[10]] for record in records if record[10] in lines}
+    cycle = cycle_in(graph)
+    if cycle is not None:
+        raise TraceError(f"{source} line {lines[cycle[0]]}: the preceding jobs (field 17) form a cycle: "
+                         + " -> ".join(f"job {job}" for job in cycle), line=lines[cycle[0]])
+
+
 def _swf_job(record: tuple, origin: float) -> TraceJob:
-    submit, job_id, run, requested, processors, user, group, queue, partition, _line = record
+    submit, job_id, run, requested, processors, user, group, queue, partition, _line, preceding, think = record
     return TraceJob(
         id=job_id, submit_s=submit - origin, run_s=run, requested_s=requested,
         pods=((1, {CPU: processors * 1000}),),
         user=f"u{user}" if user >= 0 else "", group=f"g{group}" if group >= 0 else "",
         queue=f"q{queue}" if queue >= 0 else "default", partition=f"p{partition}" if partition >= 0 else "",
         name=f"job-{job_id}",
+        depends_on=(TraceDependency((preceding,), "finished", think, preceding),) if preceding != -1 else (),
     )
 
 
@@ -381,26 +462,75 @@ def _philly_job(record: tuple, origin: float) -> TraceJob:
 
 # -- Sluice job files --------------------------------------------------------------------------------
 
-# record: (submit, document, run, spec)
+# record: (submit, job id, run, spec, start after or None, dependencies, array element or None, name)
+
+@dataclass(frozen=True)
+class _Document:
+    number: int  # its place in the file, 1-based
+    first: int  # the trace id of its (first) job
+    submit_s: float
+    run_s: float
+    start_after_s: float | None
+    spec: JobSpec
+
+    @property
+    def count(self) -> int:
+        return self.spec.array.count if self.spec.array is not None else 1
+
+    def label(self) -> str:
+        return f"document {self.number}" + (f" ({self.spec.name})" if self.spec.name else "")
+
 
 def _sluice_records(text: str, source: str, skip: bool) -> tuple[list[tuple], int, int]:
+    """The records of a job file, its skipped documents and how many documents it has."""
     try:
         documents = parse_numbered_documents(text, source=source)
     except SpecError as err:
         raise TraceError(str(err), document=err.document) from None
-    records: list[tuple] = []
+    read: list[_Document] = []
     skipped = 0
+    first = 1
+    last = 0
     for number, document in documents:
+        first += number - last - 1  # an empty document keeps its number: without arrays a job's id is its document's
+        last = number
         try:
-            records.append(_sluice_record(number, document, source))
+            doc = _sluice_document(number, first, document, source)
         except TraceError:
             if not skip:
                 raise
             skipped += 1
-    return records, skipped, 0
+            first += 1  # as one job: the numbers after it stay what the file says
+            continue
+        read.append(doc)
+        first += doc.count
+    while True:
+        edges, bad = _resolved(read, source)
+        if bad is None:
+            break
+        if not skip:
+            raise bad
+        read = [doc for doc in read if doc.number != bad.document]  # and what depends on it, next round
+        skipped += 1
+    by_number = {doc.number: doc for doc in read}
+    cycle = cycle_in({n: sorted({on.number for on, _, _ in doc_edges}) for n, doc_edges in edges.items()})
+    if cycle is not None:
+        raise TraceError(f"{source}: the dependencies form a cycle: "
+                         + " -> ".join(by_number[n].label() for n in cycle), document=cycle[0])
+    records = []
+    for doc in read:
+        dependencies = tuple(_dependency(on, element, condition)
+                             for on, element, condition in edges.get(doc.number, ()))
+        spec, array = doc.spec, doc.spec.array
+        for k in range(doc.count):
+            element = None if array is None else TraceArray(doc.first, array.first + k, array.parallelism)
+            name = spec.name or f"job-{doc.first}"
+            records.append((doc.submit_s, doc.first + k, doc.run_s, spec, doc.start_after_s, dependencies, element,
+                            name if element is None else f"{name}[{element.index}]"))
+    return records, skipped, len(documents)
 
 
-def _sluice_record(number: int, document: dict, source: str) -> tuple:
+def _sluice_document(number: int, first: int, document: dict, source: str) -> _Document:
     where = f"{source} document {number}"
     document = dict(document)  # the two replay keys come out; the rest is the job as `sluice submit` reads it
     times = {}
@@ -418,14 +548,57 @@ def _sluice_record(number: int, document: dict, source: str) -> tuple:
         spec = job_from_document(document, document=number, source=source, owned=True)
     except SpecError as err:
         raise TraceError(str(err), document=number) from None
-    return times["submitAt"], number, times["runFor"], spec
+    if isinstance(spec.start_after, datetime):
+        raise TraceError(f"{where}: spec.startAfter: {spec.start_after.isoformat().replace('+00:00', 'Z')} is a time, "
+                         f"but a replay has no calendar: give a duration after submitAt (e.g. 30m)", document=number)
+    return _Document(number, first, times["submitAt"], times["runFor"], spec.start_after or None, spec)
+
+
+def _resolved(read: list[_Document], source: str) -> tuple[dict[int, list[tuple]], TraceError | None]:
+    """Per document number, its dependencies as (document, element index or None: all of it, condition); or
+    the first dependency that names no replayed job, as the error to raise."""
+    named: dict[str, list[_Document]] = {}
+    starts = sorted((doc.first, doc) for doc in read)
+    for doc in read:
+        if doc.spec.name is not None:
+            named.setdefault(doc.spec.name, []).append(doc)
+    edges: dict[int, list[tuple]] = {}
+    for doc in read:
+        for k, dependency in enumerate(doc.spec.depends_on):
+            where = f"{source} document {doc.number}: spec.dependsOn[{k}].job"
+            job = dependency.job
+            if isinstance(job, str):
+                found = named.get(job, [])
+                if len(found) != 1:
+                    why = (f"{len(found)} documents are named {job!r} ("
+                           + ", ".join(str(d.number) for d in found) + "): name each once, or give a job number"
+                           if found else f"no document of the trace is named {job!r}")
+                    return edges, TraceError(f"{where}: {why}", document=doc.number)
+                edges.setdefault(doc.number, []).append((found[0], None, dependency.condition))
+                continue
+            at = bisect.bisect_right(starts, job, key=lambda s: s[0]) - 1
+            target = starts[at][1] if at >= 0 else None
+            if target is None or job >= target.first + target.count:
+                return edges, TraceError(f"{where}: no job numbered {job} in the trace (its jobs are numbered "
+                                         f"1.. in document order, an array's elements one each)", document=doc.number)
+            element = None if job == target.first else job - target.first
+            edges.setdefault(doc.number, []).append((target, element, dependency.condition))
+    return edges, None
+
+
+def _dependency(on: _Document, element: int | None, condition: str) -> TraceDependency:
+    if element is not None:
+        return TraceDependency((on.first + element,), condition, 0.0, on.first + element)
+    return TraceDependency(tuple(range(on.first, on.first + on.count)), condition, 0.0, on.first,
+                           on.spec.array is not None)
 
 
 def _sluice_job(record: tuple, origin: float) -> TraceJob:
-    submit, number, run, spec = record
+    submit, job_id, run, spec, start_after, dependencies, element, name = record
     pods = tuple((pod_set.count, dict(pod_set.requests)) for pod_set in spec.pod_sets)
-    return TraceJob(id=number, submit_s=submit - origin, run_s=run, requested_s=spec.max_runtime_s, pods=pods,
-                    user="", group="", queue=spec.queue, partition="", name=spec.name or f"job-{number}", spec=spec)
+    return TraceJob(id=job_id, submit_s=submit - origin, run_s=run, requested_s=spec.max_runtime_s, pods=pods,
+                    user="", group="", queue=spec.queue, partition="", name=name, spec=spec,
+                    start_after_s=start_after, depends_on=dependencies, array=element)
 
 
 _BUILDERS = {"swf": _swf_job, "philly": _philly_job, "sluice": _sluice_job}

@@ -19,6 +19,18 @@ from sluice.packing import expand, first_fit_decreasing
 from sluice.quantity import add, subtract
 
 QUEUED, RUNNING, DONE, UNRUNNABLE = "queued", "running", "done", "unrunnable"
+WAITING = "waiting"  # not queued yet: for its startAfter, its dependencies or a slot of its array (waiting.py)
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """The job may be queued only once the jobs `on` have done `condition`, and think_s after that."""
+
+    on: tuple[int, ...]  # SimJob ids: one job, or the replayed elements of an array
+    condition: str  # holding.CONDITIONS
+    think_s: float = 0.0
+    label: int = 0  # the trace's id of that job (an array's: its first element's), as reasons name it
+    array: bool = False
 
 
 @dataclass(eq=False)
@@ -55,6 +67,16 @@ class SimJob:
     checkpoint_s: float | None = None  # it saves its progress this often: an eviction loses only what ran since
     saved_s: float = 0.0  # the work its checkpoints kept through evictions: a new attempt runs only the rest
     runs: list[tuple[float, float]] = field(default_factory=list)  # each ended attempt's (start, end)
+    hold_until: float | None = None  # virtual time its startAfter ends; None: it has none
+    depends_on: tuple[Dependency, ...] = ()
+    array_id: int | None = None  # the trace id of its array's first element, when it is an element
+    parallelism: int | None = None  # its array's: elements queued or running at once
+    eligible: float | None = None  # when it was first queued: its submit, or when its holds ended
+    held_by: str | None = None  # the hold it waited for last before it was queued (holding.HOLDS), if any
+
+    def waits(self) -> bool:
+        """Whether it may wait before it is queued (waiting.py releases it)."""
+        return self.hold_until is not None or bool(self.depends_on) or self.parallelism is not None
 
     def shape(self) -> tuple:
         """Its pods' requests, hashable: jobs of one shape fit or do not fit the same room."""

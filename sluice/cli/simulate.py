@@ -84,7 +84,11 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
              checkpoint_interval: str | None = typer.Option(
                  None, "--checkpoint-interval",
                  help="The trace's jobs save their progress this often (e.g. 30m): an evicted job resumes from its "
-                      "last checkpoint; default: it starts again from scratch")) -> None:
+                      "last checkpoint; default: it starts again from scratch"),
+             dependencies: bool = typer.Option(
+                 True, "--dependencies/--no-dependencies",
+                 help="Replay the trace's dependencies (SWF's preceding job and think time, a job file's dependsOn); "
+                      "--no-dependencies: none (startAfter and arrays still hold)")) -> None:
     """Replay a trace in virtual time through Sluice's scheduling and baselines; print figures per policy."""
     from simulation.engine import POLICIES
     from simulation.plots import PlotError, write_plots
@@ -111,7 +115,7 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
         except UnicodeDecodeError:
             raise Failed(f"simulate --config {config}", "not UTF-8 text") from None
     try:
-        read = read_trace(trace, fmt, skip_bad_lines=skip_bad_lines, window=span)
+        read = read_trace(trace, fmt, skip_bad_lines=skip_bad_lines, window=span, dependencies=dependencies)
     except OSError as exc:
         raise Failed(f"simulate --trace {trace}", exc.strerror or str(exc)) from None
     except (TraceError, ValueError) as exc:
