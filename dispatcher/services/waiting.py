@@ -66,13 +66,16 @@ def submit(session: Session, principal: Principal, specs: list[JobSpec], now: da
     target_ids = {doc: [ids[first_of[on]] if within else on for on, within, _ in doc_edges]
                   for doc, doc_edges in edges.items()}
     for doc, spec in enumerate(specs):
-        for k in range(_size(spec)):
-            job = jobs[first_of[doc] + k]
-            if job.hold is not None:
-                parallelism = spec.array.parallelism if spec.array else None
-                job.reason = holding.waiting_reason(
-                    job.hold, start_after=job.start_after, array_id=ids[first_of[doc]], parallelism=parallelism,
+        reasons: dict[str, str] = {}  # by hold: one string for all of an array's elements
+        for job in jobs[first_of[doc]:first_of[doc] + _size(spec)]:
+            if job.hold is None:
+                continue
+            if job.hold not in reasons:
+                reasons[job.hold] = holding.waiting_reason(
+                    job.hold, start_after=job.start_after, array_id=ids[first_of[doc]],
+                    parallelism=spec.array.parallelism if spec.array else None,
                     unmet=[(on, d.condition) for on, d in zip(target_ids.get(doc, ()), spec.depends_on)])
+            job.reason = reasons[job.hold]
     return lifecycle.submit_waiting(session, ids, jobs, dependencies, arrays, keys)
 
 
