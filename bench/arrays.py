@@ -52,6 +52,7 @@ from sluice.wire import AttemptReport
 
 VARIANTS = ("plain", "array", "limited")
 QUEUE = "q-0000"  # workload.queue_tree(1): one leaf queue under one parent
+REPORT_BATCH_S = 0.1  # the agents' stand-in reports the elements that ended at most this often, together
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class AgentLinks:
         self.read_s = 0.0
         self.read_rows = 0
         self.report_s = 0.0
+        self.reported_at = 0.0  # monotonic time of the last reports
 
     def read(self, session) -> None:
         began = time.perf_counter()
@@ -123,6 +125,7 @@ class AgentLinks:
         if not self.running or self.running[0][0] > now:
             return 0
         began = time.perf_counter()
+        self.reported_at = now
         by_cluster: dict[str, list] = {}
         wall = time.time()
         while self.running and self.running[0][0] <= now:
@@ -150,10 +153,12 @@ def drain(url: str, clusters: list[str], nodes: int, kind: str, config: ArraysCo
     docs = documents(kind, config)
     out: dict = {"kind": kind, "jobs": total, "cycles": [], "releases": []}
     parking = Parking()
-    woken = threading.Event()
+    woken, work = threading.Event(), threading.Event()
 
     def wake(payload: str) -> None:  # the leader's Scheduler._woken: submits and releases name their queue
         if parking.touch(payload):
+            if payload != channels.ROOM:
+                work.set()
             woken.set()
     notifier = Notifier(db.engine, (channels.WAKE_CHANNEL,))
     notifier.subscribe(channels.WAKE_CHANNEL, wake)
@@ -186,11 +191,11 @@ def drain(url: str, clusters: list[str], nodes: int, kind: str, config: ArraysCo
                                         "at": released_at - started})
             t = time.perf_counter()
             with sessions.begin() as session:
-                links.read(session)
                 ended += links.finish(session)
                 agents.report(session, datetime.now(UTC))
             stand_in_s += time.perf_counter() - t
             woken.clear()
+            work.clear()
             write_reasons = time.monotonic() - reasons_at >= settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
@@ -202,19 +207,39 @@ def drain(url: str, clusters: list[str], nodes: int, kind: str, config: ArraysCo
             dispatched += result.dispatched
             out["cycles"].append({"seconds": result.seconds, "cpu": cpu, "dispatched": result.dispatched,
                                   "at": time.monotonic() - started})
+            t = time.perf_counter()
+            with sessions.begin() as session:  # the links send what the cycle dispatched at once (a notification)
+                links.read(session)
+            stand_in_s += time.perf_counter() - t
             if (ended if limited else dispatched) >= total:
                 break
             if time.monotonic() - started > limit:
                 out["stopped_by_time_limit"] = True
                 break
             if parking.rewake():
+                work.set()
                 woken.set()
             if not (result.dispatched and result.more):
-                # The leader waits here for a wake-up (a notification) or the next release pass; the stand-in's
-                # next element due to end (limited) wakes it too, as that agent's report would.
+                # The leader waits for a wake-up or the next release pass; meanwhile the agents report the
+                # elements that end (limited). A report that only frees room (ROOM) after a cycle that left
+                # nothing queued does not end the wait (Scheduler._lead).
                 due = released_at + settings.release_interval_s
-                finish = links.next_due()
-                woken.wait(max(0.0, min(due, finish if finish is not None else due) - time.monotonic()))
+                while True:
+                    finish = links.next_due()
+                    until = min(due, max(finish, links.reported_at + REPORT_BATCH_S)) if finish is not None else due
+                    if woken.wait(max(0.0, until - time.monotonic())) and (work.is_set() or not result.idle):
+                        break
+                    woken.clear()
+                    if time.monotonic() >= due:
+                        break
+                    t = time.perf_counter()
+                    with sessions.begin() as session:
+                        ended += links.finish(session)
+                    stand_in_s += time.perf_counter() - t
+                    if ended >= total:
+                        break
+                if ended >= total and limited:
+                    break
         out["wall_s"] = time.monotonic() - started
         out["dispatched"], out["ended"] = dispatched, ended
         out["stand_in_s"], out["outbox_read_s"], out["outbox_rows"] = stand_in_s, links.read_s, links.read_rows
