@@ -9,8 +9,9 @@ Each variant gets a fresh database with the same classes, one queue and the same
 - limited: the same array with `parallelism` (1,000), its elements ending `duration_s` after they were
   dispatched, so that the leader's release pass must queue the next ones as slots free.
 
-The documents are parsed (`submitting.parse`) and written by the Submitter the gRPC Submit calls: the submit
-time is the call's server side without the transport. Then the leader's loop (dispatcher/scheduler/loop.py)
+The documents are parsed and written as the gRPC SubmitStream does with one submit (`Submitter.whole`, its
+requests of at most 10,000 documents, then `Submitter.submit_whole`): the submit time is the call's server
+side without the transport. Then the leader's loop (dispatcher/scheduler/loop.py)
 without its lock and waits: the release pass (`services.waiting.release`) once every
 `release_interval_s`, then `run_cycle` with `now` read once. Between cycles an agents' stand-in does, for
 every cluster, what its agent link would: reads its new dispatch commands with their documents
@@ -164,10 +165,13 @@ def drain(url: str, clusters: list[str], nodes: int, kind: str, config: ArraysCo
     notifier.subscribe(channels.WAKE_CHANNEL, wake)
     notifier.start()
     try:
+        submitter = group_commit.Submitter(sessions)
         began = time.perf_counter()
-        specs = submitting.parse(docs)
+        whole = submitter.whole("")  # one submit, its requests as a stream's (at most MAX_BATCH documents each)
+        for lo in range(0, len(docs), submitting.MAX_BATCH):
+            whole.add(docs[lo:lo + submitting.MAX_BATCH], more=lo + submitting.MAX_BATCH < len(docs))
         parsed = time.perf_counter()
-        ids = group_commit.Submitter(sessions).submit(Principal("bench", "admin"), specs)
+        ids = submitter.submit_whole(Principal("bench", "admin"), whole).ids
         out["submit_s"] = time.perf_counter() - began
         out["parse_s"] = parsed - began
         assert len(ids) == total, (len(ids), total)
@@ -341,7 +345,8 @@ def run(pg: Postgres, config: ArraysConfig, run: Run) -> None:
     run.configs["arrays"] = {
         **asdict(config), "nodes_per_cluster": nodes, "node": {"cpu": "64", "memory": "256Gi"},
         "job": "1 pod, 1 cpu, 2Gi, class standard, priority 0, one queue",
-        "submit": "submitting.parse + group_commit.Submitter.submit (the gRPC Submit's server side), one call",
+        "submit": "group_commit.Submitter: whole() of requests of 10,000 documents, then submit_whole (the server "
+                  "side of one SubmitStream submit)",
         "loop": "the leader's (release pass every 1 s, run_cycle), a fresh database and process per variant; "
                 "agent links' stand-in between cycles, untimed",
         "order": " ".join(["plain", "array"] * config.rounds) + " limited"}
