@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import replace
 
-from bench import dispatching, figures, simulating, swarm, systems
+from bench import arrays, dispatching, figures, simulating, swarm, systems
 from bench.postgres import Postgres
 from sluice import process
 
@@ -30,6 +30,8 @@ BENCHMARKS = {
     "latency": "submit->dispatched and submit->running p50/p99, a job every 10 ms (sluice up, sim agents)",
     "e2e": "jobs/s completing through gRPC agents with sim backends (sluice up)",
     "simulate": "seconds to replay whole public traces through the production cycle (sluice simulate)",
+    "arrays": ("a 100,000-element job array submitted in one call against 100,000 plain jobs: submit seconds, "
+               "cycle p50/p99 and dispatch rate; an array with parallelism 1,000 and the release pass"),
     "swarm": ("1,000 simulated agents and 1,000 watch streams on one dispatcher: submit and list p99, heartbeats, "
               "20,000 jobs dispatched across them (only when named)"),
 }
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             section({"e2e"}, "e2e")
             systems.end_to_end(pg, over(systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig()),
                                run)
+        if "arrays" in wanted:
+            section({"arrays"}, "arrays")
+            arrays.run(pg, arrays.ArraysConfig.quick() if args.quick else arrays.ArraysConfig(), run)
         if "swarm" in wanted:
             section({"swarm"}, "swarm")
             config = over(swarm.SwarmConfig.quick() if args.quick else swarm.SwarmConfig())
