@@ -93,8 +93,8 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
     last_end = max((o.end_s for o in finished), default=None)
     makespan = None if last_end is None else last_end - first_submit
     unrunnable = Counter(o.unrunnable for o in outcomes if o.unrunnable is not None)
-    held = [o for o in outcomes if o.held is not None]
-    held_by = Counter(o.held for o in held)
+    waited = [o for o in outcomes if o.held is not None]
+    held_by = Counter(o.held for o in waited)
 
     if busy is not None:
         used = _busy_resource_seconds(busy, first_submit or 0.0, last_end or 0.0)
@@ -144,7 +144,7 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
         "unrunnable": sum(unrunnable.values()),
         "unrunnableReasons": dict(sorted(unrunnable.items())),
         "heldJobs": {key: held_by[hold] for hold, key in _HELD},
-        "meanHeldSeconds": _mean([o.held_s for o in held]),
+        "meanHeldSeconds": _mean([o.held_s for o in waited]),
         "queues": per_queue,
     }
 

@@ -168,19 +168,28 @@ class Scheduler:
                 log.exception("leadership callback failed", extra={"leading": leading})
 
     def _lead(self, lock: LeaderLock) -> None:
-        reasons_at = released_at = 0.0
-        pruned_at = time.monotonic()
-        fired_at = 0.0
+        reasons_at = 0.0
+        settings = self._settings
+        due_at = {"release": 0.0, "schedules": 0.0, "prune": time.monotonic() + settings.outbox_prune_interval_s}
+
+        def between_cycles() -> float:
+            """The leader's other work that is due (waiting jobs, schedules, outbox pruning), without a cycle;
+            when the next is due (monotonic seconds)."""
+            for work, every, run in (("release", settings.release_interval_s, self._release_waiting),
+                                     ("schedules", settings.schedule_interval_s, self._fire_schedules),
+                                     ("prune", settings.outbox_prune_interval_s, self._prune_outbox)):
+                if time.monotonic() >= due_at[work]:
+                    due_at[work] = time.monotonic() + every
+                    run()
+            return min(due_at.values())
+
         while not self._stop.is_set():
             self._wake.clear()
             self._work.clear()
-            if time.monotonic() - released_at >= self._settings.release_interval_s:
-                released_at = time.monotonic()
-                self._release_waiting()
-            write_reasons = time.monotonic() - reasons_at >= self._settings.reason_interval_s
+            write_reasons = time.monotonic() - reasons_at >= settings.reason_interval_s
             if write_reasons:
                 reasons_at = time.monotonic()
-            result = run_cycle(self._sessions, self._settings, datetime.now(UTC), holds=self._holds,
+            result = run_cycle(self._sessions, settings, datetime.now(UTC), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock.backend_pid,
                                config=self._config, parking=self._parking, deeper=self._deeper)
             deeper_now = bool(result.deeper - self._deeper)  # backfill may reach further into room left now
@@ -192,26 +201,29 @@ class Scheduler:
                 self._metrics.observe_cycle(result.seconds, result.dispatched, result.preempted, result.waiting,
                                             result.first_waits, result.dispatched_by_queue)
             ended = time.monotonic()
-            if ended - pruned_at >= self._settings.outbox_prune_interval_s:
-                pruned_at = ended
-                self._prune_outbox()
-            if ended - fired_at >= self._settings.schedule_interval_s:
-                fired_at = ended
-                self._fire_schedules()
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
             if (result.dispatched and result.more) or deeper_now:
+                between_cycles()
                 continue  # the heads it read are gone, or others behind them may fit: they may start too
-            due = min(ended + self._settings.idle_wait_s, released_at + self._settings.release_interval_s)
+            due = ended + settings.idle_wait_s
             if not write_reasons:  # reasons were left unwritten: come back when they are due
-                due = min(due, reasons_at + self._settings.reason_interval_s)
-            while (self._wake.wait(max(0.0, due - time.monotonic())) and result.idle and not self._work.is_set()
-                   and not self._stop.is_set()):
+                due = min(due, reasons_at + settings.reason_interval_s)
+            while True:
+                # Between cycles, the other work runs when due; a wake-up (or the due time) ends the wait.
+                woken = self._wake.wait(max(0.0, min(due, between_cycles()) - time.monotonic()))
+                if not woken:
+                    if time.monotonic() >= due:
+                        break
+                    continue
+                if not result.idle or self._work.is_set() or self._stop.is_set():
+                    break
                 # Only room freed (a capacity change, an attempt that finished) and no job was queued at
                 # the last cycle: nothing could use it. A submit, or anything else, runs a cycle.
                 self._wake.clear()
                 if self._work.is_set() or self._stop.is_set():  # came in between: do not lose it
                     self._wake.set()
+                    break
             if not self._wake.is_set():
                 lock.ping()  # still leader: a dead lock connection raises here
             elif not result.dispatched:
