@@ -111,9 +111,8 @@ class Scheduler:
                 self._stop.wait(1.0)
 
     def _prune_outbox(self) -> None:
-        """Between cycles, in a short transaction of its own (the outbox's commands, then old submit keys);
-        a failure is logged and tried again later."""
-        try:
+        """Delete the outbox's old commands, then old submit keys, in a short transaction of its own."""
+        def prune() -> None:
             with self._sessions.begin() as session:
                 pruned = outbox_store.prune(session, self._settings.outbox_retention_s,
                                             self._settings.outbox_prune_limit)
@@ -121,10 +120,7 @@ class Scheduler:
                                          self._settings.submit_key_prune_limit)
             if pruned or keys:
                 log.info("outbox pruned", extra={"commands": pruned, "submit_keys": keys})
-        except StoreUnavailable:
-            raise  # the cycle's own store is gone too: the loop waits for it
-        except Exception:
-            log.exception("outbox pruning failed")
+        self._between_cycles("prune", prune)
 
     def _between_cycles(self, what: str, work: Callable[[], object]) -> object | None:
         """Leader work between cycles, in short transactions of its own; a failure is logged and the work is
