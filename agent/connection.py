@@ -21,7 +21,7 @@ import time
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport, LogsGone
+from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport, IntakeAnswer, LogsGone
 from agent.metrics import AgentMetrics
 from sluice import transport
 from sluice.transport import Tls
@@ -33,6 +33,8 @@ _HEARTBEAT = object()
 MAX_BATCH = 100  # messages sent as one at most (the dispatcher applies up to 100 in one transaction)
 LOG_BYTES = 32 << 10  # log text in one PodLogLines at most: a batch of them stays far under gRPC's limit
 LOG_LINE_BYTES = 16 << 10  # a longer log line is cut there
+INTAKE_INTERVAL_S = 1.0  # how often the Jobs of the cluster's API server are looked at for what to send
+MAX_INTAKE = 500  # Jobs in one intake message at most (the dispatcher's limit)
 
 
 # gRPC's own address-list targets ("ipv4:10.0.0.1:7070,10.0.0.2:7070", "ipv6:..."): passed through whole.
@@ -197,6 +199,7 @@ class Agent:
         out: queue.Queue = queue.Queue()
         batches = threading.Event()  # the dispatcher's welcome said it reads batches
         log_reads: dict[int, threading.Event] = {}  # this connection's log requests being read, by request id
+        answers: queue.Queue = queue.Queue()  # intake answers to mirror on their Jobs (None: the link ended)
         metadata = [("authorization", f"Bearer {self.settings.token}")] if self.settings.token else []
         try:
             with self._lock:
@@ -218,6 +221,10 @@ class Agent:
                         self._configure(message.welcome.cluster_spec_json)
                         if message.welcome.reads_batches:
                             batches.set()
+                        intake = getattr(self.backend, "intake", None)
+                        if message.welcome.takes_intake and intake is not None:
+                            threading.Thread(target=self._intake_loop, args=(intake, out, answers), daemon=True,
+                                             name=f"intake-{self.settings.cluster}").start()
                         self.connected.set()
                         self.metrics.connected.set(1)
                         log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster,
@@ -228,6 +235,9 @@ class Agent:
                         self._read_logs(message.logs, out, log_reads)
                     elif kind == "log_stop" and message.log_stop.request_id in log_reads:
                         log_reads[message.log_stop.request_id].set()
+                    elif kind == "intake_answers":
+                        answers.put([IntakeAnswer(a.uid, a.job_id, a.state, a.reason, a.cluster, a.attempt, a.error)
+                                     for a in message.intake_answers.answers])
                     elif kind == "status_ack":
                         with self._lock:
                             for seq in [s for s in self._unacked if s <= message.status_ack.seq]:
@@ -238,6 +248,7 @@ class Agent:
                 self._call = None
             for stopped in list(log_reads.values()):  # nobody is left to read them
                 stopped.set()
+            answers.put(None)
             out.put(None)
             channel.close()
 
@@ -289,6 +300,32 @@ class Agent:
             self._applied = max(self._applied, command.id)
             out.put(agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])))
             self._queue_heartbeat(out)
+
+    def _intake_loop(self, intake, out: queue.Queue, answers: queue.Queue) -> None:
+        """One connection's kubectl front door: every INTAKE_INTERVAL_S, send what the cluster's Jobs have to
+        tell the dispatcher; mirror each answer on its Jobs as it comes. Ends with the connection."""
+        due = 0.0
+        while True:
+            try:
+                got = answers.get(timeout=max(0.0, due - time.monotonic()))
+            except queue.Empty:
+                got = []
+            if got is None:
+                return
+            try:
+                if got:
+                    intake.answered(got)
+                    continue
+                due = time.monotonic() + INTAKE_INTERVAL_S
+                mentions = intake.pending()
+            except Exception:  # the cluster's API failing: the Jobs are looked at again next time
+                log.exception("intake failed", extra={"cluster": self.settings.cluster})
+                continue
+            for lo in range(0, len(mentions), MAX_INTAKE):
+                out.put(agents_pb2.AgentMessage(intake=agents_pb2.Intake(jobs=[
+                    agents_pb2.IntakeJob(uid=m.uid, namespace=m.namespace, name=m.name,
+                                         document_json=json.dumps(m.document), deleting=m.deleting)
+                    for m in mentions[lo:lo + MAX_INTAKE]])))
 
     def _read_logs(self, request: agents_pb2.LogRequest, out: queue.Queue, reads: dict[int, threading.Event]) -> None:
         """Read a log request on a thread of its own (a followed pod may send for hours), its lines queued on

@@ -169,10 +169,12 @@ class ClusterObject(_Kind, kind="Cluster",
     pod_policy: dict = field(default_factory=lambda: {**dict.fromkeys(POD_POLICY_FIELDS, False),
                                                       "serviceAccounts": ()})
     # For the kubernetes agent: "namespaces" {queue: namespace} (a queue not named maps to its own name),
-    # "createNamespaces" bool, "gangStartTimeout" seconds, "workload" pods | jobs.
+    # "createNamespaces" bool, "gangStartTimeout" seconds, "workload" pods | jobs, "intake" {namespace:
+    # {"user": name, "queues": (queue, ...)}}: the namespaces whose Jobs labelled sluice.io/queue the agent
+    # submits to Sluice (docs/user-guide.md, "Submitting with kubectl"), as whom and to which queues.
     kubernetes: dict = field(default_factory=lambda: {"namespaces": {}, "createNamespaces": False,
                                                       "gangStartTimeout": DEFAULT_GANG_START_TIMEOUT_S,
-                                                      "workload": "pods"})
+                                                      "workload": "pods", "intake": {}})
     simulated: SimulatedSpec | None = None
 
     def __post_init__(self) -> None:
@@ -193,6 +195,11 @@ class ClusterObject(_Kind, kind="Cluster",
         spec["podPolicy"] = {**self.pod_policy, "serviceAccounts": list(self.pod_policy["serviceAccounts"])}
         spec["kubernetes"] = {**self.kubernetes, "namespaces": dict(self.kubernetes["namespaces"]),
                               "gangStartTimeout": format_duration_exact(self.kubernetes["gangStartTimeout"])}
+        if self.kubernetes.get("intake"):
+            spec["kubernetes"]["intake"] = {ns: {"user": m["user"], "queues": list(m["queues"])}
+                                            for ns, m in self.kubernetes["intake"].items()}
+        else:
+            spec["kubernetes"].pop("intake", None)
         if self.simulated is not None:
             spec["simulated"] = {"nodes": self.simulated.nodes, "node": format_resources(self.simulated.node)}
         return _document(self.kind, self.name, spec, self.labels)
@@ -277,14 +284,27 @@ def _namespace(value: object, path: str) -> str:
 
 
 def _kubernetes(value: object, path: str) -> dict:
-    k8s = v.mapping(value, path, allowed=("namespaces", "createNamespaces", "gangStartTimeout", "workload"))
+    k8s = v.mapping(value, path, allowed=("namespaces", "createNamespaces", "gangStartTimeout", "workload", "intake"))
     namespaces = v.mapping(k8s.get("namespaces"), f"{path}.namespaces")
     return {"namespaces": {v.name(q, f"{path}.namespaces"): _namespace(ns, f"{path}.namespaces.{q}")
                            for q, ns in namespaces.items()},
             "createNamespaces": v.boolean(v.get(k8s, "createNamespaces", False), f"{path}.createNamespaces"),
             "gangStartTimeout": v.duration(v.get(k8s, "gangStartTimeout", DEFAULT_GANG_START_TIMEOUT_S),
                                            f"{path}.gangStartTimeout", positive=True),
-            "workload": v.choice(v.get(k8s, "workload", "pods"), f"{path}.workload", WORKLOADS)}
+            "workload": v.choice(v.get(k8s, "workload", "pods"), f"{path}.workload", WORKLOADS),
+            "intake": {_namespace(ns, f"{path}.intake"): _intake(entry, f"{path}.intake.{ns}")
+                       for ns, entry in v.mapping(k8s.get("intake"), f"{path}.intake").items()}}
+
+
+def _intake(value: object, path: str) -> dict:
+    """One intake namespace: the Sluice user its Jobs are submitted as, and the queues they may name (at
+    least one; a Job's sluice.io/queue label must be one of them)."""
+    entry = v.mapping(value, path, allowed=("user", "queues"), required=True)
+    queues = v.unique_names(v.required(entry, "queues", path), f"{path}.queues")
+    if not queues:
+        raise SpecError(f"{path}.queues", "must name at least one queue")
+    user = v.string(v.required(entry, "user", path), f"{path}.user", max_len=253)  # a token's or OIDC subject
+    return {"user": user, "queues": tuple(queues)}
 
 
 def _simulated(value: object, path: str) -> SimulatedSpec:

@@ -108,6 +108,20 @@ class JobArray:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """The Kubernetes Job a job was submitted as through a cluster's API server (the kubectl front door): the
+    cluster whose agent saw it and the object there. The dispatcher sets it; no submitted document can."""
+
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+
+    def to_document(self) -> dict:
+        return {"cluster": self.cluster, "namespace": self.namespace, "name": self.name, "uid": self.uid}
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str | None
     labels: dict[str, str]
@@ -124,6 +138,7 @@ class JobSpec:
     array: JobArray | None = None
     interactive: bool = False  # a session a user works in: ahead of batch work of its class, never evicted
     idle_timeout_s: float | None = None  # an interactive session nobody attached to for this long is ended
+    origin: Origin | None = None  # a Job submitted through a cluster's API server
 
     def waits(self) -> bool:
         """Whether submitting it makes more than one queued job: it waits, or is an array."""
@@ -179,6 +194,8 @@ class JobSpec:
             spec["interactive"] = True
         if self.idle_timeout_s is not None:
             spec["idleTimeout"] = format_duration_exact(self.idle_timeout_s)
+        if self.origin is not None:
+            spec["origin"] = self.origin.to_document()
         return {"apiVersion": API_VERSION, "kind": "Job", "metadata": metadata, "spec": spec}
 
 

@@ -51,6 +51,32 @@ class CapacityReport:
 StatusCallback = Callable[[AttemptStatus], None]
 
 
+@dataclass(frozen=True)
+class IntakeMention:
+    """A Job of the cluster's API server for the dispatcher (the kubectl front door): new, changed, still
+    open, or being deleted. `document`: the Job (apiVersion, kind, metadata, spec)."""
+
+    uid: str
+    namespace: str
+    name: str
+    document: dict
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class IntakeAnswer:
+    """The dispatcher's answer about one Job: its Sluice job and where that stands (job_id 0: refused, `error`
+    says why)."""
+
+    uid: str
+    job_id: int = 0
+    state: str = ""
+    reason: str = ""
+    cluster: str = ""  # where its attempt runs or ran
+    attempt: int = 0
+    error: str = ""
+
+
 class LogsGone(LookupError):
     """The cluster holds no pods of the attempt (never created, or deleted since), or none that the request
     names: there are no logs to read. Its words say which."""
@@ -78,6 +104,9 @@ class Backend(Protocol):
         new lines keep coming until every pod has ended or `stopped` is set. Raises LogsGone."""
 
     def stop(self) -> None: ...
+
+    # A backend that takes Jobs from its cluster's API server (kubernetes) also has `intake`, with
+    # `pending() -> list[IntakeMention]` (what to send now) and `answered(list[IntakeAnswer])`.
 
 
 def pod_requests(pod_spec: object) -> dict[str, int]:

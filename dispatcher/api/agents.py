@@ -22,8 +22,8 @@ from dispatcher.api.errors import translated
 from dispatcher.api.logs import LogRelay
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
 from dispatcher.metrics import DispatcherMetrics
+from dispatcher.services import intake, submitting
 from dispatcher.services import reporting as reports
-from dispatcher.services import submitting
 from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import outbox as outbox_store
@@ -116,7 +116,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         try:
             yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
                 cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
-                cluster_spec_json=json.dumps(document), reads_batches=True))
+                cluster_spec_json=json.dumps(document), reads_batches=True, takes_intake=True))
             out.put_nowait(_POLL)
             sent = 0
             while True:
@@ -259,6 +259,12 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 if batch:
                     if (refused := await self._refusal(link)) is not None:
                         raise refused
+                    # Jobs from the cluster's API server are answered apart: a submit is no status record.
+                    for message in batch:
+                        if message.WhichOneof("kind") == "intake":
+                            out.put_nowait(await blocking(self._intake, link, message.intake))
+                    batch = [message for message in batch if message.WhichOneof("kind") != "intake"]
+                if batch:
                     await self._apply(link, batch, state, out)
             if (error := await pump) is not None:
                 raise error
@@ -294,6 +300,19 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             record.more_room = more_room(state.capacity, record.capacity)
             state.capacity = record.capacity
         return record
+
+    def _intake(self, link: _Link, message: agents_pb2.Intake) -> agents_pb2.DispatcherMessage:
+        """Submit, cancel and answer the Jobs of the cluster's API server an intake message names."""
+        if len(message.jobs) > intake.MAX_JOBS:
+            raise InvalidRequest(f"intake: {len(message.jobs)} Jobs in one message, at most {intake.MAX_JOBS}")
+        documents = [_intake_document(job) for job in message.jobs]
+        mentions = [intake.Mention(job.uid, job.namespace, job.name, doc, job.deleting)
+                    for job, doc in zip(message.jobs, documents) if isinstance(doc, dict)]
+        with self._sessions.begin() as session:
+            answers = iter(intake.receive(session, link.cluster, mentions))
+        return agents_pb2.DispatcherMessage(intake_answers=agents_pb2.IntakeAnswers(answers=[
+            _intake_answer(next(answers)) if isinstance(doc, dict) else agents_pb2.IntakeAnswer(uid=job.uid, error=doc)
+            for job, doc in zip(message.jobs, documents)]))
 
     def _apply_reports(self, link: _Link, batch: list, state: _LinkState) -> int:
         """Apply a batch with status reports in one transaction; the highest report seq it applied."""
@@ -385,6 +404,24 @@ async def _pump(request_iterator, inbox: asyncio.Queue) -> Exception | None:
         error = exc
     await inbox.put(_END)
     return error
+
+
+def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
+    """An intake Job's object, or why it cannot be read (the Job is answered with that)."""
+    if not job.uid:
+        return "the Job has no metadata.uid"
+    if len(job.document_json) > submitting.MAX_SPEC_BYTES:
+        return f"the Job is {len(job.document_json)} bytes, at most {submitting.MAX_SPEC_BYTES}"
+    try:
+        document = json.loads(job.document_json)
+    except ValueError as exc:
+        return f"the Job is not JSON: {exc}"
+    return document if isinstance(document, dict) else "the Job is not a JSON object"
+
+
+def _intake_answer(answer: intake.Answer) -> agents_pb2.IntakeAnswer:
+    return agents_pb2.IntakeAnswer(uid=answer.uid, job_id=answer.job_id, state=answer.state, reason=answer.reason,
+                                   cluster=answer.cluster, attempt=answer.attempt, error=answer.error)
 
 
 def _command(row) -> agents_pb2.Command:

@@ -241,6 +241,19 @@ class SubmitKey(Base):
     __table_args__ = (Index("ix_submit_keys_created_at", "created_at", postgresql_using="brin"),)
 
 
+class IntakeJob(Base):
+    """A Kubernetes Job submitted through a cluster's API server (the kubectl front door): the cluster and
+    the Job's uid name it once and for ever, so that no re-list, agent or dispatcher restart submits it twice."""
+
+    __tablename__ = "intake_jobs"
+    cluster: Mapped[str] = mapped_column(Text, primary_key=True)  # the origin cluster, whose agent saw the Job
+    uid: Mapped[str] = mapped_column(Text, primary_key=True)  # metadata.uid of the Job there
+    job_id: Mapped[int] = mapped_column(BigInteger, unique=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+
+
 class Schedule(Base):
     """A recurring job: a cron expression and a job template (the Schedule document), fired by the scheduling
     leader (services/recurring.py). Jobs it started are named by id in recent_job_ids, read by primary key:

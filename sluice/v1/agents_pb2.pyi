@@ -77,20 +77,22 @@ class CommandAck(_message.Message):
     def __init__(self, command_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "status", "ack", "batch", "log_lines")
+    __slots__ = ("hello", "heartbeat", "status", "ack", "batch", "log_lines", "intake")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     LOG_LINES_FIELD_NUMBER: _ClassVar[int]
+    INTAKE_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     status: StatusReport
     ack: CommandAck
     batch: AgentMessages
     log_lines: PodLogLines
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ..., log_lines: _Optional[_Union[PodLogLines, _Mapping]] = ...) -> None: ...
+    intake: Intake
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ..., log_lines: _Optional[_Union[PodLogLines, _Mapping]] = ..., intake: _Optional[_Union[Intake, _Mapping]] = ...) -> None: ...
 
 class AgentMessages(_message.Message):
     __slots__ = ("messages",)
@@ -156,6 +158,50 @@ class PodLogLines(_message.Message):
     gone: bool
     def __init__(self, request_id: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[_jobs_pb2.LogLine, _Mapping]]] = ..., end: _Optional[bool] = ..., error: _Optional[str] = ..., gone: _Optional[bool] = ...) -> None: ...
 
+class IntakeJob(_message.Message):
+    __slots__ = ("uid", "namespace", "name", "document_json", "deleting")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    DELETING_FIELD_NUMBER: _ClassVar[int]
+    uid: str
+    namespace: str
+    name: str
+    document_json: str
+    deleting: bool
+    def __init__(self, uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., document_json: _Optional[str] = ..., deleting: _Optional[bool] = ...) -> None: ...
+
+class Intake(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[IntakeJob]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[IntakeJob, _Mapping]]] = ...) -> None: ...
+
+class IntakeAnswer(_message.Message):
+    __slots__ = ("uid", "job_id", "state", "reason", "cluster", "attempt", "error")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    uid: str
+    job_id: int
+    state: str
+    reason: str
+    cluster: str
+    attempt: int
+    error: str
+    def __init__(self, uid: _Optional[str] = ..., job_id: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., cluster: _Optional[str] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class IntakeAnswers(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[IntakeAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[IntakeAnswer, _Mapping]]] = ...) -> None: ...
+
 class Command(_message.Message):
     __slots__ = ("id", "dispatch", "cancel")
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -167,16 +213,18 @@ class Command(_message.Message):
     def __init__(self, id: _Optional[int] = ..., dispatch: _Optional[_Union[DispatchAttempt, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json", "reads_batches")
+    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json", "reads_batches", "takes_intake")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     READS_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    TAKES_INTAKE_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     heartbeat_seconds: int
     cluster_spec_json: str
     reads_batches: bool
-    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ..., reads_batches: _Optional[bool] = ...) -> None: ...
+    takes_intake: bool
+    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ..., reads_batches: _Optional[bool] = ..., takes_intake: _Optional[bool] = ...) -> None: ...
 
 class StatusAck(_message.Message):
     __slots__ = ("seq",)
@@ -185,20 +233,22 @@ class StatusAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class DispatcherMessage(_message.Message):
-    __slots__ = ("welcome", "command", "status_ack", "batch", "logs", "log_stop")
+    __slots__ = ("welcome", "command", "status_ack", "batch", "logs", "log_stop", "intake_answers")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     STATUS_ACK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     LOG_STOP_FIELD_NUMBER: _ClassVar[int]
+    INTAKE_ANSWERS_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     command: Command
     status_ack: StatusAck
     batch: DispatcherMessages
     logs: LogRequest
     log_stop: LogStop
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ..., logs: _Optional[_Union[LogRequest, _Mapping]] = ..., log_stop: _Optional[_Union[LogStop, _Mapping]] = ...) -> None: ...
+    intake_answers: IntakeAnswers
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ..., logs: _Optional[_Union[LogRequest, _Mapping]] = ..., log_stop: _Optional[_Union[LogStop, _Mapping]] = ..., intake_answers: _Optional[_Union[IntakeAnswers, _Mapping]] = ...) -> None: ...
 
 class DispatcherMessages(_message.Message):
     __slots__ = ("messages",)

@@ -21,7 +21,7 @@ from dispatcher.store.models import Base
 
 TABLES = {"alembic_version", "api_tokens", "attempts", "clusters", "job_events", "jobs", "outbox", "queues",
           "service_classes", "burst_policies", "admin_audit", "submit_config", "submit_keys",
-          "revoked_certificates", "job_arrays", "job_dependencies", "schedules"}
+          "revoked_certificates", "job_arrays", "job_dependencies", "schedules", "intake_jobs"}
 
 
 def plain_url(url: str) -> str:

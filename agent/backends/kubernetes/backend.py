@@ -33,6 +33,7 @@ in its Welcome; until then the defaults apply.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import queue
 import threading
@@ -54,6 +55,7 @@ from agent.backends.base import (
 )
 from agent.backends.kubernetes import status as ks
 from agent.backends.kubernetes.api import ApiSettings, Backoff, KubeApi, KubeError
+from agent.backends.kubernetes.intake import INTAKE_SELECTOR, JobIntake
 from agent.backends.kubernetes.logs import PodLogs, select_pods
 from agent.backends.kubernetes.objects import (
     LABEL_MANAGED_BY,
@@ -62,15 +64,18 @@ from agent.backends.kubernetes.objects import (
     Refused,
     attempt_key,
     attempt_selector,
+    event_manifest,
     plan_attempt,
 )
 from agent.backends.kubernetes.settings import ClusterSettings
 
 log = logging.getLogger(__name__)
 
-# What the backend watches: all pods (the capacity report needs every pod's requests; Sluice's own are
-# picked out by label), Sluice's Jobs, and the nodes.
-WATCHED = (("pods", None), ("jobs", MANAGED_SELECTOR), ("nodes", None))
+# What the backend watches, as (what it feeds, the kind listed, its label selector): all pods (the capacity
+# report needs every pod's requests; Sluice's own are picked out by label), Sluice's Jobs, the nodes, and the
+# Jobs users label for Sluice (intake.py).
+WATCHED = (("pods", "pods", None), ("jobs", "jobs", MANAGED_SELECTOR), ("nodes", "nodes", None),
+           ("intake", "jobs", INTAKE_SELECTOR))
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,8 @@ class KubernetesBackend:
         self._waiting_since: dict[str, float] = {}
         self._dirty: set[tuple[int, int]] = set()
         self._namespaces_ready: set[str] = set()
-        self._synced = {plural: threading.Event() for plural, _ in WATCHED}
+        self._synced = {name: threading.Event() for name, _, _ in WATCHED}
+        self.intake = JobIntake(self._api)
         self._outbox: queue.Queue = queue.Queue()
         self._on_status: StatusCallback | None = None
         self._stop = threading.Event()
@@ -152,6 +158,7 @@ class KubernetesBackend:
             self._cluster = cluster
             self._dirty.update(self._index)
             self._lock.notify_all()
+        self.intake.configure(cluster.intake_namespaces)
         if changed:
             log.info("kubernetes backend configured", extra={"workload": cluster.workload,
                                                              "gang_start_timeout_s": cluster.gang_start_timeout_s})
@@ -163,8 +170,8 @@ class KubernetesBackend:
     def start(self, on_status: StatusCallback) -> None:
         self._on_status = on_status
         targets = [(self._deliver, "kube-deliver"), (self._reconcile_loop, "kube-reconcile")]
-        targets += [(lambda p=plural, s=selector: self._watch_loop(p, s), f"kube-watch-{plural}")
-                    for plural, selector in WATCHED]
+        targets += [(lambda n=name, p=plural, s=selector: self._watch_loop(n, p, s), f"kube-watch-{name}")
+                    for name, plural, selector in WATCHED]
         for target, name in targets:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -400,19 +407,10 @@ class KubernetesBackend:
     def _record_event(self, obj: dict, status: AttemptStatus) -> None:
         """A Kubernetes Event on one of the attempt's objects, so `kubectl describe` and `kubectl get events`
         say why Sluice gave the attempt up. Best effort: the report to the dispatcher is what counts."""
-        metadata = obj.get("metadata") or {}
-        at = _rfc3339(status.at).split(".")[0] + "Z"
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{metadata.get('name', 'sluice')}.",
-                              "namespace": metadata.get("namespace")},
-                 "involvedObject": {"apiVersion": "batch/v1" if "completions" in (obj.get("spec") or {}) else "v1",
-                                    "kind": "Job" if "completions" in (obj.get("spec") or {}) else "Pod",
-                                    "name": metadata.get("name"), "namespace": metadata.get("namespace"),
-                                    "uid": metadata.get("uid")},
-                 "reason": _EVENT_REASONS[status.state], "message": status.reason[:1024], "type": "Warning",
-                 "source": {"component": "sluice-agent"}, "firstTimestamp": at, "lastTimestamp": at, "count": 1}
+        event = event_manifest(obj, _EVENT_REASONS[status.state], status.reason, warning=True,
+                               at=_rfc3339(status.at).split(".")[0] + "Z")
         try:
-            self._api.create("events", metadata.get("namespace"), event)
+            self._api.create("events", event["metadata"]["namespace"], event)
         except KubeError as exc:
             log.debug("kubernetes: event not recorded", extra={"error": str(exc)})
 
@@ -505,24 +503,28 @@ class KubernetesBackend:
         raise AssertionError("unreachable")
 
     # -- watches -----------------------------------------------------------------------------------
-    def _watch_loop(self, plural: str, selector: str | None) -> None:
+    def _watch_loop(self, name: str, plural: str, selector: str | None) -> None:
         backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
         version = ""
+        if name == "intake":
+            replace, apply = self.intake.replace, self.intake.observe
+        else:
+            replace, apply = functools.partial(self._replace, plural), functools.partial(self._apply, plural)
         while not self._stop.is_set():
             try:
                 if not version:
                     items, version = self._api.list(plural, label_selector=selector)
-                    self.stats[f"{plural}.lists"] += 1
-                    self._replace(plural, items)
-                    self._synced[plural].set()
+                    self.stats[f"{name}.lists"] += 1
+                    replace(items)
+                    self._synced[name].set()
                 opened = time.monotonic()
                 events = 0
-                self.stats[f"{plural}.watches"] += 1
+                self.stats[f"{name}.watches"] += 1
                 for kind, obj in self._api.watch(plural, version, label_selector=selector,
                                                  timeout_s=self.settings.watch_timeout_s):
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                     if kind != "BOOKMARK":
-                        self._apply(plural, kind, obj)
+                        apply(kind, obj)
                     events += 1
                     backoff.reset()
                 if self._stop.is_set():
@@ -533,19 +535,19 @@ class KubernetesBackend:
                 if self._stop.is_set():
                     return
                 if exc.status == 410:
-                    self.stats[f"{plural}.expired"] += 1
-                    log.info("kubernetes: watch expired; listing again", extra={"kind": plural})
+                    self.stats[f"{name}.expired"] += 1
+                    log.info("kubernetes: watch expired; listing again", extra={"kind": name})
                     version = ""
                     continue
                 delay = backoff.next(exc.retry_after)
-                self.stats[f"{plural}.backoffs"] += 1
+                self.stats[f"{name}.backoffs"] += 1
                 log.warning("kubernetes: watch failed; backing off",
-                            extra={"kind": plural, "status": exc.status, "delay_s": round(delay, 2)})
+                            extra={"kind": name, "status": exc.status, "delay_s": round(delay, 2)})
                 self._stop.wait(delay)
             except Exception:
                 if self._stop.is_set():
                     return
-                log.exception("kubernetes: watch loop failed", extra={"kind": plural})
+                log.exception("kubernetes: watch loop failed", extra={"kind": name})
                 self._stop.wait(backoff.next())
 
     def _replace(self, plural: str, items: list[dict]) -> None:

@@ -101,6 +101,20 @@ def attempt_key(obj: dict) -> tuple[int, int] | None:
         return None
 
 
+def event_manifest(obj: dict, reason: str, message: str, *, warning: bool, at: str) -> dict:
+    """A Kubernetes Event about a Pod or Job (`at`: RFC 3339, whole seconds), so that `kubectl describe`
+    and `kubectl get events` tell what Sluice did with it."""
+    metadata = obj.get("metadata") or {}
+    is_job = "completions" in (obj.get("spec") or {}) or obj.get("kind") == "Job"
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{metadata.get('name', 'sluice')}.", "namespace": metadata.get("namespace")},
+            "involvedObject": {"apiVersion": "batch/v1" if is_job else "v1", "kind": "Job" if is_job else "Pod",
+                               "name": metadata.get("name"), "namespace": metadata.get("namespace"),
+                               "uid": metadata.get("uid")},
+            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+            "source": {"component": "sluice-agent"}, "firstTimestamp": at, "lastTimestamp": at, "count": 1}
+
+
 def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSettings, created_at: str) -> AttemptPlan:
     """The manifests of one attempt, or Refused (pod policy, namespace, restart policy, malformed document)."""
     spec = document.get("spec") if isinstance(document, dict) else None

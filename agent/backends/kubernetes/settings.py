@@ -25,6 +25,7 @@ class ClusterSettings:
     allow_host_network: bool = False
     allow_host_pid: bool = False
     service_accounts: tuple[str, ...] = ()  # besides `default`
+    intake_namespaces: frozenset[str] = frozenset()  # whose Jobs labelled sluice.io/queue go to the dispatcher
 
     @classmethod
     def from_document(cls, document: dict) -> ClusterSettings:
@@ -37,7 +38,7 @@ class ClusterSettings:
                    gang_start_timeout_s=float(k8s["gangStartTimeout"]), workload=k8s["workload"],
                    allow_privileged=bool(policy["allowPrivileged"]), allow_host_path=bool(policy["allowHostPath"]),
                    allow_host_network=bool(policy["allowHostNetwork"]), allow_host_pid=bool(policy["allowHostPID"]),
-                   service_accounts=tuple(policy["serviceAccounts"]))
+                   service_accounts=tuple(policy["serviceAccounts"]), intake_namespaces=frozenset(k8s["intake"]))
 
     def namespace_for(self, queue: str) -> str:
         return self.namespaces.get(queue, queue)
