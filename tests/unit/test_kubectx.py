@@ -62,6 +62,12 @@ def test_the_other_flags_and_the_sluice_context():
     assert plugin_args(["list", "--all-namespaces"]).all_namespaces is True
 
 
+def test_a_value_written_with_its_option_is_left_alone():
+    parsed = plugin_args(["list", "--name=-nightly", "--user=-A", "-n", "ml"])
+    assert parsed.args == ["list", "--name=-nightly", "--user=-A"] and parsed.namespace == "ml"
+    assert not parsed.all_namespaces
+
+
 def test_a_double_dash_ends_the_flags():
     parsed = plugin_args(["submit", "-f", "-", "--", "-n", "x"])
     assert parsed.args == ["submit", "-f", "-", "--", "-n", "x"] and parsed.namespace is None
