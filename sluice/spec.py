@@ -13,6 +13,7 @@ JobSpec.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -211,10 +212,12 @@ def json_copy(value):
 # -- jobs --------------------------------------------------------------------------------------------
 
 def job_from_document(doc: dict, *, queue: str | None = None, service_class: str | None = None,
-                      document: int | None = None, source: str | None = None, owned: bool = False) -> JobSpec:
+                      document: int | None = None, source: str | None = None, owned: bool = False,
+                      default_queue: Callable[[], str | None] | None = None) -> JobSpec:
     """Validate one Sluice or Kubernetes Job document. queue and service_class (the CLI's --queue and
-    --class) override the document's. owned: the caller hands the document over (it was just decoded and
-    nothing else holds it), so its pod templates are kept rather than copied."""
+    --class) override the document's. default_queue() names the queue of a document that names none
+    (`kubectl sluice`: the namespace's), asked only then. owned: the caller hands the document over (it
+    was just decoded and nothing else holds it), so its pod templates are kept rather than copied."""
     with v.located(document, source):
         doc = v.mapping(doc, "")
         api_version, kind = doc.get("apiVersion"), doc.get("kind")
@@ -227,6 +230,10 @@ def job_from_document(doc: dict, *, queue: str | None = None, service_class: str
             job = replace(job, queue=v.name(queue, "--queue"))
         if service_class is not None:
             job = replace(job, service_class=v.name(service_class, "--class"))
+        if job.queue is None and default_queue is not None:
+            fallback = default_queue()
+            if fallback is not None:
+                job = replace(job, queue=v.name(fallback, "the namespace's queue"))
         if job.queue is None:
             raise SpecError(queue_path, "required (or give --queue)")
         return job

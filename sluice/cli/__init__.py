@@ -4,6 +4,8 @@
 Errors print one line, `error: <what>: <why>`, and exit 1; usage errors exit 2. No module here imports
 grpc at load time: main() tunes the process (sluice.process) before any command does.
 
+`kubectl_main` runs the same app as the kubectl plugin `kubectl sluice` (sluice.cli.kubectl).
+
 Shell completion is typer's: `--show-completion [SHELL]` prints the script, `--install-completion [SHELL]`
 installs it, and the script asks `sluice` itself for completions ($_SLUICE_COMPLETE).
 """
@@ -32,7 +34,7 @@ app.add_typer(schedules.app, name="schedule")
 
 SHELLS = tuple(shell.value for shell in typer.completion.Shells)  # what typer writes completion scripts for
 COMPLETION_OPTIONS = ("--install-completion", "--show-completion")
-VALUE_OPTIONS = ("--config", "--ca", "--context")  # main_options' options that take a value
+VALUE_OPTIONS = ("--config", "--ca", "--context", "--sluice-context")  # main_options' options that take a value
 
 
 def _detected_shell() -> str:
@@ -100,7 +102,7 @@ def main_options(ctx: typer.Context,
                      None, "--show-completion", metavar="[SHELL]", is_eager=True, expose_value=False,
                      callback=_completion, help="Print the shell completion script, to install it by hand"),
                  ) -> None:
-    ctx.obj = {"config": config, "ca": ca, "context": context}
+    ctx.obj = {**(ctx.obj or {}), "config": config, "ca": ca, "context": context}  # kubectl_main's Plugin kept
 
 
 def main() -> NoReturn:
@@ -108,3 +110,33 @@ def main() -> NoReturn:
     process.apply()  # first: `sluice up` and `sluice dispatcher serve` serve gRPC from this process
     typer.completion.completion_init()  # typer's completion of each shell, asked for through $_SLUICE_COMPLETE
     common.run(app, _shell_optional(sys.argv[1:]))
+
+
+def _as_plugin(command) -> None:
+    """The root command as `kubectl sluice` shows and parses it: its --context (the Sluice context) is
+    --sluice-context, kubectl's --context being the Kubernetes context; the help ends with kubectl's flags."""
+    from sluice.cli.kubectl import EPILOG
+    from sluice.kubectx import SLUICE_CONTEXT_OPTION
+    for param in command.params:
+        if param.name == "context":
+            param.opts = [SLUICE_CONTEXT_OPTION]
+            param.help = ("The Sluice context (dispatcher) to use instead of the one named like the Kubernetes "
+                          "context, else the current one")
+    command.epilog = EPILOG
+
+
+def kubectl_main() -> NoReturn:
+    """The `kubectl-sluice` console script: `kubectl sluice ...`, the same commands, with the kubeconfig's
+    context and namespace taken into account (sluice.cli.kubectl)."""
+    process.apply()  # first, as main() does
+    from sluice.cli.kubectl import PROG, Plugin
+    from sluice.kubectx import FlagError, plugin_args
+    from sluice.output import error
+    try:
+        parsed = plugin_args(sys.argv[1:])
+    except FlagError as exc:
+        error(PROG, str(exc))
+        sys.exit(2)
+    if parsed.passed_through:  # a server command: as `sluice` runs it
+        common.run(app, _shell_optional(parsed.args), prog_name=PROG)
+    common.run(app, _shell_optional(parsed.args), prog_name=PROG, obj={"kubectl": Plugin(parsed)}, adapt=_as_plugin)

@@ -29,13 +29,20 @@ class Failed(Exception):
 
 def make_client(ctx: typer.Context, what: str, client_class=None):
     """A client (sluice.client.Client unless client_class) from the config `--config` names, of the context
-    `--context` names."""
+    `--context` names. Run as `kubectl sluice` (ctx.obj["kubectl"], sluice.cli.kubectl), the context is
+    otherwise the one the Kubernetes context selects, and the client an AdminClient (it reads the Cluster
+    objects that map namespaces to queues, when its token may)."""
     from sluice.client import Client, ClientError
     from sluice.config import ConfigError, load
     options = ctx.obj or {}
+    context, plugin = options.get("context"), options.get("kubectl")
+    if plugin is not None:
+        from sluice.admin_client import AdminClient
+        client_class = client_class or AdminClient
+        if context is None:
+            context = plugin.sluice_context(what, options.get("config"))
     try:
-        return (client_class or Client)(load(options.get("config"), ca=options.get("ca"),
-                                             context=options.get("context")))
+        return (client_class or Client)(load(options.get("config"), ca=options.get("ca"), context=context))
     except ConfigError as exc:
         raise Failed(what, str(exc)) from None
     except ClientError as exc:
@@ -69,21 +76,26 @@ def read_documents(what: str, file: str, load):
         raise Failed(what, str(exc)) from None
 
 
-def run(app: typer.Typer, args: list[str] | None = None) -> NoReturn:
+def run(app: typer.Typer, args: list[str] | None = None, *, prog_name: str = "sluice", obj: dict | None = None,
+        adapt=None) -> NoReturn:
     """Run the command line (`args`, else sys.argv's) and exit: a Failed prints `error: <what>: <why>` and
-    exits 1, a usage error prints one line and exits 2. Anything else is a bug, printed as one line too, exit 1."""
+    exits 1, a usage error prints one line and exits 2. Anything else is a bug, printed as one line too, exit 1.
+    `obj` starts the commands' ctx.obj; adapt(command) may change the root click command before it runs."""
     try:
-        code = app(args=args, standalone_mode=False, prog_name="sluice")
+        command = typer.main.get_command(app)
+        if adapt is not None:
+            adapt(command)
+        code = command.main(args=args, standalone_mode=False, prog_name=prog_name, obj=obj)
     except Failed as exc:
         error(exc.what, exc.why)
         sys.exit(1)
     except UsageError as exc:
         if exc.format_message():  # empty when help was printed for a bare group
-            error(exc.ctx.command_path if exc.ctx else "sluice", exc.format_message())
+            error(exc.ctx.command_path if exc.ctx else prog_name, exc.format_message())
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
     except Exception as exc:  # a bug: still one line, never a traceback
-        error("sluice", f"unexpected error ({type(exc).__name__}: {exc}); please report it")
+        error(prog_name, f"unexpected error ({type(exc).__name__}: {exc}); please report it")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

@@ -51,13 +51,21 @@ def submit(ctx: typer.Context,
     from sluice.spec import job_from_document
     what = f"submit {file}"
     when = _when_options(what, array, start_after, depends_on)
+    clients: list = []  # the one client, made when first needed
+
+    def client_():
+        if not clients:
+            clients.append(make_client(ctx, what))
+        return clients[0]
+    plugin = (ctx.obj or {}).get("kubectl")  # `kubectl sluice`: a job naming no queue gets the namespace's
+    default_queue = (lambda: plugin.queue(what, client_())) if plugin is not None and queue is None else None
     numbered = read_documents(what, file, lambda text: [
         (number, replace(job_from_document(doc, queue=queue, service_class=service_class, document=number,
-                                           source=None), **when))
+                                           source=None, default_queue=default_queue), **when))
         for number, doc in parse_numbered_documents(text, source=None)])
     if not numbered:
         raise Failed(what, "the file holds no jobs")
-    client = make_client(ctx, what)
+    client = client_()
     ids = call(what, lambda: _in_file_terms([n for n, _ in numbered],
                                             lambda: client.submit([s for _, s in numbered], key=key)))
     if output == Format.table:
@@ -131,6 +139,9 @@ def list_jobs(ctx: typer.Context, queue: str = typer.Option("", "--queue"), stat
               limit: int = typer.Option(100, "--limit", min=0, help="0: all"), output: Format = OutputOpt) -> None:
     """List jobs, oldest first."""
     client = make_client(ctx, "list")
+    plugin = (ctx.obj or {}).get("kubectl")
+    if plugin is not None and not queue:  # `kubectl sluice list`: the namespace's queue, unless -A
+        queue = plugin.queue("list", client) or ""
     emit(call("list", lambda: client.list(queue=queue, state=state.upper(), limit=limit, user=user, cluster=cluster,
                                           name=name, array=array)), output, JOB_COLUMNS)
 

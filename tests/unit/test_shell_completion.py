@@ -37,7 +37,7 @@ def completions(home: pathlib.Path, line: str) -> list[str]:
 
 def test_the_console_script_is_named_sluice():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"sluice": "sluice.cli:main"}
+    assert scripts == {"sluice": "sluice.cli:main", "kubectl-sluice": "sluice.cli:kubectl_main"}  # and the plugin
     installed = [e.value for e in metadata.entry_points(group="console_scripts") if e.name == "sluice"]
     assert installed in ([], ["sluice.cli:main"])  # where the package is installed at all
 
