@@ -26,8 +26,8 @@ from sluice._validate import NAME
 from sluice.quantity import _DURATION, _QUANTITY, MAX_MILLI, format_resources
 from sluice.spec import API_VERSION, MAX_PRIORITY, MIN_PRIORITY, TIERS
 
-__all__ = ["GROUP", "VERSION", "NAMES", "RULES_NOT_IN_SCHEMA", "SchemaDrift", "crd", "crds", "manifests_yaml",
-           "manifests_json", "resource_summary"]
+__all__ = ["GROUP", "VERSION", "NAMES", "RULES_NOT_IN_SCHEMA", "STRICTER_THAN_SLUICE", "SchemaDrift", "crd",
+           "crds", "admin_document", "resource_summary", "manifests_yaml", "manifests_json"]
 
 GROUP, VERSION = API_VERSION.split("/")
 CATEGORY = "sluice"  # `kubectl get sluice` lists the objects of all four kinds
@@ -51,11 +51,20 @@ RULES_NOT_IN_SCHEMA = (
     "form no cycle, a child's guaranteed fits in its parent's",
     "the keys of maps: resource names (spec.guaranteed, spec.max, spec.price, ...) are not empty, the queue "
     "names in spec.kubernetes.namespaces are Sluice names, and spec.clusterSelector's keys are label keys",
-    "metadata beyond the name: Kubernetes lets every object have labels, Sluice takes them on a Cluster only",
     "magnitudes a pattern cannot bound: a quantity written as a string is at most 2^62 milli-units, a "
     "duration written as a string is finite",
-    "null in a map: Kubernetes drops an entry whose value is null before validating, where the parser refuses "
-    "it (a field set to null is absent to both)",
+    "null: Kubernetes drops a field or map entry set to null before validating; the parser takes a null field "
+    "as absent too, but refuses null as a map's value (spec.guaranteed, spec.price, ...) and in "
+    "spec.prometheus.queries",
+)
+# And what Kubernetes refuses that `sluice admin apply` takes (the same tests find no other difference).
+STRICTER_THAN_SLUICE = (
+    "a quantity or duration written as a number must be a whole number: write 1.5 as \"1.5\", 2.5 seconds as "
+    "\"2.5s\"",
+    "quantities and durations are written without spaces around them",
+    "object names have no '_': Kubernetes names are DNS subdomains",
+    "a Cluster's metadata.labels are Kubernetes labels: values too are at most 63 letters, digits, '-', '_' or "
+    "'.', starting and ending with a letter or digit",
 )
 
 
@@ -340,6 +349,22 @@ COLUMNS: dict[str, list[dict]] = {
                     _column("PerDay", ".spec.budget.perDay", "number", "Budget per UTC day."),
                     _ACCEPTED, _MESSAGE, _AGE],
 }
+
+
+def admin_document(resource: dict) -> dict:
+    """The Sluice document a custom resource stands for, as the sync hands it to the same validation as
+    `sluice admin apply`: apiVersion, kind, metadata.name (with metadata.labels for a Cluster, the one kind that
+    has labels in Sluice; on other kinds they are Kubernetes' alone) and spec. Status, and the rest of the
+    metadata Kubernetes keeps, are not part of the object."""
+    metadata = resource.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    doc: dict = {"apiVersion": resource.get("apiVersion"), "kind": resource.get("kind"),
+                 "metadata": {"name": metadata.get("name")}}
+    if resource.get("kind") == "Cluster" and metadata.get("labels"):
+        doc["metadata"]["labels"] = metadata["labels"]
+    if "spec" in resource:
+        doc["spec"] = resource["spec"]
+    return doc
 
 
 def resource_summary(milli: dict[str, int]) -> str:
