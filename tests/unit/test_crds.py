@@ -751,3 +751,15 @@ def test_sluice_admin_crds_refuses_a_table():
     done = _admin_crds("-o", "table")
     assert done.exit_code == 2
     assert "table" in done.output
+
+
+def test_the_admin_guide_names_the_resources_and_columns():
+    guide = (ROOT / "docs" / "admin-guide.md").read_text()
+    part = guide[guide.index("## Admin objects as Kubernetes resources"):]
+    part = part[:part.index("\n## ", 5)]
+    for kind, (plural, _, short_names) in crds.NAMES.items():
+        columns = ", ".join(c["name"] for c in crds.COLUMNS[kind] if not c.get("priority"))
+        assert f"| `{kind}` | `{plural}.sluice.io` | `{'`, `'.join(short_names)}` | {columns} |" in part
+    for needle in ("sluice admin crds", "kubectl apply -k deploy/base/crds", "crds.enabled=true", "cluster-scoped",
+                   "deploy/sync_crds.py", "helm.sh/resource-policy: keep", "status.guaranteed"):
+        assert needle in part, needle
