@@ -10,10 +10,11 @@ The schema is built from the models in sluice.objects, not beside them: every ma
 parser's own (a kind's `spec_fields`, and the field tuples the parser checks nested mappings against: a
 field described here that the parser does not know, or one it knows that is not described here, is a
 SchemaDrift when the CRDs are built), and its enums, bounds and patterns are the parser's constants.
-tests/unit/test_crds.py holds the two to each other: what to_document() writes passes the schema, and what
-the parser refuses the schema refuses too, except for the rules in RULES_NOT_IN_SCHEMA. The sync from the
-management cluster validates every object as `sluice admin apply` does, so those rules are still enforced:
-their errors appear in the object's status rather than at `kubectl apply`.
+tests/unit/test_crds.py holds the two to each other: what to_document() writes passes the schema, and the
+schema refuses what the parser refuses and nothing else, except for the rules in RULES_NOT_IN_SCHEMA and
+STRICTER_THAN_SLUICE. The sync from the management cluster validates every object as `sluice admin apply`
+does, so the rules a schema cannot hold are still enforced: their errors appear in the object's status rather
+than at `kubectl apply`.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import yaml
 
 from sluice import objects as o
 from sluice._validate import NAME
-from sluice.quantity import _DURATION, _QUANTITY, MAX_MILLI, format_resources
+from sluice.quantity import _DURATION, _QUANTITY, MAX_MILLI, format_resources  # the parsers' own patterns
 from sluice.spec import API_VERSION, MAX_PRIORITY, MIN_PRIORITY, TIERS
 
 __all__ = ["GROUP", "VERSION", "NAMES", "RULES_NOT_IN_SCHEMA", "STRICTER_THAN_SLUICE", "SchemaDrift", "crd",
@@ -99,7 +100,7 @@ def _resources(description: str) -> dict:
 
 
 # A duration longer than 0 (sluice._validate.duration(positive=True)): _DURATION's number with a digit
-# other than 0 in it.
+# other than 0 in it (tests/unit/test_crds.py compares the two with the parser on generated strings).
 _POSITIVE_DURATION = r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]*\.[0-9]*[1-9][0-9]*)(ms|s|m|h|d)$"
 
 
