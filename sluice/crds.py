@@ -331,7 +331,7 @@ _MESSAGE = _column("Message", ".status.message", "string", "Why it was refused."
 _AGE = _column("Age", ".metadata.creationTimestamp", "date", "Since it was created.")
 COLUMNS: dict[str, list[dict]] = {
     "Queue": [_column("Parent", ".spec.parent", "string", "The parent queue."),
-              _column("Weight", ".spec.weight", "number", "Fair-share weight (empty: the default, 1)."),
+              _column("Weight", ".spec.weight", "number", "Fair-share weight (<none>: the default, 1)."),
               _column("Guaranteed", ".status.guaranteed", "string", "spec.guaranteed in one line."),
               _column("Max", ".status.max", "string", "spec.max in one line."),
               _column("Used", ".status.used", "string", "What its running jobs use."),
