@@ -25,9 +25,24 @@ __all__ = [
 ]
 
 MAX_NODES = 10_000
+MAX_SITE_LENGTH = 63
+MAX_PROMETHEUS_RETRIES = 10
 POD_POLICY_FIELDS = ("allowPrivileged", "allowHostPath", "allowHostNetwork", "allowHostPID")
 WORKLOADS = ("pods", "jobs")  # what the kubernetes agent creates per pod set
 DEFAULT_GANG_START_TIMEOUT_S = 300.0
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes namespace name, matched whole
+
+# The fields of the mappings inside a spec, as the parsers below check them; sluice.crds describes the same
+# fields in the CustomResourceDefinitions (a field one knows and the other does not fails there).
+BURST_FIELDS = ("allowed", "after")
+POD_POLICY_SPEC_FIELDS = POD_POLICY_FIELDS + ("serviceAccounts",)
+PROMETHEUS_FIELDS = ("url", "selector", "timeout", "retries", "headers", "queries")
+ELASTIC_FIELDS = ("maxNodes", "provisioningDelay", "scaleDownAfter", "node")
+KUBERNETES_FIELDS = ("namespaces", "createNamespaces", "gangStartTimeout", "workload", "intake")
+INTAKE_FIELDS = ("user", "queues")
+SIMULATED_FIELDS = ("nodes", "node")
+BUDGET_FIELDS = ("perHour", "perDay")
+PER_QUEUE_FIELDS = ("budget", "maxResources")
 
 
 def default_lease_duration_s(tier: str) -> float:
@@ -129,7 +144,7 @@ class ServiceClassObject(_Kind, kind="ServiceClass",
 
     @classmethod
     def from_spec(cls, name: str, metadata: dict, spec: dict) -> ServiceClassObject:
-        burst = v.mapping(spec.get("burst"), "spec.burst", allowed=("allowed", "after"))
+        burst = v.mapping(spec.get("burst"), "spec.burst", allowed=BURST_FIELDS)
         return cls(
             name=name,
             priority=v.integer(v.get(spec, "priority", 0), "spec.priority", MIN_PRIORITY, MAX_PRIORITY),
@@ -186,6 +201,8 @@ class ClusterObject(_Kind, kind="Cluster",
                       "leaseDuration": format_duration_exact(self.lease_duration_s), "price": dict(self.price)}
         if self.prometheus is not None:
             spec["prometheus"] = dict(self.prometheus)
+            if "timeout" in self.prometheus:  # a duration, written as every other is
+                spec["prometheus"]["timeout"] = format_duration_exact(self.prometheus["timeout"])
         if self.elastic is not None:
             spec["elastic"] = {"maxNodes": self.elastic["maxNodes"],
                                "provisioningDelay": format_duration_exact(self.elastic["provisioningDelay"]),
@@ -210,8 +227,7 @@ class ClusterObject(_Kind, kind="Cluster",
         price = {}
         for resource, amount in v.mapping(spec.get("price"), "spec.price").items():
             price[v.string(resource, "spec.price")] = v.number(amount, f"spec.price.{resource}", minimum=0)
-        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy",
-                               allowed=POD_POLICY_FIELDS + ("serviceAccounts",))
+        pod_policy = v.mapping(spec.get("podPolicy"), "spec.podPolicy", allowed=POD_POLICY_SPEC_FIELDS)
         elastic = v.optional(_elastic, spec.get("elastic"), "spec.elastic")
         simulated = v.optional(_simulated, spec.get("simulated"), "spec.simulated")
         if simulated is not None and elastic is None and simulated.nodes == 0:
@@ -225,7 +241,7 @@ class ClusterObject(_Kind, kind="Cluster",
             name=name,
             labels=v.labels(metadata.get("labels"), "metadata.labels"),
             tier=tier,
-            site=v.string(v.get(spec, "site", ""), "spec.site", max_len=63, allow_empty=True),
+            site=v.string(v.get(spec, "site", ""), "spec.site", max_len=MAX_SITE_LENGTH, allow_empty=True),
             lease_duration_s=v.duration(v.get(spec, "leaseDuration", default_lease_duration_s(tier)),
                                         "spec.leaseDuration", positive=True),
             price=price,
@@ -247,7 +263,7 @@ PROMETHEUS_QUERIES = ("allocatable", "unschedulable", "not_ready", "requests", "
 def _prometheus(value: object, path: str) -> dict:
     """url, and optionally: selector (label matchers), timeout (seconds per query), retries, headers (sent
     with every query, e.g. Authorization), queries (PromQL templates by name, `{sel}` for the matchers)."""
-    prometheus = v.mapping(value, path, allowed=("url", "selector", "timeout", "retries", "headers", "queries"))
+    prometheus = v.mapping(value, path, allowed=PROMETHEUS_FIELDS)
     url = v.string(v.required(prometheus, "url", path), f"{path}.url")
     if not url.startswith(("http://", "https://")):
         raise SpecError(f"{path}.url", f"must be an http:// or https:// URL, got {url!r}")
@@ -257,7 +273,7 @@ def _prometheus(value: object, path: str) -> dict:
     if prometheus.get("timeout") is not None:
         out["timeout"] = v.duration(prometheus["timeout"], f"{path}.timeout", positive=True)
     if prometheus.get("retries") is not None:
-        out["retries"] = v.integer(prometheus["retries"], f"{path}.retries", 0, 10)
+        out["retries"] = v.integer(prometheus["retries"], f"{path}.retries", 0, MAX_PROMETHEUS_RETRIES)
     if prometheus.get("headers") is not None:
         headers = v.mapping(prometheus["headers"], f"{path}.headers")
         out["headers"] = {str(k): v.string(h, f"{path}.headers.{k}") for k, h in headers.items()}
@@ -268,7 +284,7 @@ def _prometheus(value: object, path: str) -> dict:
 
 
 def _elastic(value: object, path: str) -> dict:
-    elastic = v.mapping(value, path, allowed=("maxNodes", "provisioningDelay", "scaleDownAfter", "node"))
+    elastic = v.mapping(value, path, allowed=ELASTIC_FIELDS)
     return {"maxNodes": v.integer(v.required(elastic, "maxNodes", path), f"{path}.maxNodes", 1, MAX_NODES),
             "provisioningDelay": v.duration(v.get(elastic, "provisioningDelay", 0), f"{path}.provisioningDelay"),
             "scaleDownAfter": v.duration(v.get(elastic, "scaleDownAfter", 600), f"{path}.scaleDownAfter"),
@@ -277,14 +293,14 @@ def _elastic(value: object, path: str) -> dict:
 
 def _namespace(value: object, path: str) -> str:
     text = v.string(value, path)
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+    if not NAMESPACE.fullmatch(text):
         raise SpecError(path, f"{text!r} is not a Kubernetes namespace name (lowercase letters, digits and '-', "
                         "at most 63)")
     return text
 
 
 def _kubernetes(value: object, path: str) -> dict:
-    k8s = v.mapping(value, path, allowed=("namespaces", "createNamespaces", "gangStartTimeout", "workload", "intake"))
+    k8s = v.mapping(value, path, allowed=KUBERNETES_FIELDS)
     namespaces = v.mapping(k8s.get("namespaces"), f"{path}.namespaces")
     return {"namespaces": {v.name(q, f"{path}.namespaces"): _namespace(ns, f"{path}.namespaces.{q}")
                            for q, ns in namespaces.items()},
@@ -299,7 +315,7 @@ def _kubernetes(value: object, path: str) -> dict:
 def _intake(value: object, path: str) -> dict:
     """One intake namespace: the Sluice user its Jobs are submitted as, and the queues they may name (at
     least one; a Job's sluice.io/queue label must be one of them)."""
-    entry = v.mapping(value, path, allowed=("user", "queues"), required=True)
+    entry = v.mapping(value, path, allowed=INTAKE_FIELDS, required=True)
     queues = v.unique_names(v.required(entry, "queues", path), f"{path}.queues")
     if not queues:
         raise SpecError(f"{path}.queues", "must name at least one queue")
@@ -308,7 +324,7 @@ def _intake(value: object, path: str) -> dict:
 
 
 def _simulated(value: object, path: str) -> SimulatedSpec:
-    simulated = v.mapping(value, path, allowed=("nodes", "node"))
+    simulated = v.mapping(value, path, allowed=SIMULATED_FIELDS)
     nodes = v.integer(v.required(simulated, "nodes", path), f"{path}.nodes", 0, MAX_NODES)
     node = v.resources(v.required(simulated, "node", path), f"{path}.node")
     if not node:
@@ -344,9 +360,9 @@ class BurstPolicyObject(_Kind, kind="BurstPolicy",
 
     @classmethod
     def from_spec(cls, name: str, metadata: dict, spec: dict) -> BurstPolicyObject:
-        budget = v.mapping(spec.get("budget"), "spec.budget", allowed=("perHour", "perDay"))
-        per_queue = v.mapping(spec.get("perQueue"), "spec.perQueue", allowed=("budget", "maxResources"))
-        queue_budget = v.mapping(per_queue.get("budget"), "spec.perQueue.budget", allowed=("perHour", "perDay"))
+        budget = v.mapping(spec.get("budget"), "spec.budget", allowed=BUDGET_FIELDS)
+        per_queue = v.mapping(spec.get("perQueue"), "spec.perQueue", allowed=PER_QUEUE_FIELDS)
+        queue_budget = v.mapping(per_queue.get("budget"), "spec.perQueue.budget", allowed=BUDGET_FIELDS)
         return cls(
             name=name,
             queues=v.unique_names(spec.get("queues"), "spec.queues"),

@@ -24,7 +24,7 @@ from dispatcher.errors import StoreUnavailable
 from dispatcher.store import channels
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store.database import Sessions
-from sluice.quantity import add, subtract
+from sluice.quantity import add, parse_duration, subtract
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,15 @@ class PrometheusError(Exception):
     """Prometheus could not be read (unreachable, timed out, bad query); the reading is skipped."""
 
 
+def _seconds(value: object) -> float:
+    """A stored duration: the canonical string ('5s', '2.5s') ClusterObject.to_document() writes, or a number
+    of seconds (the form it wrote for the timeout before, still in older stored clusters)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return parse_duration(value)
+
+
 @dataclass(frozen=True)
 class PrometheusSettings:
     """A cluster's `spec.prometheus` section."""
@@ -61,7 +70,7 @@ class PrometheusSettings:
     @staticmethod
     def from_document(doc: dict) -> PrometheusSettings:
         return PrometheusSettings(
-            url=doc["url"], selector=doc.get("selector", ""), timeout_s=float(doc.get("timeout", 5.0)),
+            url=doc["url"], selector=doc.get("selector", ""), timeout_s=_seconds(doc.get("timeout", 5.0)),
             retries=int(doc.get("retries", 1)), headers=dict(doc.get("headers", {})),
             queries=dict(doc.get("queries", {})))
 

@@ -5,6 +5,8 @@ Needs an admin token. Like the rest of the CLI, it imports the client (grpc) onl
 """
 from __future__ import annotations
 
+from enum import Enum
+
 import typer
 
 from sluice.cli.common import Failed, OutputOpt, call, make_client, read_documents
@@ -105,6 +107,23 @@ def _resources(values: list[str], option: str) -> dict[str, str]:
             raise typer.BadParameter(f"{option} {item!r}: expected NAME=QUANTITY")
         out[resource] = amount
     return out
+
+
+class ManifestFormat(str, Enum):  # noqa: UP042 - a typer option type, as sluice.output.Format
+    yaml = "yaml"
+    json = "json"
+
+
+@app.command()
+def crds(output: ManifestFormat = typer.Option(ManifestFormat.yaml, "--output", "-o",
+                                               help="yaml (documents for kubectl apply -f) or json (a v1 List)")
+         ) -> None:
+    """Print the CustomResourceDefinitions of Queue, ServiceClass, Cluster and BurstPolicy (no dispatcher needed)."""
+    from sluice import crds as definitions
+    documents = definitions.crds()
+    text = definitions.manifests_yaml(documents) if output == ManifestFormat.yaml else \
+        definitions.manifests_json(documents)
+    print(text, end="")
 
 
 @quota_app.command("set")

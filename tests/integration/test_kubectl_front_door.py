@@ -142,7 +142,8 @@ def test_a_job_created_in_cluster_a_runs_on_b_and_its_state_returns_to_a(dispatc
     assert origin["spec"]["suspend"] is True
     assert "sluice.io/cancel-on-delete" not in (origin["metadata"].get("finalizers") or [])  # its job ended
     [condition] = [c for c in origin["status"]["conditions"] if c["type"] == "SluiceJob"]
-    assert condition["reason"] == "Succeeded" and f"Sluice job {job_id}: succeeded on cluster kube-b" in condition["message"]
+    assert condition["reason"] == "Succeeded"
+    assert f"Sluice job {job_id}: succeeded on cluster kube-b" in condition["message"]
     reasons = [e["reason"] for e in a.list("events", "team-a") if e["involvedObject"]["name"] == "train"]
     assert "Succeeded" in reasons and reasons[0] in ("Queued", "Dispatched", "Running")
 

@@ -30,6 +30,9 @@ IMAGE = re.compile(r"^ghcr\.io/sluice-io/sluice:[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _spec = importlib.util.spec_from_file_location("sluice_deploy_render", DEPLOY / "render.py")
 render = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
+_spec = importlib.util.spec_from_file_location("sluice_deploy_sync_crds", DEPLOY / "sync_crds.py")
+sync_crds = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sync_crds)
 
 # Components (kind: Component) are rendered only through a kustomization that lists them.
 COMPONENTS = ("deploy/components/agent-port", "deploy/components/agent-mtls", "deploy/components/monitoring")
@@ -96,7 +99,8 @@ def helm_renderings(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
             "create-namespaces": helm(namespace_values), "no-agent": helm(no_agent),
             "mtls": helm("ci/kind-values.yaml", _mtls_values(tmp)),
             "monitoring": helm("ci/production-values.yaml", _monitoring_values(tmp)),
-            "cert-manager": helm("ci/production-values.yaml", _cert_manager_values(tmp), _mtls_values(tmp))}
+            "cert-manager": helm("ci/production-values.yaml", _cert_manager_values(tmp), _mtls_values(tmp)),
+            "crds": helm("ci/production-values.yaml", _crds_values(tmp))}
 
 
 def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
@@ -111,7 +115,7 @@ def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
 # -- rendering and validation -----------------------------------------------------------------------
 def test_the_expected_kustomizations_exist():
     assert all((ROOT / c / "kustomization.yaml").is_file() for c in COMPONENTS)
-    assert {"deploy/base/dispatcher", "deploy/base/migration", "deploy/base/agent",
+    assert {"deploy/base/dispatcher", "deploy/base/migration", "deploy/base/agent", "deploy/base/crds",
             "deploy/base/agent-namespace-creation", "deploy/overlays/kind", "deploy/overlays/kind/migration",
             "deploy/overlays/kind/agent", DEV_ONLY, "deploy/overlays/production",
             "deploy/overlays/production/migration", "deploy/overlays/production/agent"} <= set(KUSTOMIZATIONS)
@@ -666,6 +670,43 @@ def test_the_certificate_schema_refuses_what_cert_manager_would():
                 {"secretName": "s", "issuerRef": {"name": "i"}, "duration": "90d"}):
         with pytest.raises(jsonschema.ValidationError):
             _validate_certificate(good | {"spec": bad})
+
+
+# -- the CustomResourceDefinitions of the admin objects ----------------------------------------------
+def _crds_values(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "crds.yaml"
+    path.write_text("crds: {enabled: true}\n")
+    return path
+
+
+def test_the_checked_in_crds_are_what_the_code_generates():
+    """deploy/base/crds and the chart's templates/crds.yaml are written by deploy/sync_crds.py from sluice/crds.py."""
+    for path, text in sync_crds.files().items():
+        assert path.is_file() and path.read_text() == text, f"{path.relative_to(ROOT)}: run python deploy/sync_crds.py"
+    base = DEPLOY / "base" / "crds"
+    assert {p.name for p in base.iterdir()} == {"kustomization.yaml"} | {
+        p.name for p in sync_crds.files() if p.parent == base}
+
+
+def test_kustomize_and_helm_ship_the_crds_sluice_admin_crds_prints(tmp_path):
+    from sluice import crds
+    printed = {key(c): c for c in crds.crds()}
+    assert len(printed) == 4
+    kustomized = {key(o): o for o in render.kustomize(DEPLOY / "base" / "crds")}
+    assert kustomized == printed  # the base's label is one every definition has
+    helmed = {key(o): o for o in helm("ci/production-values.yaml", _crds_values(tmp_path))
+              if o["kind"] == "CustomResourceDefinition"}
+    assert sorted(helmed) == sorted(printed)
+    for k, definition in printed.items():
+        assert _without_chart_metadata(helmed[k]) == _without_chart_metadata(definition), f"{'/'.join(k)} differs"
+        assert helmed[k]["metadata"]["labels"].items() >= definition["metadata"]["labels"].items()
+        assert helmed[k]["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    for values in ((), ("ci/kind-values.yaml",), ("ci/production-values.yaml",)):  # only where asked for
+        cluster_only = tmp_path / "cluster-only.yaml"
+        cluster_only.write_text("agent: {cluster: prod-a}\n")
+        assert not [o for o in helm(*(values or (cluster_only,))) if o["kind"] == "CustomResourceDefinition"]
+    assert not [o for d in KUSTOMIZATIONS if d != "deploy/base/crds" for o in render.kustomize(ROOT / d)
+                if o["kind"] == "CustomResourceDefinition"]
 
 
 # -- the rendered dispatcher pod, run here -----------------------------------------------------------

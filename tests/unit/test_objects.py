@@ -209,7 +209,9 @@ NAME_RULE = ("is not a valid name (lowercase letters, digits, '-', '_' and '.', 
              "letter or digit)")
 
 
-@pytest.mark.parametrize("document, path, message", [
+# Every rule, as (document, the path its error names, the message); tests/unit/test_crds.py checks the
+# CustomResourceDefinitions' schemas refuse them too, where a schema can say the rule.
+INVALID_DOCUMENTS = [
     # envelope
     ({"apiVersion": "v1", "kind": "Queue"}, "apiVersion", "must be sluice.io/v1, got string 'v1'"),
     ({"kind": "Queue"}, "apiVersion", "must be sluice.io/v1, got null"),
@@ -328,7 +330,10 @@ NAME_RULE = ("is not a valid name (lowercase letters, digits, '-', '_' and '.', 
     (doc("BurstPolicy", {"budget": {"perDay": "800"}}), "spec.budget.perDay", "must be a number, got string '800'"),
     (doc("BurstPolicy", {"maxResources": {"nvidia.com/gpu": "many"}}), "spec.maxResources.nvidia.com/gpu",
      "'many' is not a quantity (examples: '500m', '2', '32Gi', '1.5')"),
-])
+]
+
+
+@pytest.mark.parametrize("document, path, message", INVALID_DOCUMENTS)
 def test_validation(document, path, message):
     err = error(document)
     assert (err.path, err.message) == (path, message)

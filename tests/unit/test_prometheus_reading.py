@@ -73,6 +73,15 @@ def test_settings_from_a_cluster_document():
                                                            {"Authorization": "Bearer t"})
 
 
+@pytest.mark.parametrize("timeout, seconds", [("2.5s", 2.5), ("1m", 60.0), (7.5, 7.5), (5, 5.0)])
+def test_the_timeout_of_a_stored_cluster_is_read_as_written_now_and_before(timeout, seconds):
+    """ClusterObject.to_document() writes the timeout as a duration ('2.5s'); clusters stored before hold seconds."""
+    from sluice.objects import ClusterObject
+    written = ClusterObject("c", prometheus={"url": "http://p", "timeout": 2.5}).to_document()["spec"]["prometheus"]
+    assert written["timeout"] == "2.5s"
+    assert PrometheusSettings.from_document({"url": "http://p", "timeout": timeout}).timeout_s == seconds
+
+
 def test_an_unreachable_prometheus_is_a_prometheus_error():
     from devstack.prometheus import free_port
     from dispatcher.capacity.prometheus import PrometheusError, read
