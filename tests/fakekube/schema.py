@@ -279,9 +279,11 @@ def _json_equal(a: object, b: object) -> bool:
 
 def crd_defaults(crd: dict) -> None:
     """The defaults apiextensions.k8s.io/v1 fills in a CRD's spec."""
-    spec = crd.setdefault("spec", {})
-    names = spec.setdefault("names", {})
-    if names.get("kind"):
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return
+    names = spec.get("names")
+    if isinstance(names, dict) and isinstance(names.get("kind"), str) and names["kind"]:
         names.setdefault("singular", names["kind"].lower())
         names.setdefault("listKind", names["kind"] + "List")
     spec.setdefault("conversion", {"strategy": "None"})

@@ -4,37 +4,113 @@ It is the one fake in the test suite (the process boundary the kubernetes backen
 real `kubernetes` client library runs unchanged against it. It serves what the agent uses:
 
 - namespaces and nodes (cluster-scoped), pods, events and batch/v1 jobs (namespaced, and listed across
-  all namespaces): create, get, list, watch, delete;
+  all namespaces), apiextensions.k8s.io/v1 customresourcedefinitions (cluster-scoped) and the custom
+  resources of the CRDs created (see below): create, get, list, watch, update (PUT), patch, delete and
+  deletecollection, and the `status` subresource (GET, PUT, PATCH) of every kind that has one (all but
+  events; a custom resource when its CRD version declares `subresources.status`);
 - list and watch with `labelSelector` (=, ==, !=, in, notin, exists, !exists) and `fieldSelector`
   (=, ==, != on dotted paths such as status.phase, spec.nodeName, involvedObject.name);
 - watch (`?watch=true`): a chunked stream of JSON lines `{"type": ..., "object": ...}` from a
   resourceVersion, with `allowWatchBookmarks` and `timeoutSeconds`; a resourceVersion older than the
   retained history gets the API server's `ERROR` event with a 410 Expired Status, a list request with
-  one gets a 410 response;
+  one gets a 410 response; the watch of a custom resource ends when its CRD goes;
 - pod logs (`GET .../pods/{name}/log`, text/plain) with `container`, `tailLines`, `timestamps`,
   `sinceSeconds`, `limitBytes`, `previous` and `follow`: a chunked stream of the lines so far, then of
   each line appended, ending when the container terminates, the pod is deleted or the server stops. An
   unknown pod is 404, a pod of several containers with none named 400 (as is a container that has not
   started, with the API server's "is waiting to start" message). A pod's containers log "started" when
   they start and "exited with code N" when they end; tests add lines with `append_log`;
-- delete with `propagationPolicy` (query or DeleteOptions body): pods on a node terminate gracefully
-  (deletionTimestamp first, gone `pod_termination_s` later); a Job deleted `Foreground` keeps a
-  `foregroundDeletion` finalizer until its pods are gone, `Background` goes at once and its pods
-  after, `Orphan` leaves them without an owner;
+- PATCH (tests/fakekube/patch.py) by Content-Type: `application/merge-patch+json` (RFC 7386),
+  `application/strategic-merge-patch+json` (built-in kinds: maps merge; `metadata.finalizers` is a set
+  with `$deleteFromPrimitiveList/finalizers`; `status.conditions`, owner references and the pod
+  template's containers, env, ports, volume mounts and volumes merge by their patchMergeKey, `$patch:
+  delete|replace` and `$retainKeys` work; other lists replace) and `application/json-patch+json`
+  (RFC 6902 add, remove, replace, move, copy, test; a failed op is 422). Anything else, server-side apply
+  included, is 415 (strategic merge too, on a custom resource). The Python client sends a dict as a
+  strategic merge patch and a list as a JSON patch (CustomObjectsApi: merge patch); pass `_content_type`
+  for another. A `metadata.resourceVersion` in the patch is a precondition;
+- PUT and PATCH write as the API server's update does: a stale `metadata.resourceVersion` is 409
+  Conflict ("the object has been modified; please apply your changes to the latest version and try
+  again"); one left out is an unconditional update for built-in kinds and 422 for custom resources and
+  CRDs; the name and namespace are the URL's (400 otherwise); uid, creationTimestamp and the deletion
+  fields are the server's; the result is validated as a create is, plus what an update may not change
+  (below); a write that changes nothing answers 200 with the same resourceVersion and no event, any
+  other bumps it and emits MODIFIED. Times a client writes as other RFC 3339 forms (+00:00) are stored
+  as the API server stores them (UTC, seconds, Z). `dryRun=All` validates and answers without writing;
+- the status subresource: a write to an object keeps its status, a write to its /status keeps its spec
+  (a Job's, a node's, ...: metadata changes through /status are kept, as the built-in status strategies
+  do) or, for a custom resource, everything but `.status`. A create drops a custom object's status.
+  `metadata.generation` is 1 on create (Jobs, custom objects, CRDs) and goes up when the spec changes
+  (a custom object: anything but metadata and, with a status subresource, status) and when a deletion
+  starts;
+- finalizers: deleting an object with `metadata.finalizers` sets `deletionTimestamp` (and
+  `deletionGracePeriodSeconds` 0), emits MODIFIED and keeps it (200 with the object); a write that
+  removes the last finalizer deletes it (DELETED); no new finalizer may be added meanwhile ("Forbidden:
+  no new finalizers can be added if the object is being deleted"); deleting it again changes nothing.
+  Finalizer names are qualified names; "orphan" and "foregroundDeletion" exclude each other;
+- delete with `propagationPolicy` (query or DeleteOptions body) and DeleteOptions `preconditions`
+  (uid, resourceVersion: 409 when they do not hold): pods on a node terminate gracefully
+  (deletionTimestamp first, gone `pod_termination_s` later, or held with grace 0 by finalizers); a Job
+  deleted `Foreground` keeps a `foregroundDeletion` finalizer until its pods are gone, `Background` goes
+  at once (or when its finalizers are gone) and its pods after, `Orphan` leaves them without an owner;
+  other kinds treat every policy as Background (they have no dependents here). A delete that removed
+  the object answers a Success Status (pods and namespaces: the object), one that did not the object;
 - the API server's answers: 201 on create, 409 AlreadyExists, 404 NotFound (also for a missing
-  namespace), 422 Invalid after validating every created object with `kubernetes-validate` (the real
-  OpenAPI schemas, shipped offline) plus the semantic checks listed in `_semantic_errors`, and 429 or
-  5xx on demand (`fail`).
+  namespace, `jobs.batch "x" not found`), 422 Invalid (`Job.batch "j" is invalid: spec.x: ...`, several
+  errors in brackets, each a cause with its field and reason) after validating every object written
+  with `kubernetes-validate` (the real OpenAPI schemas, shipped offline) plus the semantic checks listed
+  in `_semantic_errors`, 400 for a resourceVersion on a create, and 429 or 5xx on demand (`fail`);
+- what an update may not change: a Job's selector, completionMode, managedBy, podFailurePolicy,
+  successPolicy and backoffLimitPerIndex, its completions (but an Indexed Job's, in step with its
+  parallelism) and its pod template ("field is immutable"), except that while it is suspended and has
+  never started (no status.startTime) the template's labels and annotations, node selector, tolerations,
+  scheduling gates and node affinity may change (v1.33's JobMutableNodeSchedulingDirectives); a Job's
+  status may not go back on a terminal condition, lower its counters or drop an unsuspended Job's
+  startTime; a pod's spec but its images, activeDeadlineSeconds, added tolerations and removed
+  scheduling gates; a CRD's group, plural, kind and scope;
+- CustomResourceDefinitions (tests/fakekube/schema.py): a CRD is validated with `kubernetes-validate`
+  and the API server's own checks (name `plural.group`, names, exactly one storage version, a
+  structural schema for each version: a `type` everywhere unless `x-kubernetes-int-or-string` or
+  `x-kubernetes-preserve-unknown-fields`, no `additionalProperties` beside `properties`, no
+  `uniqueItems`, valid defaults, printer columns), defaulted (singular, listKind, conversion None),
+  marked NamesAccepted and Established, and its served versions are served at once at
+  `/apis/GROUP/VERSION/[namespaces/NS/]PLURAL[/NAME[/status]]` with everything above. A custom object
+  is kept at the storage version and served at every served version (conversion None); unknown fields
+  are pruned (a `Warning: 299` header names them; `fieldValidation=Strict` makes them a 400), nulls of
+  non-nullable fields dropped, defaults applied, and the object validated against the version's
+  `openAPIV3Schema` (type with integer apart from number, properties, required, additionalProperties,
+  items, enum, minimum/maximum, multipleOf, minLength/maxLength, pattern, minItems/maxItems,
+  min/maxProperties, nullable, allOf/anyOf/oneOf/not, int-or-string, list-type set/map uniqueness;
+  format and CEL `x-kubernetes-validations` are not checked) with the API server's field errors
+  (`spec.weight: Invalid value: "string": spec.weight in body must be of type integer: "string"`).
+  Deleting a CRD marks it Terminating (finalizer customresourcecleanup.apiextensions.k8s.io), deletes
+  its objects and removes it once none is left (an object's finalizers hold it; creating one meanwhile
+  is 405). A CRD update re-serves its versions;
+- discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/GROUP`, `/apis/GROUP/VERSION` list the kinds
+  served (custom ones included), their subresources, short names and verbs, as the dynamic client reads
+  them.
 
 A minimal Job controller creates each Job's pods (Indexed or not), owns them, counts succeeded and
-failed pods and sets the Complete or Failed condition. Tests act as scheduler and kubelet through
+failed pods and sets the SuccessCriteriaMet and Complete or FailureTarget and Failed conditions, keeping
+the conditions others wrote. It honours `spec.suspend`: a suspended Job has no active pods (suspending a
+running one deletes them) and the condition Suspended True (JobSuspended, "Job suspended"); resuming it
+sets Suspended False (JobResumed, "Job resumed"), restarts `status.startTime` and creates its pods. It
+leaves alone a Job whose `spec.managedBy` is not kubernetes.io/job-controller. It acts on every change to
+a Job and to its pods (a pod that goes may be replaced). Tests act as scheduler and kubelet through
 `schedule`, `run_pod` (which gives the pod an IP, 10.244.0.1 up, unless it has one), `set_pod_ip`,
 `succeed_pod`, `fail_pod`, `image_pull_error`, ... or switch on `autopilot`,
 which binds pending pods first-fit to Ready schedulable nodes with room, runs them and ends them
 after the seconds their `fakekube.test/run-seconds` annotation says (exit code from
-`fakekube.test/exit-code`), leaving pods that fit nowhere Pending with the scheduler's message.
+`fakekube.test/exit-code`), leaving pods that fit nowhere Pending with the scheduler's message. Tests act
+as other clients through `put` (any kind, CRDs and custom objects included), `patch`, `delete`, and read
+through `get`, `list` (custom resources named `plural.group`, or by their plural alone) and `events` (the
+watch events recorded after a resourceVersion).
 
-Every request is recorded in `requests` (method, path, query, status), every delete in `deletions`.
+Every request is recorded in `requests` (method, path, query, status, content type), every delete in
+`deletions`.
+
+Not served: server-side apply, the scale subresource, webhook conversion, managedFields, field selectors
+restricted per kind, and a namespace's own finalization (a namespace goes at once with its objects).
 """
 from __future__ import annotations
 
@@ -1033,7 +1109,7 @@ class FakeKube:
         return self._objects["customresourcedefinitions"].get(("", resource.crd)) if resource.crd else None
 
     def _create(self, resource: Resource, namespace: str, obj: dict, query: dict | None = None,
-                warnings: list[str] | None = None) -> dict:
+                warnings: list[str] | None = None, *, dry_run: bool = False) -> dict:
         if not isinstance(obj, dict):
             raise ApiError(400, "BadRequest", "the body of the request was in an unknown format: not an object")
         metadata = obj.get("metadata")
@@ -1080,6 +1156,10 @@ class FakeKube:
         metadata["creationTimestamp"] = _now_text()
         if resource.key == "jobs" or resource.crd or resource is CRDS:
             metadata["generation"] = 1
+        if dry_run:  # validated and defaulted, not stored (no resourceVersion, no event, no controller)
+            if resource is not CRDS:
+                self._defaults(resource, obj)
+            return obj
         metadata["resourceVersion"] = self._bump()
         self._defaults(resource, obj)
         self._objects[resource.key][key] = obj
@@ -1119,11 +1199,15 @@ class FakeKube:
             except kubernetes_validate.ValidationError as exc:
                 path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in exc.path).replace(".[", "[")
                 causes.append((path or "<root>", f"Invalid value: {exc.message}"))
-        causes += _semantic_errors(resource, obj)
-        if resource.crd:
-            causes += crdschema.validate(obj, resource.schema or {})
-        if resource is CRDS:
-            causes += crdschema.crd_errors(obj)
+        try:
+            causes += _semantic_errors(resource, obj)
+            if resource.crd:
+                causes += crdschema.validate(obj, resource.schema or {})
+            if resource is CRDS and not causes:  # its own checks read a CRD the schema accepted
+                causes += crdschema.crd_errors(obj)
+        except (AttributeError, TypeError, KeyError):
+            if not causes:
+                causes.append(("<root>", "Invalid value: the object does not have the shape of its kind"))
         return causes
 
     def _validate(self, resource: Resource, obj: dict) -> None:
@@ -1165,7 +1249,7 @@ class FakeKube:
 
     # -- internals: updates, patches -----------------------------------------------------------
     def _update(self, resource: Resource, namespace: str, name: str, body: object, *, status: bool = False,
-                query: dict | None = None, warnings: list[str] | None = None) -> dict:
+                query: dict | None = None, warnings: list[str] | None = None, dry_run: bool = False) -> dict:
         """A PUT of the object (status: of its /status), as the API server's update does it: preconditions
         (resourceVersion, uid), the strategy's reset fields (a write to the object keeps its status, a write to
         /status keeps the rest), generation, validation (as a create, then what an update may not change), no
@@ -1246,17 +1330,23 @@ class FakeKube:
             if changed and "generation" in old_meta:
                 meta["generation"] = old_meta["generation"] + 1
         causes = self._validation_errors(resource, {**new, "apiVersion": resource.api_version})
-        causes += _meta_update_errors(new, old)
-        if resource.key == "jobs":
-            causes += _job_status_errors(new, old) if status else _job_update_errors(new, old)
-        elif resource.key == "pods" and not status:
-            causes += _pod_update_errors(new, old)
-        elif resource is CRDS and not status:
-            causes += _crd_update_errors(new, old)
+        try:
+            causes += _meta_update_errors(new, old)
+            if resource.key == "jobs":
+                causes += _job_status_errors(new, old) if status else _job_update_errors(new, old)
+            elif resource.key == "pods" and not status:
+                causes += _pod_update_errors(new, old)
+            elif resource is CRDS and not status:
+                causes += _crd_update_errors(new, old)
+        except (AttributeError, TypeError, KeyError):
+            if not causes:  # a shape the schema let through but the update checks cannot read
+                causes.append(("<root>", "Invalid value: the object does not have the shape of its kind"))
         if causes:
             raise _invalid(resource, name, causes)
         if new == old:
             return old  # nothing changed: no write, no event, the same resourceVersion
+        if dry_run:
+            return new
         old.clear()
         old.update(new)
         if meta.get("deletionTimestamp") and not meta.get("finalizers") \
@@ -1271,7 +1361,8 @@ class FakeKube:
         return old
 
     def _patch(self, resource: Resource, namespace: str, name: str, content_type: str, raw: bytes, *,
-               status: bool = False, query: dict | None = None, warnings: list[str] | None = None) -> dict:
+               status: bool = False, query: dict | None = None, warnings: list[str] | None = None,
+               dry_run: bool = False) -> dict:
         """A PATCH: the patch applied to the object as served, then written as an update. A
         metadata.resourceVersion in the patch is a precondition."""
         kind = content_type.split(";")[0].strip().lower()
@@ -1310,7 +1401,8 @@ class FakeKube:
         meta = patched.get("metadata")
         if isinstance(meta, dict) and not meta.get("resourceVersion"):
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]  # no precondition: the current version
-        return self._update(resource, namespace, name, patched, status=status, query=query, warnings=warnings)
+        return self._update(resource, namespace, name, patched, status=status, query=query, warnings=warnings,
+                            dry_run=dry_run)
 
     # -- internals: deletion -------------------------------------------------------------------
     def _remove(self, plural: str, key: tuple[str, str]) -> None:
@@ -1356,7 +1448,7 @@ class FakeKube:
         self._modified(resource.key, obj)
 
     def _delete(self, resource: Resource, namespace: str, name: str, propagation: str, grace: int | None,
-                preconditions: dict | None = None) -> dict:
+                preconditions: dict | None = None, *, dry_run: bool = False) -> dict:
         key = (namespace if resource.namespaced else "", name)
         obj = self._objects[resource.key].get(key)
         if obj is None:
@@ -1370,6 +1462,8 @@ class FakeKube:
             raise _conflict(resource, name, f"the ResourceVersion in the precondition ({wanted}) does not match the "
                                             f"ResourceVersion in record ({obj['metadata']['resourceVersion']}). The "
                                             "object might have been modified")
+        if dry_run:
+            return self._present(resource, obj)
         self.deletions.append((resource.key, key[0], name, propagation))
         if resource.key == "pods":
             self._delete_pod(obj, grace)
@@ -1385,7 +1479,7 @@ class FakeKube:
         return _success(resource, obj)
 
     def _delete_collection(self, resource: Resource, namespace: str | None, query: dict, propagation: str,
-                           grace: int | None) -> list[dict]:
+                           grace: int | None, *, dry_run: bool = False) -> list[dict]:
         labels = parse_label_selector(query.get("labelSelector", ""))
         fields = parse_field_selector(query.get("fieldSelector", ""))
         doomed = [o for (ns, _), o in sorted(self._objects[resource.key].items())
@@ -1394,7 +1488,9 @@ class FakeKube:
         out = []
         for obj in doomed:
             out.append(self._present(resource, obj))
-            self._delete(resource, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], propagation, grace)
+            if not dry_run:
+                self._delete(resource, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], propagation,
+                             grace)
         return out
 
     def _delete_pod(self, pod: dict, grace: int | None) -> None:
@@ -2003,6 +2099,10 @@ class _Handler(BaseHTTPRequestHandler):
             if sub not in (None, "status" if resource.status else None, "log" if resource.key == "pods" else None):
                 raise ApiError(404, "NotFound", f"the server could not find the requested resource ({split.path})")
             warnings: list[str] = []
+            dry_run = query.get("dryRun", "")
+            if dry_run not in ("", "All"):
+                raise ApiError(400, "BadRequest", f'dryRun: Unsupported value: "{dry_run}": supported values: "All"')
+            dry_run = dry_run == "All"
             if sub == "log":
                 if method != "GET":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {split.path}")
@@ -2021,21 +2121,22 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "POST" and name is None:
                 body = self._json(raw, required=True)
                 with fake._cond:
-                    created = fake._present(resource, fake._create(resource, namespace or "", body, query, warnings))
+                    created = fake._present(resource, fake._create(resource, namespace or "", body, query, warnings,
+                                                                   dry_run=dry_run))
                 self._send(201, created, warnings=warnings)
             elif method == "PUT" and name is not None:
                 body = self._json(raw, required=True)
                 with fake._cond:
                     updated = fake._present(resource, fake._update(resource, namespace or "", name, body,
                                                                    status=sub == "status", query=query,
-                                                                   warnings=warnings))
+                                                                   warnings=warnings, dry_run=dry_run))
                 self._send(200, updated, warnings=warnings)
             elif method == "PATCH" and name is not None:
                 with fake._cond:
                     patched = fake._present(resource, fake._patch(resource, namespace or "", name,
                                                                   self.headers.get("Content-Type", ""), raw,
                                                                   status=sub == "status", query=query,
-                                                                  warnings=warnings))
+                                                                  warnings=warnings, dry_run=dry_run))
                 self._send(200, patched, warnings=warnings)
             elif method == "DELETE" and sub is None:
                 options = self._json(raw, required=False) or {}
@@ -2047,13 +2148,15 @@ class _Handler(BaseHTTPRequestHandler):
                 grace = None if grace is None else int(grace)
                 with fake._cond:
                     if name is None:  # deletecollection
-                        items = fake._delete_collection(resource, namespace, query, propagation, grace)
+                        items = fake._delete_collection(resource, namespace, query, propagation, grace,
+                                                        dry_run=dry_run)
                         answer = {"kind": resource.list_kind or f"{resource.kind}List",
                                   "apiVersion": resource.api_version,
                                   "metadata": {"resourceVersion": str(fake._rv)}, "items": items}
                     else:
                         answer = fake._delete(resource, namespace or "", name, propagation, grace,
-                                              options.get("preconditions"))
+                                              options.get("preconditions"), dry_run=dry_run or options.get(
+                                                  "dryRun") == ["All"])
                 self._send(200, answer)
             else:
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {split.path}")

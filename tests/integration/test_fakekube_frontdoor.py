@@ -4,13 +4,15 @@ CustomResourceDefinitions with their custom objects (what the kubectl front door
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
 import urllib3
 from kubernetes import client, config, dynamic
 
-from tests.fakekube import FakeKube
+from tests.fakekube import ApiError, FakeKube
+from tests.fakekube.patch import strategic_merge_patch
 
 NS = "team"
 SMP = "application/strategic-merge-patch+json"
@@ -791,3 +793,130 @@ def test_crd_versions_updates_and_discovery(fake, ext, custom, api_client, tmp_p
     status, answer = error(ext.replace_custom_resource_definition, "queues.sluice.io", renamed)
     assert status == 422 and "spec.names.kind" in answer["message"]
     assert error(custom.get_cluster_custom_object, "nope.io", "v1", "queues", "q")[0] == 404
+
+
+# -- the rest: dry runs, test helpers, collections, odd bodies -----------------------------------------
+
+def test_dry_run_validates_without_writing(fake, batch, ext, custom):
+    created = body(batch.create_namespaced_job(NS, job("dry"), dry_run="All", _preload_content=False))
+    assert created["metadata"]["uid"] and "resourceVersion" not in created["metadata"]
+    assert fake.get("jobs", NS, "dry") is None and fake.list("pods", NS) == []
+    assert error(batch.create_namespaced_job, NS, job("bad", labels={"x": "no good!"}), dry_run="All")[0] == 422
+    batch.create_namespaced_job(NS, job(suspend=True), _preload_content=False)
+    before = fake.get("jobs", NS, "j")
+    patched = body(batch.patch_namespaced_job("j", NS, {"spec": {"suspend": False}}, dry_run="All",
+                                              _preload_content=False))
+    assert patched["spec"]["suspend"] is False and patched["metadata"]["generation"] == 2
+    assert fake.get("jobs", NS, "j") == before and fake.list("pods", NS) == []
+    assert error(batch.patch_namespaced_job, "j", NS, {"spec": {"completions": 5}}, dry_run="All")[0] == 422
+    body(batch.delete_namespaced_job("j", NS, dry_run="All", _preload_content=False))
+    assert fake.get("jobs", NS, "j") == before and fake.deletions == []
+    ext.create_custom_resource_definition(queue_crd(), dry_run="All", _preload_content=False)
+    assert fake.get("customresourcedefinitions", "", "queues.sluice.io") is None
+    assert error(custom.list_cluster_custom_object, "sluice.io", "v1", "queues")[0] == 404
+    raw = urllib3.PoolManager().request("DELETE", f"{fake.url}/apis/batch/v1/namespaces/{NS}/jobs/j?dryRun=Some")
+    assert raw.status == 400
+
+
+def test_helpers_for_tests_acting_as_other_clients(fake):
+    fake.put(queue_crd())
+    fake.put(queue("q"))
+    assert fake.get("queues", "", "q") == fake.get("queues.sluice.io", "", "q")
+    assert fake.list("queues")[0]["spec"]["parent"] == "root"
+    assert fake.patch("queues", "", "q", {"status": {"accepted": True}}, subresource="status")["status"] == \
+        {"accepted": True}
+    assert fake.patch("queues", "", "q", [{"op": "replace", "path": "/spec/weight", "value": 3}],
+                      content_type=JSON_PATCH)["spec"]["weight"] == 3
+    with pytest.raises(ApiError) as refused:
+        fake.patch("queues", "", "q", {"spec": {"weight": -3}})
+    assert refused.value.code == 422 and "spec.weight" in refused.value.message
+    assert [kind for kind, _ in fake.events("queues")] == ["ADDED", "MODIFIED", "MODIFIED"]
+    fake.delete("queues", "", "q")
+    assert fake.get("queues", "", "q") is None and fake.deletions[-1] == ("queues.sluice.io", "", "q", "Background")
+    with pytest.raises(KeyError):
+        fake.get("widgets", "", "w")
+
+
+def test_a_watch_of_custom_objects_ends_when_their_crd_goes(fake, ext, custom):
+    ext.create_custom_resource_definition(queue_crd(), _preload_content=False)
+    custom.create_cluster_custom_object("sluice.io", "v1", "queues", queue("q"))
+    lines: list[dict] = []
+
+    def watch():
+        response = custom.list_cluster_custom_object("sluice.io", "v1", "queues", watch=True, timeout_seconds=30,
+                                                     _preload_content=False)
+        lines.extend(json.loads(line) for line in response.data.decode().splitlines() if line.strip())
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    wait_until(lambda: fake.requests_matching("GET", "/queues$", watch="true"), what="the watch to start")
+    time.sleep(0.1)
+    started = time.monotonic()
+    ext.delete_custom_resource_definition("queues.sluice.io", _preload_content=False)
+    watcher.join(5)
+    assert not watcher.is_alive() and time.monotonic() - started < 5
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in lines] == [("ADDED", "q"), ("DELETED", "q")]
+
+
+def test_delete_collection(fake, ext, custom, batch):
+    ext.create_custom_resource_definition(queue_crd(), _preload_content=False)
+    for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+        document = queue(name)
+        document["metadata"]["labels"] = {"team": team}
+        custom.create_cluster_custom_object("sluice.io", "v1", "queues", document)
+    gone = custom.delete_collection_cluster_custom_object("sluice.io", "v1", "queues", label_selector="team=x")
+    assert sorted(o["metadata"]["name"] for o in gone["items"]) == ["a", "b"]
+    assert [o["metadata"]["name"] for o in fake.list("queues")] == ["c"]
+    batch.create_namespaced_job(NS, job("one"), _preload_content=False)
+    batch.delete_collection_namespaced_job(NS, _preload_content=False)
+    assert fake.list("jobs", NS) == []
+
+
+def test_strategic_merge_of_lists(fake, batch, core):
+    document = job(suspend=True)
+    document["spec"]["template"]["spec"]["tolerations"] = [{"key": "a", "operator": "Exists"}]
+    batch.create_namespaced_job(NS, document, _preload_content=False)
+    patched = body(batch.patch_namespaced_job("j", NS, {"spec": {"template": {"spec": {
+        "tolerations": [{"key": "b", "operator": "Exists"}]}}}}, _preload_content=False))
+    assert patched["spec"]["template"]["spec"]["tolerations"] == [{"key": "b", "operator": "Exists"}]  # replaced
+    status, answer = error(batch.patch_namespaced_job, "j", NS, {"spec": {"template": {"spec": {"containers": [
+        {"image": "no-name"}]}}}})
+    assert status == 400 and "does not contain declared merge key: name" in answer["message"]
+    # containers merge by name (a pod's images may change)
+    containers = [{"name": "main", "image": "a:1", "env": [{"name": "A", "value": "1"}]},
+                  {"name": "side", "image": "s:1"}]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"restartPolicy": "Never", "containers": containers}}
+    core.create_namespaced_pod(NS, pod, _preload_content=False)
+    merged = body(core.patch_namespaced_pod("p", NS, {"spec": {"containers": [{"name": "side", "image": "s:2"}]}},
+                                            _preload_content=False))
+    assert [(c["name"], c["image"]) for c in merged["spec"]["containers"]] == [("main", "a:1"), ("side", "s:2")]
+    # a container's env merges by name, $patch: delete removes an element, $patch: replace a whole list
+    spec = {"spec": {"containers": [{"name": "m", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]}}
+    out = strategic_merge_patch(spec, {"spec": {"containers": [{"name": "m", "env": [
+        {"name": "B", "value": "3"}, {"name": "C", "value": "4"}, {"name": "A", "$patch": "delete"}]}]}})
+    assert out["spec"]["containers"][0]["env"] == [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]
+    out = strategic_merge_patch(spec, {"spec": {"containers": [{"name": "n"}, {"$patch": "replace"}]}})
+    assert out["spec"]["containers"] == [{"name": "n"}]
+    out = strategic_merge_patch({"metadata": {"labels": {"a": "1", "b": "2"}}},
+                                {"metadata": {"labels": {"$patch": "replace", "c": "3"}}})
+    assert out["metadata"]["labels"] == {"c": "3"}
+
+
+def test_bodies_of_the_wrong_shape_are_refused_not_crashed_on(fake, batch, ext, custom):
+    batch.create_namespaced_job(NS, job(suspend=True), _preload_content=False)
+    status, answer = error(batch.patch_namespaced_job, "j", NS, {"spec": {"template": "a string"}},
+                           _content_type=MERGE)
+    assert (status, answer["reason"]) == (422, "Invalid")
+    ext.create_custom_resource_definition(queue_crd(), _preload_content=False)
+    raw = urllib3.PoolManager()
+    answer = raw.request("POST", f"{fake.url}/apis/sluice.io/v1/queues", headers={"Content-Type": "application/json"},
+                         body=json.dumps({**queue("w"), "metadata": {"name": "w", "labels": ["x"]}}).encode())
+    assert answer.status == 422
+    answer = raw.request("PUT", f"{fake.url}/apis/batch/v1/namespaces/{NS}/jobs/j", body=b"[1, 2]",
+                         headers={"Content-Type": "application/json"})
+    assert answer.status == 400
+    answer = raw.request("POST", f"{fake.url}/apis/sluice.io/v1/queues", body=b"{",
+                         headers={"Content-Type": "application/json"})
+    assert answer.status == 400
+    assert error(custom.create_cluster_custom_object, "sluice.io", "v1", "queues",
+                 {**queue("v"), "kind": "Line"})[0] == 400
