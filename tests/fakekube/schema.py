@@ -12,7 +12,8 @@ is not an integer), `x-kubernetes-int-or-string`, `nullable`, `enum`, `minimum`/
 `multipleOf`, `minLength`/`maxLength`, `pattern`, `minItems`/`maxItems`, `minProperties`/`maxProperties`,
 `required`, `properties`, `additionalProperties` (schema), `items`, `allOf`/`anyOf`/`oneOf`/`not`, and the
 uniqueness of `x-kubernetes-list-type: set|map` lists. `format` is not checked; nor are
-`x-kubernetes-validations` (CEL) rules.
+`x-kubernetes-validations` (CEL) rules. A `pattern` is Go's RE2 syntax: Python's `re` reads it, or the
+`regex` package (when installed) what `re` cannot (such as Unicode classes); a pattern neither reads is not checked.
 
 CRDs (`crd_errors`): the name is `plural.group`, the group a domain with a dot, scope and names, exactly
 one storage version and unique version names, a schema for every version, each schema structural (every
@@ -40,6 +41,29 @@ _DNS1035_MESSAGE = ("a DNS-1035 label must consist of lower case alphanumeric ch
                     "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 _COLUMN_TYPES = ("boolean", "date", "integer", "number", "string")
 _COLUMN_FORMATS = ("byte", "date", "date-time", "double", "float", "int32", "int64", "password")
+
+
+_PATTERNS: dict[str, object] = {}
+
+
+def _pattern(text: str):
+    """A schema pattern compiled (Go's RE2 syntax: Python's `re`, or the `regex` package for what `re` lacks,
+    such as \\p{L}); None when neither can read it and no checker is at hand (then it is not checked). Raises
+    re.error for a pattern that is invalid."""
+    if text not in _PATTERNS:
+        try:
+            _PATTERNS[text] = re.compile(text)
+        except re.error:
+            try:
+                import regex
+            except ImportError:
+                _PATTERNS[text] = None
+            else:
+                try:
+                    _PATTERNS[text] = regex.compile(text)
+                except regex.error as exc:
+                    raise re.error(str(exc)) from None
+    return _PATTERNS[text]
 
 
 def go_value(value: object) -> str:
@@ -224,10 +248,12 @@ def _number(value: float, schema: dict, path: str, where: str, errors: list) -> 
 
 def _string(value: str, schema: dict, path: str, where: str, errors: list) -> None:
     if schema.get("maxLength") is not None and len(value) > schema["maxLength"]:
-        errors.append((path, f"Too long: may not be more than {schema['maxLength']} bytes"))
+        unit = "byte" if schema["maxLength"] == 1 else "bytes"
+        errors.append((path, f"Too long: may not be more than {schema['maxLength']} {unit}"))
     if schema.get("minLength") is not None and len(value) < schema["minLength"]:
         _invalid(errors, path, value, f"{where} in body should be at least {schema['minLength']} chars long")
-    if schema.get("pattern") and not re.search(schema["pattern"], value):
+    compiled = _pattern(schema["pattern"]) if schema.get("pattern") else None
+    if compiled is not None and not compiled.search(value):
         _invalid(errors, path, value, f"{where} in body should match '{schema['pattern']}'")
 
 
@@ -428,7 +454,7 @@ def _node_errors(node: dict, where: str, level: str, errors: list) -> None:
         errors.append((f"{where}.items", "Required value: must be specified"))
     if node.get("pattern") is not None:
         try:
-            re.compile(node["pattern"])
+            _pattern(node["pattern"])
         except (re.error, TypeError) as exc:
             errors.append((f"{where}.pattern", f"Invalid value: {go_value(node['pattern'])}: must be a valid regular "
                                                f"expression, but isn't: {exc}"))
