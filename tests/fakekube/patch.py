@@ -71,12 +71,13 @@ def merge_patch(target: object, patch: object) -> object:
 _DELETE = object()
 
 
-def strategic_merge_patch(target: dict, patch: dict) -> dict:
-    """A strategic merge patch on a built-in object (see the module docstring for the list strategies)."""
+def strategic_merge_patch(target: dict, patch: dict, *, merge_lists: bool = True) -> dict:
+    """A strategic merge patch on a built-in object (see the module docstring for the list strategies;
+    merge_lists False for a kind none of whose lists has a patch strategy, as CustomResourceDefinition)."""
     if not isinstance(patch, dict):
         raise PatchError(400, "the body of the request was in an unknown format: a strategic merge patch must be "
                               "a JSON object")
-    result = _smp_map(target if isinstance(target, dict) else {}, patch, ())
+    result = _smp_map(target if isinstance(target, dict) else {}, patch, (), _MERGE_KEYS if merge_lists else {})
     return {} if result is _DELETE else result
 
 
@@ -90,12 +91,7 @@ def _strip(value: object) -> object:
     return copy.deepcopy(value)
 
 
-def _strategy(path: tuple[str, ...], key: str) -> object | None:
-    parent = path[-1] if path else ""
-    return _MERGE_KEYS.get((parent, key))
-
-
-def _smp_map(original: dict, patch: dict, path: tuple[str, ...]) -> object:
+def _smp_map(original: dict, patch: dict, path: tuple[str, ...], table: dict) -> object:
     directive = patch.get("$patch")
     if directive == "delete":
         return _DELETE
@@ -119,13 +115,14 @@ def _smp_map(original: dict, patch: dict, path: tuple[str, ...]) -> object:
         if value is None:
             result.pop(key, None)
         elif isinstance(value, dict):
-            merged = _smp_map(result[key] if isinstance(result.get(key), dict) else {}, value, (*path, key))
+            merged = _smp_map(result[key] if isinstance(result.get(key), dict) else {}, value, (*path, key), table)
             if merged is _DELETE:
                 result.pop(key, None)
             else:
                 result[key] = merged
         elif isinstance(value, list):
-            result[key] = _smp_list(result.get(key), value, (*path, key), _strategy(path, key))
+            result[key] = _smp_list(result.get(key), value, (*path, key), table.get((path[-1] if path else "", key)),
+                                    table)
         else:
             result[key] = copy.deepcopy(value)
     retain = patch.get("$retainKeys")
@@ -136,7 +133,7 @@ def _smp_map(original: dict, patch: dict, path: tuple[str, ...]) -> object:
     return result
 
 
-def _smp_list(original: object, patch: list, path: tuple[str, ...], strategy: object | None) -> list:
+def _smp_list(original: object, patch: list, path: tuple[str, ...], strategy: object | None, table: dict) -> list:
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch) or strategy is None \
             or not isinstance(original, list):
         return _strip(patch)
@@ -163,7 +160,7 @@ def _smp_list(original: object, patch: list, path: tuple[str, ...], strategy: ob
         elif index is None:
             result.append(_strip(item))
         else:
-            merged = _smp_map(result[index], item, path)
+            merged = _smp_map(result[index], item, path, table)
             if merged is _DELETE:
                 del result[index]
             else:

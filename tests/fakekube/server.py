@@ -1389,7 +1389,7 @@ class FakeKube:
                                           "be a JSON object")
                 patched = merge_patch(current, body)
             else:
-                patched = strategic_merge_patch(current, body)
+                patched = strategic_merge_patch(current, body, merge_lists=resource is not CRDS)
         except PatchError as exc:
             if exc.code == 422:
                 raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
