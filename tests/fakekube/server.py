@@ -52,9 +52,11 @@ real `kubernetes` client library runs unchanged against it. It serves what the a
   (uid, resourceVersion: 409 when they do not hold): pods on a node terminate gracefully
   (deletionTimestamp first, gone `pod_termination_s` later, or held with grace 0 by finalizers); a Job
   deleted `Foreground` keeps a `foregroundDeletion` finalizer until its pods are gone, `Background` goes
-  at once (or when its finalizers are gone) and its pods after, `Orphan` leaves them without an owner;
-  other kinds treat every policy as Background (they have no dependents here). A delete that removed
-  the object answers a Success Status (pods and namespaces: the object), one that did not the object;
+  at once (or when its finalizers are gone) and its pods after, `Orphan` leaves them without an owner (a
+  Job deleted with no policy is orphaning, batch/v1's default; kubectl sends Background); other kinds
+  treat every policy as Background (they have no dependents here); the legacy `orphanDependents` works.
+  A delete that removed the object answers a Success Status (pods and namespaces: the object), one that
+  did not the object;
 - the API server's answers: 201 on create, 409 AlreadyExists, 404 NotFound (also for a missing
   namespace, `jobs.batch "x" not found`), 422 Invalid (`Job.batch "j" is invalid: spec.x: ...`, several
   errors in brackets, each a cause with its field and reason) after validating every object written
@@ -2143,7 +2145,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if not isinstance(options, dict):
                     raise ApiError(400, "BadRequest", "the body of the request was in an unknown format: "
                                                       "DeleteOptions must be an object")
-                propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+                orphan = query.get("orphanDependents", options.get("orphanDependents"))
+                legacy = None if orphan is None else ("Orphan" if orphan in (True, "true") else "Background")
+                # without a policy, batch/v1 Jobs orphan their pods (the Job strategy's default), the rest is
+                # Background
+                propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or legacy \
+                    or ("Orphan" if resource.key == "jobs" else "Background")
                 grace = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
                 grace = None if grace is None else int(grace)
                 with fake._cond:

@@ -123,8 +123,8 @@ def test_front_door_flow_of_a_suspended_job(fake, batch):
     assert condition(running, "SluiceAdmitted")["reason"] == "Queued"
     assert [kind for kind, _ in fake.events("jobs", since)] == ["MODIFIED"] * 4  # taken, admitted, resumed, counted
 
-    # the user deletes it: the finalizer keeps it until the agent lets go
-    gone = body(batch.delete_namespaced_job("train", NS, _preload_content=False))
+    # the user deletes it (kubectl sends Background): the finalizer keeps it until the agent lets go
+    gone = body(batch.delete_namespaced_job("train", NS, propagation_policy="Background", _preload_content=False))
     assert gone["metadata"]["deletionTimestamp"] and fake.get("jobs", NS, "train") is not None
     status, answer = error(batch.patch_namespaced_job, "train", NS, {"metadata": {"finalizers": ["other.io/x"]}})
     assert (status, answer["reason"]) == (422, "Invalid")
@@ -361,7 +361,7 @@ def test_finalizers_hold_a_deletion(fake, batch, core):
     assert [kind for kind, _ in fake.events("jobs", rv)] == ["MODIFIED"]
     assert fake.get("pods", NS, pod["metadata"]["name"]) is not None  # its owner is still there
     # deleting it again changes nothing
-    again = body(batch.delete_namespaced_job("j", NS, _preload_content=False))
+    again = body(batch.delete_namespaced_job("j", NS, propagation_policy="Background", _preload_content=False))
     assert again["metadata"]["resourceVersion"] == meta["resourceVersion"]
     # no new finalizer while it is being deleted, through any write
     status, answer = error(batch.patch_namespaced_job, "j", NS, [{"op": "add", "path": "/metadata/finalizers/-",
@@ -406,6 +406,18 @@ def test_finalizers_with_foreground_deletion_and_preconditions(fake, batch):
     batch.patch_namespaced_job("j", NS, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["sluice.io/a"]}},
                                _preload_content=False)
     assert fake.get("jobs", NS, "j") is None
+
+
+def test_a_job_deleted_without_a_policy_orphans_its_pods(fake, batch):
+    batch.create_namespaced_job(NS, job("bare"), _preload_content=False)
+    batch.create_namespaced_job(NS, job("legacy"), _preload_content=False)
+    answer = body(batch.delete_namespaced_job("bare", NS, _preload_content=False))
+    assert (answer["kind"], answer["status"], answer["details"]["kind"]) == ("Status", "Success", "jobs")
+    batch.delete_namespaced_job("legacy", NS, body={"orphanDependents": False}, _preload_content=False)
+    assert fake.deletions[-2:] == [("jobs", NS, "bare", "Orphan"), ("jobs", NS, "legacy", "Background")]
+    wait_until(lambda: len(fake.list("pods", NS)) == 1, what="the legacy Job's pod to go")
+    [orphan] = fake.list("pods", NS)
+    assert orphan["metadata"]["labels"]["job-name"] == "bare" and "ownerReferences" not in orphan["metadata"]
 
 
 def test_finalizer_names_are_validated(batch):
