@@ -13,7 +13,9 @@ real `kubernetes` client library runs unchanged against it. It serves what the a
 - watch (`?watch=true`): a chunked stream of JSON lines `{"type": ..., "object": ...}` from a
   resourceVersion, with `allowWatchBookmarks` and `timeoutSeconds`; a resourceVersion older than the
   retained history gets the API server's `ERROR` event with a 410 Expired Status, a list request with
-  one gets a 410 response; the watch of a custom resource ends when its CRD goes;
+  one gets a 410 response; with selectors, a change that brings an object into the selection comes as
+  ADDED and one that takes it out as DELETED (the object as it was); the watch of a custom resource ends
+  when its CRD goes;
 - pod logs (`GET .../pods/{name}/log`, text/plain) with `container`, `tailLines`, `timestamps`,
   `sinceSeconds`, `limitBytes`, `previous` and `follow`: a chunked stream of the lines so far, then of
   each line appended, ending when the container terminates, the pod is deleted or the server stops. An
@@ -719,7 +721,9 @@ class FakeKube:
         self._served: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES.values()}
         self._kinds: dict[str, Resource] = dict(RESOURCES)  # store key -> the resource it is stored as
         self._syncing: set[str] = set()  # the Jobs the controller is syncing now (their pods' changes wait)
-        self._history: list[tuple[int, str, str, dict]] = []  # (rv, plural, type, object)
+        # (rv, store key, type, object, the object before: a watch with selectors tells entering from leaving)
+        self._history: list[tuple[int, str, str, dict, dict | None]] = []
+        self._last: dict[tuple[str, str, str], dict] = {}  # the last recorded state of every object
         self._compacted = 0  # watches from a resourceVersion below this get 410
         self._watch_generation = 0  # bumped by break_watches
         self._faults: list[_Fault] = []
@@ -855,7 +859,7 @@ class FakeKube:
         deliver them (while the history holds them)."""
         with self._cond:
             key = self._store(plural)
-            return [(kind, copy.deepcopy(obj)) for rv, store, kind, obj in self._history
+            return [(kind, copy.deepcopy(obj)) for rv, store, kind, obj, _ in self._history
                     if store == key and rv > int(since or 0)]
 
     def delete(self, plural: str, namespace: str, name: str, propagation: str = "Background") -> None:
@@ -1090,7 +1094,12 @@ class FakeKube:
         return str(self._rv)
 
     def _record(self, plural: str, kind: str, obj: dict) -> None:
-        self._history.append((int(obj["metadata"]["resourceVersion"]), plural, kind, copy.deepcopy(obj)))
+        recorded = copy.deepcopy(obj)
+        identity = (plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        before = self._last.pop(identity, None) if kind == "DELETED" else self._last.get(identity)
+        if kind != "DELETED":
+            self._last[identity] = recorded
+        self._history.append((int(obj["metadata"]["resourceVersion"]), plural, kind, recorded, before))
         if len(self._history) > self.history_limit:
             dropped = self._history[: len(self._history) - self.history_limit]
             del self._history[: len(dropped)]
@@ -2030,6 +2039,17 @@ def _count_param(query: dict, key: str) -> int | None:
     return value
 
 
+def _filtered(kind: str, obj: dict, before: dict | None, match) -> tuple[str | None, dict]:
+    """The event a watch with selectors sees, as the API server's watch cache sends it: a change that brings
+    an object into the selection is ADDED, one that takes it out DELETED (with the object as it was)."""
+    if kind != "MODIFIED":
+        return (kind if match(obj) else None), obj
+    now, was = match(obj), before is not None and match(before)
+    if now:
+        return ("MODIFIED" if was else "ADDED"), obj
+    return ("DELETED", before) if was else (None, obj)
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         pass  # a client that hangs up (a stopped watch, a closed pool) is not an error here
@@ -2283,9 +2303,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if not events and (gone or time.monotonic() >= deadline):
                     self._chunk(b"")  # the server's timeout (or the kind is no longer served): a clean end
                     return
-                for rv, _, kind, obj in events:
+                for rv, _, kind, obj, before in events:
                     position = rv
-                    if match(obj):
+                    kind, obj = _filtered(kind, obj, before, match)
+                    if kind is not None:
                         if resource.crd:
                             obj = {**obj, "apiVersion": resource.api_version}
                         self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")

@@ -244,6 +244,23 @@ def test_patch_cluster_scoped_objects_and_a_real_watch(fake, core):
     assert events[0]["object"]["metadata"]["labels"]["pool"] == "gpu"
 
 
+def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it(fake, batch):
+    listed = body(batch.list_namespaced_job(NS, _preload_content=False))
+    batch.create_namespaced_job(NS, job("a", suspend=True, labels={"sluice.io/queue": "q"}), _preload_content=False)
+    batch.create_namespaced_job(NS, job("b", suspend=True), _preload_content=False)
+    batch.patch_namespaced_job("b", NS, {"metadata": {"labels": {"sluice.io/queue": "q"}}}, _preload_content=False)
+    batch.patch_namespaced_job("a", NS, {"metadata": {"labels": {"sluice.io/queue": None}}}, _preload_content=False)
+    batch.patch_namespaced_job("a", NS, {"metadata": {"annotations": {"x": "y"}}}, _preload_content=False)
+    response = batch.list_namespaced_job(NS, watch=True, label_selector="sluice.io/queue",
+                                         resource_version=listed["metadata"]["resourceVersion"], timeout_seconds=1,
+                                         _preload_content=False)
+    events = [json.loads(line) for line in response.data.decode().splitlines() if line.strip()]
+    seen = [(e["type"], e["object"]["metadata"]["name"]) for e in events]
+    # a: created (and suspended by the controller), then its label goes; b: labelled later
+    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b"), ("DELETED", "a")]
+    assert events[-1]["object"]["metadata"]["labels"] == {"sluice.io/queue": "q"}  # as it was when it left
+
+
 def test_pod_updates_are_limited_as_the_api_server_limits_them(fake, core):
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "a:1"}]}}
