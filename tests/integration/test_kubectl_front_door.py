@@ -118,6 +118,16 @@ def wait_annotated(fake: FakeKube, name: str, states: tuple[str, ...], timeout: 
     return annotations(fake, name)
 
 
+def condition_of(fake: FakeKube, name: str) -> dict:
+    conditions = ((fake.get("jobs", "team-a", name) or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "SluiceJob"), {})
+
+
+def wait_condition(fake: FakeKube, name: str, reason: str) -> None:
+    wait_until(lambda: condition_of(fake, name).get("reason") == reason, 10,
+               what=f"Job {name}'s SluiceJob condition {reason} (it is {condition_of(fake, name)})")
+
+
 def test_a_job_created_in_cluster_a_runs_on_b_and_its_state_returns_to_a(dispatcher, fakes, agents, kubectl):
     a, b = fakes["kube-a"], fakes["kube-b"]
     agents.start("kube-b")
@@ -138,14 +148,13 @@ def test_a_job_created_in_cluster_a_runs_on_b_and_its_state_returns_to_a(dispatc
     pods = attempt_pods(b, job_id, 1)
     assert len(pods) == 2 and {p["metadata"]["namespace"] for p in pods} == {"ml"}
     assert not a.list("pods")
+    wait_condition(a, "train", "Succeeded")
     origin = a.get("jobs", "team-a", "train")
     assert origin["spec"]["suspend"] is True
     assert "sluice.io/cancel-on-delete" not in (origin["metadata"].get("finalizers") or [])  # its job ended
-    [condition] = [c for c in origin["status"]["conditions"] if c["type"] == "SluiceJob"]
-    assert condition["reason"] == "Succeeded"
-    assert f"Sluice job {job_id}: succeeded on cluster kube-b" in condition["message"]
+    assert f"Sluice job {job_id}: succeeded on cluster kube-b" in condition_of(a, "train")["message"]
     reasons = [e["reason"] for e in a.list("events", "team-a") if e["involvedObject"]["name"] == "train"]
-    assert "Succeeded" in reasons and reasons[0] in ("Queued", "Dispatched", "Running")
+    assert {"Queued", "Succeeded"} <= set(reasons)  # each change an Event (one may be lost to the kill -9)
 
 
 def test_deleting_the_job_in_a_cancels_its_job_on_b(dispatcher, fakes, agents, kubectl):
@@ -169,8 +178,7 @@ def test_a_job_its_namespace_may_not_submit_is_marked_refused_and_nothing_runs(d
     kubectl.create_namespaced_job("team-a", user_job("sneaky", queue="private"))
     refused = wait_annotated(a, "sneaky", ("REFUSED",))
     assert "'private' is not a queue namespace 'team-a' may submit to (vision)" in refused["sluice.io/reason"]
-    [condition] = [c for c in a.get("jobs", "team-a", "sneaky")["status"]["conditions"] if c["type"] == "SluiceJob"]
-    assert condition["reason"] == "Refused"
+    wait_condition(a, "sneaky", "Refused")
     assert "sluice.io/cancel-on-delete" not in (a.get("jobs", "team-a", "sneaky")["metadata"].get("finalizers") or [])
     assert dispatcher.client.list() == []
     # Fixed by its owner (the label), it is sent again and submitted.

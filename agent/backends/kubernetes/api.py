@@ -167,13 +167,16 @@ class KubeApi:
                 return False
             raise error from exc
 
-    def patch(self, plural: str, namespace: str, name: str, body: dict, *, status: bool = False) -> dict:
+    def patch(self, plural: str, namespace: str, name: str, body: dict, *, status: bool = False,
+              strategic: bool = False) -> dict:
         """A JSON merge patch (RFC 7386) of one namespaced object, or of its status subresource; the object
-        as patched. A `metadata.resourceVersion` in the body makes it conditional (409 when it moved on)."""
+        as patched. A `metadata.resourceVersion` in the body makes it conditional (409 when it moved on).
+        strategic: a strategic merge patch instead, whose lists merge by their keys (a condition by its type)."""
         group, method = _PATCHES[(plural, status)]
+        kind = "strategic-merge-patch" if strategic else "merge-patch"
         try:
             response = getattr(self._groups[group], method)(
-                name, namespace, body, _content_type="application/merge-patch+json", _preload_content=False,
+                name, namespace, body, _content_type=f"application/{kind}+json", _preload_content=False,
                 _request_timeout=self._timeout())
             return json.loads(response.data)
         except _CLIENT_ERRORS as exc:
@@ -185,8 +188,11 @@ class KubeApi:
     def read_pod(self, namespace: str, name: str) -> dict | None:
         return self._read_core(self._groups["core"].read_namespaced_pod, name, namespace)
 
+    def read_job(self, namespace: str, name: str) -> dict | None:
+        return self._read_core(self._groups["batch"].read_namespaced_job, name, namespace)
+
     def _read_core(self, read, *names: str) -> dict | None:
-        """One object by a core-group read method; None when it does not exist."""
+        """One object by a read method; None when it does not exist."""
         try:
             return json.loads(read(*names, _preload_content=False, _request_timeout=self._timeout()).data)
         except _CLIENT_ERRORS as exc:

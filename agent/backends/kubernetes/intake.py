@@ -145,44 +145,37 @@ class JobIntake:
                     seen.sent_at = float("-inf")  # asked again at once: its answer is mirrored then
 
     def _mirror(self, job: dict, answer: IntakeAnswer) -> None:
+        """Write the answer onto the Job where it does not show it yet: the annotations and finalizer (against
+        the Job as read now, conditional on its version), an Event when the state changed, the condition."""
+        if _mirrored(job, answer):
+            return
+        state = answer.state if answer.job_id else REFUSED
+        condition = _condition(answer, state, self._now())
         metadata = job.get("metadata") or {}
         namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
-        annotations = metadata.get("annotations") or {}
-        state = answer.state if answer.job_id else REFUSED
-        wanted = _annotations(answer, state)
-        finalizers = list(metadata.get("finalizers") or [])
-        keep = bool(answer.job_id) and state not in FINAL and not metadata.get("deletionTimestamp")
-        new_finalizers = ([*finalizers, FINALIZER] if keep and FINALIZER not in finalizers
-                          else [f for f in finalizers if f != FINALIZER or keep])
-        changed = {k: v for k, v in wanted.items() if annotations.get(k) != v}
-        if changed or new_finalizers != finalizers:
-            patch: dict = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}}
-            if changed:
-                patch["metadata"]["annotations"] = changed
-            if new_finalizers != finalizers:
-                patch["metadata"]["finalizers"] = new_finalizers
-            if new_finalizers or not metadata.get("deletionTimestamp"):
-                job = self._api.patch("jobs", namespace, name, patch)
-            else:  # the last finalizer off a Job being deleted: it goes now
-                self._api.patch("jobs", namespace, name, patch)
-                return
-        condition = _condition(answer, state, self._now())
-        conditions = list((job.get("status") or {}).get("conditions") or [])
-        mine = next((c for c in conditions if c.get("type") == CONDITION), None)
-        if mine is None or (mine.get("reason"), mine.get("message")) != (condition["reason"], condition["message"]):
-            if mine is not None and mine.get("reason") == condition["reason"]:
-                condition["lastTransitionTime"] = mine.get("lastTransitionTime", condition["lastTransitionTime"])
-            others = [c for c in conditions if c.get("type") != CONDITION]
-            self._api.patch("jobs", namespace, name, {
-                "metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion")},
-                "status": {"conditions": [*others, condition]}}, status=True)
-        if annotations.get(STATE_ANNOTATION) != state:
+        job = self._api.read_job(namespace, name)  # the watch may lag behind this agent's own last write
+        if job is None or _uid(job) != answer.uid:
+            return
+        before = ((job.get("metadata") or {}).get("annotations") or {}).get(STATE_ANNOTATION)
+        patch = _changes(job, answer, state)
+        if patch is not None:
+            job = self._api.patch("jobs", namespace, name, patch)
+            if (job.get("metadata") or {}).get("deletionTimestamp") and not job["metadata"].get("finalizers"):
+                return  # its last finalizer came off: the Job is gone
+        if before != state:
             event = event_manifest({**job, "kind": "Job"}, condition["reason"], condition["message"],
                                    warning=state in (REFUSED, "FAILED"), at=self._now())
             try:
                 self._api.create("events", namespace, event)
             except KubeError as exc:
                 log.debug("kubernetes: event not recorded", extra={"error": str(exc)})
+        if not _condition_current(job, condition):
+            mine = _condition_of(job)
+            if mine is not None and mine.get("reason") == condition["reason"]:
+                condition["lastTransitionTime"] = mine.get("lastTransitionTime", condition["lastTransitionTime"])
+            # Strategic: conditions merge by type, so the Job controller's own are left as they are.
+            self._api.patch("jobs", namespace, name, {"status": {"conditions": [condition]}}, status=True,
+                            strategic=True)
 
     @staticmethod
     def _now() -> str:
@@ -193,11 +186,39 @@ def _uid(obj: dict) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def _mirrored(job: dict, answer: IntakeAnswer) -> bool:
-    """Whether the Job shows its ended job's state and holds no finalizer of Sluice's any more."""
+def _changes(job: dict, answer: IntakeAnswer, state: str) -> dict | None:
+    """The merge patch that makes the Job's annotations and finalizers say the answer (None: they do),
+    conditional on the version it was computed from (the finalizers list is written whole)."""
     metadata = job.get("metadata") or {}
-    return ((metadata.get("annotations") or {}).get(STATE_ANNOTATION) == answer.state
-            and FINALIZER not in (metadata.get("finalizers") or []))
+    annotations = metadata.get("annotations") or {}
+    changed = {k: v for k, v in _annotations(answer, state).items() if annotations.get(k) != v}
+    finalizers = list(metadata.get("finalizers") or [])
+    keep = bool(answer.job_id) and state not in FINAL and not metadata.get("deletionTimestamp")
+    wanted = [*finalizers, FINALIZER] if keep and FINALIZER not in finalizers else [
+        f for f in finalizers if f != FINALIZER or keep]
+    if not changed and wanted == finalizers:
+        return None
+    patch: dict = {"metadata": {"resourceVersion": metadata.get("resourceVersion")}}
+    if changed:
+        patch["metadata"]["annotations"] = changed
+    if wanted != finalizers:
+        patch["metadata"]["finalizers"] = wanted
+    return patch
+
+
+def _condition_of(job: dict) -> dict | None:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION), None)
+
+
+def _condition_current(job: dict, condition: dict) -> bool:
+    mine = _condition_of(job)
+    return mine is not None and (mine.get("reason"), mine.get("message")) == (condition["reason"], condition["message"])
+
+
+def _mirrored(job: dict, answer: IntakeAnswer) -> bool:
+    """Whether the Job already says all of the answer (annotations, finalizer, condition)."""
+    state = answer.state if answer.job_id else REFUSED
+    return _changes(job, answer, state) is None and _condition_current(job, _condition(answer, state, ""))
 
 
 def _signature(job: dict, deleting: bool) -> tuple:
