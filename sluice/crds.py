@@ -250,6 +250,8 @@ def _cluster_spec() -> dict:
                                               "queues": {**_names("The queues its Jobs may name (at least one)."),
                                                          "minItems": 1},
                                           }, required=("user", "queues"))},
+                           "adminObjects": _boolean("The management cluster: its agent syncs the sluice.io "
+                                                    "custom resources to the dispatcher (default false)."),
                        }),
                        "simulated": _object("Cluster spec.simulated", o.SIMULATED_FIELDS,
                                             "For sluice up and tests: an in-process simulated agent.", {

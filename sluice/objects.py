@@ -38,7 +38,7 @@ BURST_FIELDS = ("allowed", "after")
 POD_POLICY_SPEC_FIELDS = POD_POLICY_FIELDS + ("serviceAccounts",)
 PROMETHEUS_FIELDS = ("url", "selector", "timeout", "retries", "headers", "queries")
 ELASTIC_FIELDS = ("maxNodes", "provisioningDelay", "scaleDownAfter", "node")
-KUBERNETES_FIELDS = ("namespaces", "createNamespaces", "gangStartTimeout", "workload", "intake")
+KUBERNETES_FIELDS = ("namespaces", "createNamespaces", "gangStartTimeout", "workload", "intake", "adminObjects")
 INTAKE_FIELDS = ("user", "queues")
 SIMULATED_FIELDS = ("nodes", "node")
 BUDGET_FIELDS = ("perHour", "perDay")
@@ -186,10 +186,11 @@ class ClusterObject(_Kind, kind="Cluster",
     # For the kubernetes agent: "namespaces" {queue: namespace} (a queue not named maps to its own name),
     # "createNamespaces" bool, "gangStartTimeout" seconds, "workload" pods | jobs, "intake" {namespace:
     # {"user": name, "queues": (queue, ...)}}: the namespaces whose Jobs labelled sluice.io/queue the agent
-    # submits to Sluice (docs/user-guide.md, "Submitting with kubectl"), as whom and to which queues.
+    # submits to Sluice (docs/user-guide.md, "Submitting with kubectl"), as whom and to which queues;
+    # "adminObjects" bool: the management cluster, whose agent syncs the sluice.io custom resources.
     kubernetes: dict = field(default_factory=lambda: {"namespaces": {}, "createNamespaces": False,
                                                       "gangStartTimeout": DEFAULT_GANG_START_TIMEOUT_S,
-                                                      "workload": "pods", "intake": {}})
+                                                      "workload": "pods", "intake": {}, "adminObjects": False})
     simulated: SimulatedSpec | None = None
 
     def __post_init__(self) -> None:
@@ -217,6 +218,8 @@ class ClusterObject(_Kind, kind="Cluster",
                                             for ns, m in self.kubernetes["intake"].items()}
         else:
             spec["kubernetes"].pop("intake", None)
+        if not self.kubernetes.get("adminObjects"):
+            spec["kubernetes"].pop("adminObjects", None)
         if self.simulated is not None:
             spec["simulated"] = {"nodes": self.simulated.nodes, "node": format_resources(self.simulated.node)}
         return _document(self.kind, self.name, spec, self.labels)
@@ -309,7 +312,8 @@ def _kubernetes(value: object, path: str) -> dict:
                                            f"{path}.gangStartTimeout", positive=True),
             "workload": v.choice(v.get(k8s, "workload", "pods"), f"{path}.workload", WORKLOADS),
             "intake": {_namespace(ns, f"{path}.intake"): _intake(entry, f"{path}.intake.{ns}")
-                       for ns, entry in v.mapping(k8s.get("intake"), f"{path}.intake").items()}}
+                       for ns, entry in v.mapping(k8s.get("intake"), f"{path}.intake").items()},
+            "adminObjects": v.boolean(v.get(k8s, "adminObjects", False), f"{path}.adminObjects")}
 
 
 def _intake(value: object, path: str) -> dict:

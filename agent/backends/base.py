@@ -77,6 +77,30 @@ class IntakeAnswer:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class AdminResource:
+    """A sluice.io custom resource of the management cluster (kind: Queue, ServiceClass, Cluster, BurstPolicy)."""
+
+    kind: str
+    name: str
+    document: dict
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class AdminOutcome:
+    """How the dispatcher took one resource: accepted (applied, or deleted), or why not; a Queue's figures."""
+
+    kind: str
+    name: str
+    accepted: bool
+    message: str = ""
+    deleted: bool = False
+    guaranteed: str = ""
+    max: str = ""
+    used: str = ""
+
+
 class LogsGone(LookupError):
     """The cluster holds no pods of the attempt (never created, or deleted since), or none that the request
     names: there are no logs to read. Its words say which."""
@@ -106,7 +130,8 @@ class Backend(Protocol):
     def stop(self) -> None: ...
 
     # A backend that takes Jobs from its cluster's API server (kubernetes) also has `intake`, with
-    # `pending() -> list[IntakeMention]` (what to send now) and `answered(list[IntakeAnswer])`.
+    # `pending() -> list[IntakeMention]` (what to send now) and `answered(list[IntakeAnswer])`, and
+    # `admin_objects`, the same for AdminResource and AdminOutcome (the management cluster's sluice.io objects).
 
 
 def pod_requests(pod_spec: object) -> dict[str, int]:

@@ -22,7 +22,7 @@ from dispatcher.api.errors import translated
 from dispatcher.api.logs import LogRelay
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
 from dispatcher.metrics import DispatcherMetrics
-from dispatcher.services import intake, submitting
+from dispatcher.services import admin_sync, intake, submitting
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
@@ -116,7 +116,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         try:
             yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
                 cluster=cluster, heartbeat_seconds=max(1, int(self._heartbeat_s)),
-                cluster_spec_json=json.dumps(document), reads_batches=True, takes_intake=True))
+                cluster_spec_json=json.dumps(document), reads_batches=True, takes_intake=True,
+                takes_admin_resources=True))
             out.put_nowait(_POLL)
             sent = 0
             while True:
@@ -259,11 +260,14 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 if batch:
                     if (refused := await self._refusal(link)) is not None:
                         raise refused
-                    # Jobs from the cluster's API server are answered apart: a submit is no status record.
+                    # What the cluster's API server holds is answered apart: a submit is no status record.
                     for message in batch:
                         if message.WhichOneof("kind") == "intake":
                             out.put_nowait(await blocking(self._intake, link, message.intake))
-                    batch = [message for message in batch if message.WhichOneof("kind") != "intake"]
+                        elif message.WhichOneof("kind") == "admin_resources":
+                            out.put_nowait(await blocking(self._admin_resources, link, message.admin_resources))
+                    batch = [message for message in batch
+                             if message.WhichOneof("kind") not in ("intake", "admin_resources")]
                 if batch:
                     await self._apply(link, batch, state, out)
             if (error := await pump) is not None:
@@ -313,6 +317,21 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         return agents_pb2.DispatcherMessage(intake_answers=agents_pb2.IntakeAnswers(answers=[
             _intake_answer(next(answers)) if isinstance(doc, dict) else agents_pb2.IntakeAnswer(uid=job.uid, error=doc)
             for job, doc in zip(message.jobs, documents)]))
+
+    def _admin_resources(self, link: _Link, message: agents_pb2.AdminResources) -> agents_pb2.DispatcherMessage:
+        """Apply the management cluster's sluice.io resources and say how each went."""
+        if len(message.resources) > admin_sync.MAX_RESOURCES:
+            raise InvalidRequest(f"admin resources: {len(message.resources)} in one message, "
+                                 f"at most {admin_sync.MAX_RESOURCES}")
+        documents = [_resource_document(r) for r in message.resources]
+        resources = [admin_sync.Resource(r.kind, r.name, doc, r.deleting)
+                     for r, doc in zip(message.resources, documents) if isinstance(doc, dict)]
+        with self._sessions.begin() as session:
+            outcomes = iter(admin_sync.sync(session, link.cluster, resources))
+        return agents_pb2.DispatcherMessage(admin_outcomes=agents_pb2.AdminOutcomes(outcomes=[
+            _admin_outcome(next(outcomes)) if isinstance(doc, dict)
+            else agents_pb2.AdminOutcome(kind=r.kind, name=r.name, message=doc)
+            for r, doc in zip(message.resources, documents)]))
 
     def _apply_reports(self, link: _Link, batch: list, state: _LinkState) -> int:
         """Apply a batch with status reports in one transaction; the highest report seq it applied."""
@@ -417,6 +436,23 @@ def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
     except ValueError as exc:
         return f"the Job is not JSON: {exc}"
     return document if isinstance(document, dict) else "the Job is not a JSON object"
+
+
+def _resource_document(resource: agents_pb2.AdminResource) -> dict | str:
+    """A custom resource's object, or why it cannot be read (the resource is answered with that)."""
+    try:
+        document = json.loads(resource.document_json)
+    except ValueError as exc:
+        return f"the resource is not JSON: {exc}"
+    if not isinstance(document, dict):
+        return "the resource is not a JSON object"
+    return document
+
+
+def _admin_outcome(outcome: admin_sync.Outcome) -> agents_pb2.AdminOutcome:
+    return agents_pb2.AdminOutcome(kind=outcome.kind, name=outcome.name, accepted=outcome.accepted,
+                                   message=outcome.message, deleted=outcome.deleted, guaranteed=outcome.guaranteed,
+                                   max=outcome.max, used=outcome.used)
 
 
 def _intake_answer(answer: intake.Answer) -> agents_pb2.IntakeAnswer:

@@ -17,7 +17,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from sluice.v1 import jobs_pb2 as sluice_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sluice/v1/agents.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14sluice/v1/jobs.proto\"\xcc\x01\n\x08\x43\x61pacity\x12)\n\x0b\x61llocatable\x18\x01 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\"\n\x04\x66ree\x18\x02 \x01(\x0b\x32\x14.sluice.v1.Resources\x12/\n\x11largest_free_node\x18\x03 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\x17\n\x0f\x61pplied_through\x18\x04 \x01(\x03\x12\'\n\tnode_free\x18\x05 \x03(\x0b\x32\x14.sluice.v1.Resources\"\x9b\x01\n\rAttemptStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61\x64\x64ress\x18\x07 \x01(\t\"\x9a\x01\n\x05Hello\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12+\n\tinventory\x18\x03 \x03(\x0b\x32\x18.sluice.v1.AttemptStatus\x12%\n\x08\x63\x61pacity\x18\x04 \x01(\x0b\x32\x13.sluice.v1.Capacity\x12\x15\n\rreads_batches\x18\x05 \x01(\x08\"2\n\tHeartbeat\x12%\n\x08\x63\x61pacity\x18\x01 \x01(\x0b\x32\x13.sluice.v1.Capacity\"E\n\x0cStatusReport\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12(\n\x06status\x18\x02 \x01(\x0b\x32\x18.sluice.v1.AttemptStatus\"!\n\nCommandAck\x12\x13\n\x0b\x63ommand_ids\x18\x01 \x03(\x03\"\xb2\x02\n\x0c\x41gentMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.sluice.v1.HelloH\x00\x12)\n\theartbeat\x18\x02 \x01(\x0b\x32\x14.sluice.v1.HeartbeatH\x00\x12)\n\x06status\x18\x03 \x01(\x0b\x32\x17.sluice.v1.StatusReportH\x00\x12$\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x15.sluice.v1.CommandAckH\x00\x12)\n\x05\x62\x61tch\x18\x05 \x01(\x0b\x32\x18.sluice.v1.AgentMessagesH\x00\x12+\n\tlog_lines\x18\x06 \x01(\x0b\x32\x16.sluice.v1.PodLogLinesH\x00\x12#\n\x06intake\x18\x07 \x01(\x0b\x32\x11.sluice.v1.IntakeH\x00\x42\x06\n\x04kind\":\n\rAgentMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.sluice.v1.AgentMessage\"E\n\x0f\x44ispatchAttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x11\n\tspec_json\x18\x03 \x01(\t\"@\n\rCancelAttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x83\x01\n\nLogRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0b\n\x03pod\x18\x04 \x01(\t\x12\x0f\n\x07pod_set\x18\x05 \x01(\t\x12\x12\n\ntail_lines\x18\x06 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x07 \x01(\x08\"\x1d\n\x07LogStop\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\"n\n\x0bPodLogLines\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12!\n\x05lines\x18\x02 \x03(\x0b\x32\x12.sluice.v1.LogLine\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0c\n\x04gone\x18\x05 \x01(\x08\"b\n\tIntakeJob\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x15\n\rdocument_json\x18\x04 \x01(\t\x12\x10\n\x08\x64\x65leting\x18\x05 \x01(\x08\",\n\x06Intake\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.sluice.v1.IntakeJob\"{\n\x0cIntakeAnswer\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07\x63luster\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"9\n\rIntakeAnswers\x12(\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x17.sluice.v1.IntakeAnswer\"y\n\x07\x43ommand\x12\n\n\x02id\x18\x01 \x01(\x03\x12.\n\x08\x64ispatch\x18\x02 \x01(\x0b\x32\x1a.sluice.v1.DispatchAttemptH\x00\x12*\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x18.sluice.v1.CancelAttemptH\x00\x42\x06\n\x04kind\"}\n\x07Welcome\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x19\n\x11heartbeat_seconds\x18\x02 \x01(\x05\x12\x19\n\x11\x63luster_spec_json\x18\x03 \x01(\t\x12\x15\n\rreads_batches\x18\x04 \x01(\x08\x12\x14\n\x0ctakes_intake\x18\x05 \x01(\x08\"\x18\n\tStatusAck\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\xc8\x02\n\x11\x44ispatcherMessage\x12%\n\x07welcome\x18\x01 \x01(\x0b\x32\x12.sluice.v1.WelcomeH\x00\x12%\n\x07\x63ommand\x18\x02 \x01(\x0b\x32\x12.sluice.v1.CommandH\x00\x12*\n\nstatus_ack\x18\x03 \x01(\x0b\x32\x14.sluice.v1.StatusAckH\x00\x12.\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x1d.sluice.v1.DispatcherMessagesH\x00\x12%\n\x04logs\x18\x05 \x01(\x0b\x32\x15.sluice.v1.LogRequestH\x00\x12&\n\x08log_stop\x18\x06 \x01(\x0b\x32\x12.sluice.v1.LogStopH\x00\x12\x32\n\x0eintake_answers\x18\x07 \x01(\x0b\x32\x18.sluice.v1.IntakeAnswersH\x00\x42\x06\n\x04kind\"D\n\x12\x44ispatcherMessages\x12.\n\x08messages\x18\x01 \x03(\x0b\x32\x1c.sluice.v1.DispatcherMessage2N\n\x06\x41gents\x12\x44\n\x07\x43onnect\x12\x17.sluice.v1.AgentMessage\x1a\x1c.sluice.v1.DispatcherMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sluice/v1/agents.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14sluice/v1/jobs.proto\"\xcc\x01\n\x08\x43\x61pacity\x12)\n\x0b\x61llocatable\x18\x01 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\"\n\x04\x66ree\x18\x02 \x01(\x0b\x32\x14.sluice.v1.Resources\x12/\n\x11largest_free_node\x18\x03 \x01(\x0b\x32\x14.sluice.v1.Resources\x12\x17\n\x0f\x61pplied_through\x18\x04 \x01(\x03\x12\'\n\tnode_free\x18\x05 \x03(\x0b\x32\x14.sluice.v1.Resources\"\x9b\x01\n\rAttemptStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61\x64\x64ress\x18\x07 \x01(\t\"\x9a\x01\n\x05Hello\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12+\n\tinventory\x18\x03 \x03(\x0b\x32\x18.sluice.v1.AttemptStatus\x12%\n\x08\x63\x61pacity\x18\x04 \x01(\x0b\x32\x13.sluice.v1.Capacity\x12\x15\n\rreads_batches\x18\x05 \x01(\x08\"2\n\tHeartbeat\x12%\n\x08\x63\x61pacity\x18\x01 \x01(\x0b\x32\x13.sluice.v1.Capacity\"E\n\x0cStatusReport\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12(\n\x06status\x18\x02 \x01(\x0b\x32\x18.sluice.v1.AttemptStatus\"!\n\nCommandAck\x12\x13\n\x0b\x63ommand_ids\x18\x01 \x03(\x03\"\xe8\x02\n\x0c\x41gentMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.sluice.v1.HelloH\x00\x12)\n\theartbeat\x18\x02 \x01(\x0b\x32\x14.sluice.v1.HeartbeatH\x00\x12)\n\x06status\x18\x03 \x01(\x0b\x32\x17.sluice.v1.StatusReportH\x00\x12$\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x15.sluice.v1.CommandAckH\x00\x12)\n\x05\x62\x61tch\x18\x05 \x01(\x0b\x32\x18.sluice.v1.AgentMessagesH\x00\x12+\n\tlog_lines\x18\x06 \x01(\x0b\x32\x16.sluice.v1.PodLogLinesH\x00\x12#\n\x06intake\x18\x07 \x01(\x0b\x32\x11.sluice.v1.IntakeH\x00\x12\x34\n\x0f\x61\x64min_resources\x18\x08 \x01(\x0b\x32\x19.sluice.v1.AdminResourcesH\x00\x42\x06\n\x04kind\":\n\rAgentMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.sluice.v1.AgentMessage\"E\n\x0f\x44ispatchAttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x11\n\tspec_json\x18\x03 \x01(\t\"@\n\rCancelAttempt\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x83\x01\n\nLogRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0b\n\x03pod\x18\x04 \x01(\t\x12\x0f\n\x07pod_set\x18\x05 \x01(\t\x12\x12\n\ntail_lines\x18\x06 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x07 \x01(\x08\"\x1d\n\x07LogStop\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\"n\n\x0bPodLogLines\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12!\n\x05lines\x18\x02 \x03(\x0b\x32\x12.sluice.v1.LogLine\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0c\n\x04gone\x18\x05 \x01(\x08\"b\n\tIntakeJob\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x15\n\rdocument_json\x18\x04 \x01(\t\x12\x10\n\x08\x64\x65leting\x18\x05 \x01(\x08\",\n\x06Intake\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.sluice.v1.IntakeJob\"{\n\x0cIntakeAnswer\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07\x63luster\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"9\n\rIntakeAnswers\x12(\n\x07\x61nswers\x18\x01 \x03(\x0b\x32\x17.sluice.v1.IntakeAnswer\"T\n\rAdminResource\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x15\n\rdocument_json\x18\x03 \x01(\t\x12\x10\n\x08\x64\x65leting\x18\x04 \x01(\x08\"=\n\x0e\x41\x64minResources\x12+\n\tresources\x18\x01 \x03(\x0b\x32\x18.sluice.v1.AdminResource\"\x8d\x01\n\x0c\x41\x64minOutcome\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x05 \x01(\x08\x12\x12\n\nguaranteed\x18\x06 \x01(\t\x12\x0b\n\x03max\x18\x07 \x01(\t\x12\x0c\n\x04used\x18\x08 \x01(\t\":\n\rAdminOutcomes\x12)\n\x08outcomes\x18\x01 \x03(\x0b\x32\x17.sluice.v1.AdminOutcome\"y\n\x07\x43ommand\x12\n\n\x02id\x18\x01 \x01(\x03\x12.\n\x08\x64ispatch\x18\x02 \x01(\x0b\x32\x1a.sluice.v1.DispatchAttemptH\x00\x12*\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x18.sluice.v1.CancelAttemptH\x00\x42\x06\n\x04kind\"\x9c\x01\n\x07Welcome\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x19\n\x11heartbeat_seconds\x18\x02 \x01(\x05\x12\x19\n\x11\x63luster_spec_json\x18\x03 \x01(\t\x12\x15\n\rreads_batches\x18\x04 \x01(\x08\x12\x14\n\x0ctakes_intake\x18\x05 \x01(\x08\x12\x1d\n\x15takes_admin_resources\x18\x06 \x01(\x08\"\x18\n\tStatusAck\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\xfc\x02\n\x11\x44ispatcherMessage\x12%\n\x07welcome\x18\x01 \x01(\x0b\x32\x12.sluice.v1.WelcomeH\x00\x12%\n\x07\x63ommand\x18\x02 \x01(\x0b\x32\x12.sluice.v1.CommandH\x00\x12*\n\nstatus_ack\x18\x03 \x01(\x0b\x32\x14.sluice.v1.StatusAckH\x00\x12.\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x1d.sluice.v1.DispatcherMessagesH\x00\x12%\n\x04logs\x18\x05 \x01(\x0b\x32\x15.sluice.v1.LogRequestH\x00\x12&\n\x08log_stop\x18\x06 \x01(\x0b\x32\x12.sluice.v1.LogStopH\x00\x12\x32\n\x0eintake_answers\x18\x07 \x01(\x0b\x32\x18.sluice.v1.IntakeAnswersH\x00\x12\x32\n\x0e\x61\x64min_outcomes\x18\x08 \x01(\x0b\x32\x18.sluice.v1.AdminOutcomesH\x00\x42\x06\n\x04kind\"D\n\x12\x44ispatcherMessages\x12.\n\x08messages\x18\x01 \x03(\x0b\x32\x1c.sluice.v1.DispatcherMessage2N\n\x06\x41gents\x12\x44\n\x07\x43onnect\x12\x17.sluice.v1.AgentMessage\x1a\x1c.sluice.v1.DispatcherMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,37 +37,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMANDACK']._serialized_start=737
   _globals['_COMMANDACK']._serialized_end=770
   _globals['_AGENTMESSAGE']._serialized_start=773
-  _globals['_AGENTMESSAGE']._serialized_end=1079
-  _globals['_AGENTMESSAGES']._serialized_start=1081
-  _globals['_AGENTMESSAGES']._serialized_end=1139
-  _globals['_DISPATCHATTEMPT']._serialized_start=1141
-  _globals['_DISPATCHATTEMPT']._serialized_end=1210
-  _globals['_CANCELATTEMPT']._serialized_start=1212
-  _globals['_CANCELATTEMPT']._serialized_end=1276
-  _globals['_LOGREQUEST']._serialized_start=1279
-  _globals['_LOGREQUEST']._serialized_end=1410
-  _globals['_LOGSTOP']._serialized_start=1412
-  _globals['_LOGSTOP']._serialized_end=1441
-  _globals['_PODLOGLINES']._serialized_start=1443
-  _globals['_PODLOGLINES']._serialized_end=1553
-  _globals['_INTAKEJOB']._serialized_start=1555
-  _globals['_INTAKEJOB']._serialized_end=1653
-  _globals['_INTAKE']._serialized_start=1655
-  _globals['_INTAKE']._serialized_end=1699
-  _globals['_INTAKEANSWER']._serialized_start=1701
-  _globals['_INTAKEANSWER']._serialized_end=1824
-  _globals['_INTAKEANSWERS']._serialized_start=1826
-  _globals['_INTAKEANSWERS']._serialized_end=1883
-  _globals['_COMMAND']._serialized_start=1885
-  _globals['_COMMAND']._serialized_end=2006
-  _globals['_WELCOME']._serialized_start=2008
-  _globals['_WELCOME']._serialized_end=2133
-  _globals['_STATUSACK']._serialized_start=2135
-  _globals['_STATUSACK']._serialized_end=2159
-  _globals['_DISPATCHERMESSAGE']._serialized_start=2162
-  _globals['_DISPATCHERMESSAGE']._serialized_end=2490
-  _globals['_DISPATCHERMESSAGES']._serialized_start=2492
-  _globals['_DISPATCHERMESSAGES']._serialized_end=2560
-  _globals['_AGENTS']._serialized_start=2562
-  _globals['_AGENTS']._serialized_end=2640
+  _globals['_AGENTMESSAGE']._serialized_end=1133
+  _globals['_AGENTMESSAGES']._serialized_start=1135
+  _globals['_AGENTMESSAGES']._serialized_end=1193
+  _globals['_DISPATCHATTEMPT']._serialized_start=1195
+  _globals['_DISPATCHATTEMPT']._serialized_end=1264
+  _globals['_CANCELATTEMPT']._serialized_start=1266
+  _globals['_CANCELATTEMPT']._serialized_end=1330
+  _globals['_LOGREQUEST']._serialized_start=1333
+  _globals['_LOGREQUEST']._serialized_end=1464
+  _globals['_LOGSTOP']._serialized_start=1466
+  _globals['_LOGSTOP']._serialized_end=1495
+  _globals['_PODLOGLINES']._serialized_start=1497
+  _globals['_PODLOGLINES']._serialized_end=1607
+  _globals['_INTAKEJOB']._serialized_start=1609
+  _globals['_INTAKEJOB']._serialized_end=1707
+  _globals['_INTAKE']._serialized_start=1709
+  _globals['_INTAKE']._serialized_end=1753
+  _globals['_INTAKEANSWER']._serialized_start=1755
+  _globals['_INTAKEANSWER']._serialized_end=1878
+  _globals['_INTAKEANSWERS']._serialized_start=1880
+  _globals['_INTAKEANSWERS']._serialized_end=1937
+  _globals['_ADMINRESOURCE']._serialized_start=1939
+  _globals['_ADMINRESOURCE']._serialized_end=2023
+  _globals['_ADMINRESOURCES']._serialized_start=2025
+  _globals['_ADMINRESOURCES']._serialized_end=2086
+  _globals['_ADMINOUTCOME']._serialized_start=2089
+  _globals['_ADMINOUTCOME']._serialized_end=2230
+  _globals['_ADMINOUTCOMES']._serialized_start=2232
+  _globals['_ADMINOUTCOMES']._serialized_end=2290
+  _globals['_COMMAND']._serialized_start=2292
+  _globals['_COMMAND']._serialized_end=2413
+  _globals['_WELCOME']._serialized_start=2416
+  _globals['_WELCOME']._serialized_end=2572
+  _globals['_STATUSACK']._serialized_start=2574
+  _globals['_STATUSACK']._serialized_end=2598
+  _globals['_DISPATCHERMESSAGE']._serialized_start=2601
+  _globals['_DISPATCHERMESSAGE']._serialized_end=2981
+  _globals['_DISPATCHERMESSAGES']._serialized_start=2983
+  _globals['_DISPATCHERMESSAGES']._serialized_end=3051
+  _globals['_AGENTS']._serialized_start=3053
+  _globals['_AGENTS']._serialized_end=3131
 # @@protoc_insertion_point(module_scope)

@@ -77,7 +77,7 @@ class CommandAck(_message.Message):
     def __init__(self, command_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "status", "ack", "batch", "log_lines", "intake")
+    __slots__ = ("hello", "heartbeat", "status", "ack", "batch", "log_lines", "intake", "admin_resources")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class AgentMessage(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     LOG_LINES_FIELD_NUMBER: _ClassVar[int]
     INTAKE_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     status: StatusReport
@@ -92,7 +93,8 @@ class AgentMessage(_message.Message):
     batch: AgentMessages
     log_lines: PodLogLines
     intake: Intake
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ..., log_lines: _Optional[_Union[PodLogLines, _Mapping]] = ..., intake: _Optional[_Union[Intake, _Mapping]] = ...) -> None: ...
+    admin_resources: AdminResources
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., status: _Optional[_Union[StatusReport, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., batch: _Optional[_Union[AgentMessages, _Mapping]] = ..., log_lines: _Optional[_Union[PodLogLines, _Mapping]] = ..., intake: _Optional[_Union[Intake, _Mapping]] = ..., admin_resources: _Optional[_Union[AdminResources, _Mapping]] = ...) -> None: ...
 
 class AgentMessages(_message.Message):
     __slots__ = ("messages",)
@@ -202,6 +204,50 @@ class IntakeAnswers(_message.Message):
     answers: _containers.RepeatedCompositeFieldContainer[IntakeAnswer]
     def __init__(self, answers: _Optional[_Iterable[_Union[IntakeAnswer, _Mapping]]] = ...) -> None: ...
 
+class AdminResource(_message.Message):
+    __slots__ = ("kind", "name", "document_json", "deleting")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    DELETING_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    document_json: str
+    deleting: bool
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., document_json: _Optional[str] = ..., deleting: _Optional[bool] = ...) -> None: ...
+
+class AdminResources(_message.Message):
+    __slots__ = ("resources",)
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[AdminResource]
+    def __init__(self, resources: _Optional[_Iterable[_Union[AdminResource, _Mapping]]] = ...) -> None: ...
+
+class AdminOutcome(_message.Message):
+    __slots__ = ("kind", "name", "accepted", "message", "deleted", "guaranteed", "max", "used")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    GUARANTEED_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    accepted: bool
+    message: str
+    deleted: bool
+    guaranteed: str
+    max: str
+    used: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., accepted: _Optional[bool] = ..., message: _Optional[str] = ..., deleted: _Optional[bool] = ..., guaranteed: _Optional[str] = ..., max: _Optional[str] = ..., used: _Optional[str] = ...) -> None: ...
+
+class AdminOutcomes(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[AdminOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[AdminOutcome, _Mapping]]] = ...) -> None: ...
+
 class Command(_message.Message):
     __slots__ = ("id", "dispatch", "cancel")
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -213,18 +259,20 @@ class Command(_message.Message):
     def __init__(self, id: _Optional[int] = ..., dispatch: _Optional[_Union[DispatchAttempt, _Mapping]] = ..., cancel: _Optional[_Union[CancelAttempt, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json", "reads_batches", "takes_intake")
+    __slots__ = ("cluster", "heartbeat_seconds", "cluster_spec_json", "reads_batches", "takes_intake", "takes_admin_resources")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     READS_BATCHES_FIELD_NUMBER: _ClassVar[int]
     TAKES_INTAKE_FIELD_NUMBER: _ClassVar[int]
+    TAKES_ADMIN_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     heartbeat_seconds: int
     cluster_spec_json: str
     reads_batches: bool
     takes_intake: bool
-    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ..., reads_batches: _Optional[bool] = ..., takes_intake: _Optional[bool] = ...) -> None: ...
+    takes_admin_resources: bool
+    def __init__(self, cluster: _Optional[str] = ..., heartbeat_seconds: _Optional[int] = ..., cluster_spec_json: _Optional[str] = ..., reads_batches: _Optional[bool] = ..., takes_intake: _Optional[bool] = ..., takes_admin_resources: _Optional[bool] = ...) -> None: ...
 
 class StatusAck(_message.Message):
     __slots__ = ("seq",)
@@ -233,7 +281,7 @@ class StatusAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class DispatcherMessage(_message.Message):
-    __slots__ = ("welcome", "command", "status_ack", "batch", "logs", "log_stop", "intake_answers")
+    __slots__ = ("welcome", "command", "status_ack", "batch", "logs", "log_stop", "intake_answers", "admin_outcomes")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     STATUS_ACK_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +289,7 @@ class DispatcherMessage(_message.Message):
     LOGS_FIELD_NUMBER: _ClassVar[int]
     LOG_STOP_FIELD_NUMBER: _ClassVar[int]
     INTAKE_ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     command: Command
     status_ack: StatusAck
@@ -248,7 +297,8 @@ class DispatcherMessage(_message.Message):
     logs: LogRequest
     log_stop: LogStop
     intake_answers: IntakeAnswers
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ..., logs: _Optional[_Union[LogRequest, _Mapping]] = ..., log_stop: _Optional[_Union[LogStop, _Mapping]] = ..., intake_answers: _Optional[_Union[IntakeAnswers, _Mapping]] = ...) -> None: ...
+    admin_outcomes: AdminOutcomes
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[Command, _Mapping]] = ..., status_ack: _Optional[_Union[StatusAck, _Mapping]] = ..., batch: _Optional[_Union[DispatcherMessages, _Mapping]] = ..., logs: _Optional[_Union[LogRequest, _Mapping]] = ..., log_stop: _Optional[_Union[LogStop, _Mapping]] = ..., intake_answers: _Optional[_Union[IntakeAnswers, _Mapping]] = ..., admin_outcomes: _Optional[_Union[AdminOutcomes, _Mapping]] = ...) -> None: ...
 
 class DispatcherMessages(_message.Message):
     __slots__ = ("messages",)

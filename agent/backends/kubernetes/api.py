@@ -8,6 +8,7 @@ Retry-After when sent; `KubeError.transient` says whether trying again later mak
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -33,6 +34,8 @@ _CALLS = {
     "namespaces": ("core", "list_namespace", "create_namespace", None),
 }
 
+# The cluster-scoped custom resources the agent reads (plural.group, version v1): Sluice's admin objects.
+CUSTOM_RESOURCES = ("queues.sluice.io", "serviceclasses.sluice.io", "clusters.sluice.io", "burstpolicies.sluice.io")
 # (plural, the status subresource) -> (api group attribute, merge-patch call)
 _PATCHES = {("jobs", False): ("batch", "patch_namespaced_job"),
             ("jobs", True): ("batch", "patch_namespaced_job_status")}
@@ -115,7 +118,8 @@ class KubeApi:
                                               respect_retry_after_header=False)
         self.host = configuration.host
         self._client = client.ApiClient(configuration)
-        self._groups = {"core": client.CoreV1Api(self._client), "batch": client.BatchV1Api(self._client)}
+        self._groups = {"core": client.CoreV1Api(self._client), "batch": client.BatchV1Api(self._client),
+                        "custom": client.CustomObjectsApi(self._client)}
         self._open: set = set()
         self._open_lock = threading.Lock()
 
@@ -124,6 +128,11 @@ class KubeApi:
         self._client.close()
 
     def _call(self, plural: str, which: int):
+        if plural in CUSTOM_RESOURCES:  # cluster-scoped custom objects: the list (and watch) call
+            if which != 0:
+                raise ValueError(f"{plural}: operation not supported")
+            resource, group = plural.split(".", 1)
+            return functools.partial(self._groups["custom"].list_cluster_custom_object, group, "v1", resource)
         group, *names = _CALLS[plural]
         name = names[which]
         if name is None:
@@ -178,6 +187,19 @@ class KubeApi:
             response = getattr(self._groups[group], method)(
                 name, namespace, body, _content_type=f"application/{kind}+json", _preload_content=False,
                 _request_timeout=self._timeout())
+            return json.loads(response.data)
+        except _CLIENT_ERRORS as exc:
+            raise _translate(exc) from exc
+
+    def patch_custom(self, plural: str, name: str, body: dict, *, status: bool = False) -> dict:
+        """A JSON merge patch of one cluster-scoped custom object (`plural`: e.g. queues.sluice.io), or of its
+        status subresource; the object as patched."""
+        resource, group = plural.split(".", 1)
+        custom = self._groups["custom"]
+        call = custom.patch_cluster_custom_object_status if status else custom.patch_cluster_custom_object
+        try:
+            response = call(group, "v1", resource, name, body, _content_type="application/merge-patch+json",
+                            _preload_content=False, _request_timeout=self._timeout())
             return json.loads(response.data)
         except _CLIENT_ERRORS as exc:
             raise _translate(exc) from exc
