@@ -330,6 +330,13 @@ def _normalize_times(value: object) -> None:
             _normalize_times(item)
 
 
+def _omit_empty_metadata(metadata: dict) -> None:
+    """ObjectMeta's omitempty: empty labels, annotations, finalizers and owner references are not written."""
+    for key in ("labels", "annotations", "finalizers", "ownerReferences", "managedFields"):
+        if key in metadata and metadata[key] in ({}, [], None):
+            del metadata[key]
+
+
 def _suffix() -> str:
     return "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
 
@@ -1147,6 +1154,7 @@ class FakeKube:
         for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                     "selfLink", "managedFields"):
             metadata.pop(key, None)
+        _omit_empty_metadata(metadata)
         if resource.crd:
             self._type_meta(resource, obj)
             if resource.status:
@@ -1309,6 +1317,7 @@ class FakeKube:
         else:
             meta.pop("generation", None)
         meta.pop("managedFields", None)
+        _omit_empty_metadata(meta)
         new["apiVersion"] = old["apiVersion"]
         if status:
             if resource.crd:  # only .status changes through /status of a custom object
