@@ -111,7 +111,7 @@ through `get`, `list` (custom resources named `plural.group`, or by their plural
 watch events recorded after a resourceVersion).
 
 Every request is recorded in `requests` (method, path, query, status, content type), every delete in
-`deletions`.
+`deletions`; a failure of the fake itself is answered 500 InternalError and recorded in `errors`.
 
 Not served: server-side apply, the scale subresource, webhook conversion, managedFields, field selectors
 restricted per kind, and a namespace's own finalization (a namespace goes at once with its objects).
@@ -742,6 +742,7 @@ class FakeKube:
         self.requests: list[RequestRecord] = []
         self.deletions: list[tuple[str, str, str, str]] = []  # (plural, namespace, name, propagationPolicy)
         self.tokens: set[str] = set()
+        self.errors: list[str] = []  # the fake's own failures while answering (each also answered 500)
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         self._open_sockets: set[socket.socket] = set()
@@ -2200,6 +2201,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(exc.code, exc.status())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as exc:  # a bug of the fake: answered, so that a test fails on it rather than hangs
+            self.server_fake.errors.append(f"{method} {split.path}: {exc!r}")
+            self.close_connection = True
+            self._send(500, _status(500, "InternalError", f"fakekube failed on {method} {split.path}: {exc!r}"))
 
     def do_GET(self) -> None:
         self._handle("GET")
