@@ -1347,7 +1347,8 @@ class FakeKube:
                 changed = {k: v for k, v in new.items() if k != "metadata"} != \
                     {k: v for k, v in old.items() if k != "metadata"}
             else:
-                changed = (resource.key == "jobs" or resource is CRDS) and new.get("spec") != old.get("spec")
+                changed = (resource.key == "jobs" or resource is CRDS) \
+                    and _compact(new.get("spec")) != _compact(old.get("spec"))
             if changed and "generation" in old_meta:
                 meta["generation"] = old_meta["generation"] + 1
         causes = self._validation_errors(resource, {**new, "apiVersion": resource.api_version})
@@ -1364,8 +1365,8 @@ class FakeKube:
                 causes.append(("<root>", "Invalid value: the object does not have the shape of its kind"))
         if causes:
             raise _invalid(resource, name, causes)
-        if new == old:
-            return old  # nothing changed: no write, no event, the same resourceVersion
+        if new == old or (not resource.crd and _compact(new) == _compact(old)):
+            return old  # nothing changed (as a built-in kind is serialized): no write, no event, the same version
         if dry_run:
             return new
         old.clear()
