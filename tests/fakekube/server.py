@@ -36,9 +36,10 @@ real `kubernetes` client library runs unchanged against it. It serves what the a
   again"); one left out is an unconditional update for built-in kinds and 422 for custom resources and
   CRDs; the name and namespace are the URL's (400 otherwise); uid, creationTimestamp and the deletion
   fields are the server's; the result is validated as a create is, plus what an update may not change
-  (below); a write that changes nothing answers 200 with the same resourceVersion and no event, any
-  other bumps it and emits MODIFIED. Times a client writes as other RFC 3339 forms (+00:00) are stored
-  as the API server stores them (UTC, seconds, Z). `dryRun=All` validates and answers without writing;
+  (below); a write that changes nothing (on a built-in kind, adding only empty maps or lists is
+  nothing) answers 200 with the same resourceVersion and no event, any other bumps it and emits MODIFIED.
+  Times a client writes as other RFC 3339 forms (+00:00) are stored as the API server stores them (UTC,
+  seconds, Z). `dryRun=All` validates and answers without writing;
 - the status subresource: a write to an object keeps its status, a write to its /status keeps its spec
   (a Job's, a node's, ...: metadata changes through /status are kept, as the built-in status strategies
   do) or, for a custom resource, everything but `.status`. A create drops a custom object's status.
