@@ -97,6 +97,10 @@ def type_name(value: object) -> str:
     return "object"
 
 
+def _name(path: str) -> str:
+    return f"{path} " if path else ""
+
+
 def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -183,18 +187,18 @@ def _invalid(errors: list, path: str, value: object, detail: str) -> None:
 
 
 def _validate(value: object, schema: dict, path: str, errors: list) -> None:
-    where = path or "."
+    where = path  # "" at the root, where the API server says "in body ..." with no name
     if value is None:
         if schema.get("nullable"):
             return
     if schema.get("x-kubernetes-int-or-string"):
         if type_name(value) not in ("integer", "string"):
-            errors.append((path, f'Invalid value: "{type_name(value)}": {where} in body must be of type '
+            errors.append((path, f'Invalid value: "{type_name(value)}": {_name(where)}in body must be of type '
                                  f'integer,string: "{type_name(value)}"'))
             return
     elif schema.get("type") and not _is_type(value, schema["type"]):
         actual = type_name(value)
-        errors.append((path, f'Invalid value: "{actual}": {where} in body must be of type {schema["type"]}: '
+        errors.append((path, f'Invalid value: "{actual}": {_name(where)}in body must be of type {schema["type"]}: '
                              f'"{actual}"'))
         return
     if "enum" in schema and not any(_json_equal(value, allowed) for allowed in schema["enum"]):
@@ -212,11 +216,11 @@ def _validate(value: object, schema: dict, path: str, errors: list) -> None:
         _validate(value, sub, path, errors)
     alternatives = schema.get("anyOf") or []
     if alternatives and not _int_or_string_pattern(schema) and all(_errors(value, s) for s in alternatives):
-        _invalid(errors, path, value, f"{where} in body must validate at least one schema (anyOf)")
+        _invalid(errors, path, value, f"{_name(where)}in body must validate at least one schema (anyOf)")
     if schema.get("oneOf") and sum(1 for s in schema["oneOf"] if not _errors(value, s)) != 1:
-        _invalid(errors, path, value, f"{where} in body must validate one and only one schema (oneOf)")
+        _invalid(errors, path, value, f"{_name(where)}in body must validate one and only one schema (oneOf)")
     if isinstance(schema.get("not"), dict) and not _errors(value, schema["not"]):
-        _invalid(errors, path, value, f"{where} in body must not validate the schema (not)")
+        _invalid(errors, path, value, f"{_name(where)}in body must not validate the schema (not)")
 
 
 def _int_or_string_pattern(schema: dict) -> bool:
@@ -239,11 +243,11 @@ def _number(value: float, schema: dict, path: str, where: str, errors: list) -> 
         beyond = (value < bound or (strict and value == bound)) if word == "greater" \
             else (value > bound or (strict and value == bound))
         if beyond:
-            _invalid(errors, path, value, f"{where} in body should be {word} than {'' if strict else 'or equal to '}"
-                                          f"{go_value(bound)}")
+            relation = f"{word} than" if strict else f"{word} than or equal to"
+            _invalid(errors, path, value, f"{_name(where)}in body should be {relation} {go_value(bound)}")
     step = schema.get("multipleOf")
     if step and not math.isclose(value / step, round(value / step)):
-        _invalid(errors, path, value, f"{where} in body should be a multiple of {go_value(step)}")
+        _invalid(errors, path, value, f"{_name(where)}in body should be a multiple of {go_value(step)}")
 
 
 def _string(value: str, schema: dict, path: str, where: str, errors: list) -> None:
@@ -251,17 +255,20 @@ def _string(value: str, schema: dict, path: str, where: str, errors: list) -> No
         unit = "byte" if schema["maxLength"] == 1 else "bytes"
         errors.append((path, f"Too long: may not be more than {schema['maxLength']} {unit}"))
     if schema.get("minLength") is not None and len(value) < schema["minLength"]:
-        _invalid(errors, path, value, f"{where} in body should be at least {schema['minLength']} chars long")
-    compiled = _pattern(schema["pattern"]) if schema.get("pattern") else None
+        _invalid(errors, path, value, f"{_name(where)}in body should be at least {schema['minLength']} chars long")
+    try:
+        compiled = _pattern(schema["pattern"]) if schema.get("pattern") else None
+    except re.error:
+        compiled = None  # an invalid pattern: the CRD's own validation says so
     if compiled is not None and not compiled.search(value):
-        _invalid(errors, path, value, f"{where} in body should match '{schema['pattern']}'")
+        _invalid(errors, path, value, f"{_name(where)}in body should match '{schema['pattern']}'")
 
 
 def _array(value: list, schema: dict, path: str, where: str, errors: list) -> None:
     if schema.get("maxItems") is not None and len(value) > schema["maxItems"]:
         errors.append((path, f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
     if schema.get("minItems") is not None and len(value) < schema["minItems"]:
-        _invalid(errors, path, len(value), f"{where} in body should have at least {schema['minItems']} items")
+        _invalid(errors, path, len(value), f"{_name(where)}in body should have at least {schema['minItems']} items")
     items = schema.get("items")
     if isinstance(items, dict):
         for i, item in enumerate(value):
@@ -284,7 +291,7 @@ def _object(value: dict, schema: dict, path: str, where: str, errors: list) -> N
     if schema.get("maxProperties") is not None and len(value) > schema["maxProperties"]:
         errors.append((path, f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"))
     if schema.get("minProperties") is not None and len(value) < schema["minProperties"]:
-        _invalid(errors, path, len(value), f"{where} in body should have at least {schema['minProperties']} "
+        _invalid(errors, path, len(value), f"{_name(where)}in body should have at least {schema['minProperties']} "
                                            "properties")
     properties = schema.get("properties") or {}
     additional = schema.get("additionalProperties")

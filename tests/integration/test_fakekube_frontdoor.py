@@ -26,6 +26,7 @@ def fake(tmp_path):
         server.add_namespace(NS)
         server.kubeconfig(tmp_path / "kubeconfig")
         yield server
+        assert server.errors == []  # the fake answered every request on purpose
 
 
 @pytest.fixture
@@ -609,6 +610,49 @@ def test_crd_create_get_list_and_its_validation(fake, ext):
     no_dot["spec"]["group"] = "sluice"
     no_dot["metadata"]["name"] = "queues.sluice"
     assert "should be a domain with at least one dot" in refused(no_dot)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda root, spec: spec["properties"].update(list={"type": "array"}),
+     "properties[spec].properties[list].items: Required value: must be specified"),
+    (lambda root, spec: root.update(type="string"), "openAPIV3Schema.type: Invalid value: \"string\": must be object "
+                                                    "at the root"),
+    (lambda root, spec: root["properties"].update(metadata={"type": "object", "properties": {"labels": {
+        "type": "object"}}}), "properties[metadata]: Forbidden: must not specify anything other than name and "
+                              "generateName"),
+    (lambda root, spec: spec.update({"x-kubernetes-preserve-unknown-fields": False}),
+     "x-kubernetes-preserve-unknown-fields: Invalid value: false: must be true or undefined"),
+    (lambda root, spec: spec["properties"]["weight"].update(default="heavy"),
+     "properties[weight].default: Invalid value: \"string\""),
+    (lambda root, spec: spec["properties"]["parent"].update(pattern="(unclosed"),
+     "properties[parent].pattern: Invalid value: \"(unclosed\": must be a valid regular expression"),
+    (lambda root, spec: spec["properties"]["tags"].update({"x-kubernetes-list-type": "bag"}),
+     'x-kubernetes-list-type: Unsupported value: "bag"'),
+    (lambda root, spec: spec["properties"]["weight"].update(type="int"),
+     'properties[weight].type: Unsupported value: "int"'),
+    (lambda root, spec: spec["properties"].update(ref={"$ref": "#/definitions/x"}), "$ref is not supported"),
+    (lambda root, spec: spec["properties"].update(either={"anyOf": [{"type": "string"}, {"type": "number"}]}),
+     "properties[either].anyOf[0].type: Forbidden: must be empty to be structural"),
+])
+def test_crd_schemas_the_api_server_refuses(fake, change, expected):
+    crd = queue_crd()
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    change(root, root["properties"]["spec"])
+    answer = urllib3.PoolManager().request(
+        "POST", f"{fake.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        body=json.dumps(crd).encode(), headers={"Content-Type": "application/json"})
+    refusal = json.loads(answer.data)
+    assert (answer.status, refusal["reason"]) == (422, "Invalid"), refusal
+    assert expected in refusal["message"], refusal["message"]
+    assert fake.get("customresourcedefinitions", "", "queues.sluice.io") is None
+
+
+def test_a_bad_printer_column_is_refused(ext):
+    crd = queue_crd()
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] = [{"name": "W", "type": "float", "jsonPath": ".spec.w"}]
+    status, answer = error(ext.create_custom_resource_definition, crd)
+    assert status == 422 and "additionalPrinterColumns[0].type: Invalid value: \"float\": must be one of" in \
+        answer["message"]
 
 
 def test_custom_objects_are_pruned_defaulted_and_validated(fake, ext, custom):
