@@ -21,7 +21,15 @@ import time
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agent.backends.base import FINAL_STATES, AttemptStatus, Backend, CapacityReport, IntakeAnswer, LogsGone
+from agent.backends.base import (
+    FINAL_STATES,
+    AdminOutcome,
+    AttemptStatus,
+    Backend,
+    CapacityReport,
+    IntakeAnswer,
+    LogsGone,
+)
 from agent.metrics import AgentMetrics
 from sluice import transport
 from sluice.transport import Tls
@@ -33,7 +41,7 @@ _HEARTBEAT = object()
 MAX_BATCH = 100  # messages sent as one at most (the dispatcher applies up to 100 in one transaction)
 LOG_BYTES = 32 << 10  # log text in one PodLogLines at most: a batch of them stays far under gRPC's limit
 LOG_LINE_BYTES = 16 << 10  # a longer log line is cut there
-INTAKE_INTERVAL_S = 1.0  # how often the Jobs of the cluster's API server are looked at for what to send
+API_SERVER_INTERVAL_S = 1.0  # how often what the cluster's API server holds is looked at for what to send
 MAX_INTAKE = 500  # Jobs in one intake message at most (the dispatcher's limit)
 
 
@@ -199,7 +207,8 @@ class Agent:
         out: queue.Queue = queue.Queue()
         batches = threading.Event()  # the dispatcher's welcome said it reads batches
         log_reads: dict[int, threading.Event] = {}  # this connection's log requests being read, by request id
-        answers: queue.Queue = queue.Queue()  # intake answers to mirror on their Jobs (None: the link ended)
+        # (source, its answers) to write back into the cluster's API server (None: the link ended)
+        answers: queue.Queue = queue.Queue()
         metadata = [("authorization", f"Bearer {self.settings.token}")] if self.settings.token else []
         try:
             with self._lock:
@@ -221,10 +230,10 @@ class Agent:
                         self._configure(message.welcome.cluster_spec_json)
                         if message.welcome.reads_batches:
                             batches.set()
-                        intake = getattr(self.backend, "intake", None)
-                        if message.welcome.takes_intake and intake is not None:
-                            threading.Thread(target=self._intake_loop, args=(intake, out, answers), daemon=True,
-                                             name=f"intake-{self.settings.cluster}").start()
+                        sources = self._api_server_sources(message.welcome)
+                        if sources:
+                            threading.Thread(target=self._api_server_loop, args=(sources, out, answers), daemon=True,
+                                             name=f"api-server-{self.settings.cluster}").start()
                         self.connected.set()
                         self.metrics.connected.set(1)
                         log.info("connected to the dispatcher", extra={"cluster": self.settings.cluster,
@@ -236,8 +245,13 @@ class Agent:
                     elif kind == "log_stop" and message.log_stop.request_id in log_reads:
                         log_reads[message.log_stop.request_id].set()
                     elif kind == "intake_answers":
-                        answers.put([IntakeAnswer(a.uid, a.job_id, a.state, a.reason, a.cluster, a.attempt, a.error)
-                                     for a in message.intake_answers.answers])
+                        answers.put((self.backend.intake, [
+                            IntakeAnswer(a.uid, a.job_id, a.state, a.reason, a.cluster, a.attempt, a.error)
+                            for a in message.intake_answers.answers]))
+                    elif kind == "admin_outcomes":
+                        answers.put((self.backend.admin_objects, [
+                            AdminOutcome(o.kind, o.name, o.accepted, o.message, o.deleted, o.guaranteed, o.max, o.used)
+                            for o in message.admin_outcomes.outcomes]))
                     elif kind == "status_ack":
                         with self._lock:
                             for seq in [s for s in self._unacked if s <= message.status_ack.seq]:
@@ -301,31 +315,48 @@ class Agent:
             out.put(agents_pb2.AgentMessage(ack=agents_pb2.CommandAck(command_ids=[command.id])))
             self._queue_heartbeat(out)
 
-    def _intake_loop(self, intake, out: queue.Queue, answers: queue.Queue) -> None:
-        """One connection's kubectl front door: every INTAKE_INTERVAL_S, send what the cluster's Jobs have to
-        tell the dispatcher; mirror each answer on its Jobs as it comes. Ends with the connection."""
+    def _api_server_sources(self, welcome: agents_pb2.Welcome) -> list:
+        """What of the cluster's API server goes to this dispatcher, as (source, the message of what it sends, at
+        most how many in one): the Jobs of the kubectl front door, and the management cluster's sluice.io
+        resources, whole (applied all or nothing); those the backend has and the dispatcher takes."""
+        sources = []
+        if welcome.takes_intake and (intake := getattr(self.backend, "intake", None)) is not None:
+            sources.append((intake, lambda mentions: agents_pb2.AgentMessage(intake=agents_pb2.Intake(jobs=[
+                agents_pb2.IntakeJob(uid=m.uid, namespace=m.namespace, name=m.name,
+                                     document_json=json.dumps(m.document), deleting=m.deleting)
+                for m in mentions])), MAX_INTAKE))
+        if welcome.takes_admin_resources and (admin := getattr(self.backend, "admin_objects", None)) is not None:
+            sources.append((admin, lambda resources: agents_pb2.AgentMessage(
+                admin_resources=agents_pb2.AdminResources(resources=[
+                    agents_pb2.AdminResource(kind=r.kind, name=r.name, document_json=json.dumps(r.document),
+                                             deleting=r.deleting) for r in resources])), None))
+        return sources
+
+    def _api_server_loop(self, sources: list, out: queue.Queue, answers: queue.Queue) -> None:
+        """One connection's traffic with the cluster's API server: every API_SERVER_INTERVAL_S, send what each
+        source has to tell the dispatcher; write each answer back as it comes. Ends with the connection."""
         due = 0.0
         while True:
             try:
                 got = answers.get(timeout=max(0.0, due - time.monotonic()))
             except queue.Empty:
-                got = []
+                got = ()
             if got is None:
                 return
             try:
                 if got:
-                    intake.answered(got)
+                    source, payload = got
+                    source.answered(payload)
                     continue
-                due = time.monotonic() + INTAKE_INTERVAL_S
-                mentions = intake.pending()
-            except Exception:  # the cluster's API failing: the Jobs are looked at again next time
-                log.exception("intake failed", extra={"cluster": self.settings.cluster})
-                continue
-            for lo in range(0, len(mentions), MAX_INTAKE):
-                out.put(agents_pb2.AgentMessage(intake=agents_pb2.Intake(jobs=[
-                    agents_pb2.IntakeJob(uid=m.uid, namespace=m.namespace, name=m.name,
-                                         document_json=json.dumps(m.document), deleting=m.deleting)
-                    for m in mentions[lo:lo + MAX_INTAKE]])))
+                due = time.monotonic() + API_SERVER_INTERVAL_S
+                for source, message, most in sources:
+                    items = source.pending()
+                    step = most or max(len(items), 1)
+                    for lo in range(0, len(items), step):
+                        out.put(message(items[lo:lo + step]))
+            except Exception:  # the cluster's API failing: looked at again next time
+                log.exception("the cluster's API server could not be read or written",
+                              extra={"cluster": self.settings.cluster})
 
     def _read_logs(self, request: agents_pb2.LogRequest, out: queue.Queue, reads: dict[int, threading.Event]) -> None:
         """Read a log request on a thread of its own (a followed pod may send for hours), its lines queued on

@@ -54,7 +54,8 @@ from agent.backends.base import (
     StatusCallback,
 )
 from agent.backends.kubernetes import status as ks
-from agent.backends.kubernetes.api import ApiSettings, Backoff, KubeApi, KubeError
+from agent.backends.kubernetes.admin_objects import AdminObjects
+from agent.backends.kubernetes.api import CUSTOM_RESOURCES, ApiSettings, Backoff, KubeApi, KubeError
 from agent.backends.kubernetes.intake import INTAKE_SELECTOR, JobIntake
 from agent.backends.kubernetes.logs import PodLogs, select_pods
 from agent.backends.kubernetes.objects import (
@@ -143,6 +144,10 @@ class KubernetesBackend:
         self._namespaces_ready: set[str] = set()
         self._synced = {name: threading.Event() for name, _, _ in WATCHED}
         self.intake = JobIntake(self._api)
+        self.admin_objects = AdminObjects(self._api)
+        self._feeds = {name: (self.intake.replace, self.intake.observe) if name == "intake" else
+                       (functools.partial(self._replace, plural), functools.partial(self._apply, plural))
+                       for name, plural, _ in WATCHED}
         self._outbox: queue.Queue = queue.Queue()
         self._on_status: StatusCallback | None = None
         self._stop = threading.Event()
@@ -159,6 +164,8 @@ class KubernetesBackend:
             self._dirty.update(self._index)
             self._lock.notify_all()
         self.intake.configure(cluster.intake_namespaces)
+        if cluster.admin_objects:
+            self._watch_admin_objects()
         if changed:
             log.info("kubernetes backend configured", extra={"workload": cluster.workload,
                                                              "gang_start_timeout_s": cluster.gang_start_timeout_s})
@@ -173,14 +180,30 @@ class KubernetesBackend:
         targets += [(lambda n=name, p=plural, s=selector: self._watch_loop(n, p, s), f"kube-watch-{name}")
                     for name, plural, selector in WATCHED]
         for target, name in targets:
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self._start_thread(target, name)
         deadline = time.monotonic() + self.settings.sync_timeout_s
         for plural, event in self._synced.items():
             if not event.wait(max(deadline - time.monotonic(), 0.0)):
                 log.warning("kubernetes: no initial list yet; carrying on, the watch keeps trying",
                             extra={"kind": plural, "host": self._api.host})
+
+    def _start_thread(self, target, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _watch_admin_objects(self) -> None:
+        """Watch the sluice.io resources, once this cluster is the management cluster (their CRDs exist there
+        only: elsewhere the watch would fail for ever)."""
+        with self._lock:
+            if CUSTOM_RESOURCES[0] in self._feeds:
+                return
+            for plural in CUSTOM_RESOURCES:
+                self._feeds[plural] = (functools.partial(self.admin_objects.replace, plural),
+                                       functools.partial(self.admin_objects.observe, plural))
+                self._synced[plural] = threading.Event()
+        for plural in CUSTOM_RESOURCES:
+            self._start_thread(lambda p=plural: self._watch_loop(p, p, None), f"kube-watch-{plural}")
 
     def stop(self) -> None:
         self._stop.set()
@@ -506,10 +529,7 @@ class KubernetesBackend:
     def _watch_loop(self, name: str, plural: str, selector: str | None) -> None:
         backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s)
         version = ""
-        if name == "intake":
-            replace, apply = self.intake.replace, self.intake.observe
-        else:
-            replace, apply = functools.partial(self._replace, plural), functools.partial(self._apply, plural)
+        replace, apply = self._feeds[name]
         while not self._stop.is_set():
             try:
                 if not version:

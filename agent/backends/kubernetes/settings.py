@@ -26,6 +26,7 @@ class ClusterSettings:
     allow_host_pid: bool = False
     service_accounts: tuple[str, ...] = ()  # besides `default`
     intake_namespaces: frozenset[str] = frozenset()  # whose Jobs labelled sluice.io/queue go to the dispatcher
+    admin_objects: bool = False  # the management cluster: its sluice.io resources go to the dispatcher
 
     @classmethod
     def from_document(cls, document: dict) -> ClusterSettings:
@@ -38,7 +39,8 @@ class ClusterSettings:
                    gang_start_timeout_s=float(k8s["gangStartTimeout"]), workload=k8s["workload"],
                    allow_privileged=bool(policy["allowPrivileged"]), allow_host_path=bool(policy["allowHostPath"]),
                    allow_host_network=bool(policy["allowHostNetwork"]), allow_host_pid=bool(policy["allowHostPID"]),
-                   service_accounts=tuple(policy["serviceAccounts"]), intake_namespaces=frozenset(k8s["intake"]))
+                   service_accounts=tuple(policy["serviceAccounts"]), intake_namespaces=frozenset(k8s["intake"]),
+                   admin_objects=bool(k8s["adminObjects"]))
 
     def namespace_for(self, queue: str) -> str:
         return self.namespaces.get(queue, queue)

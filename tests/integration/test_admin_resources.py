@@ -1,0 +1,159 @@
+"""Admin objects kept as Kubernetes resources: an admin creates sluice.io Queue and ServiceClass resources in
+the management cluster's API server (the CRDs Sluice ships, a fake API server, the real `kubernetes` client);
+its agent (a real `sluice agent run` process) hands them to the dispatcher, which applies them as `sluice admin
+apply` would, all or nothing; each resource's status says how it went (with a Queue's guaranteed, max and
+used); deleting a resource deletes its object, refused while the object is in use. A cluster that is not the
+management cluster may not do this (a scripted agent)."""
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as kube
+from kubernetes import config as kube_config
+
+from dispatcher.server import Dispatcher, ServerSettings
+from dispatcher.services import administering
+from dispatcher.store import tokens
+from dispatcher.store.database import DatabaseSettings
+from sluice.client import Client
+from sluice.config import ClientConfig
+from sluice.crds import crd
+from sluice.objects import load_objects
+from sluice.v1 import agents_pb2
+from tests.fakekube import FakeKube
+from tests.integration.test_agent_link import ScriptedAgent
+from tests.integration.test_kubernetes_agent import Agents, wait_until
+
+OBJECTS = """
+apiVersion: sluice.io/v1
+kind: ServiceClass
+metadata: {name: standard}
+spec: {priority: 500}
+---
+apiVersion: sluice.io/v1
+kind: Queue
+metadata: {name: default}
+spec: {serviceClasses: [standard]}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: mgmt}
+spec: {tier: onprem, kubernetes: {adminObjects: true}}
+---
+apiVersion: sluice.io/v1
+kind: Cluster
+metadata: {name: other}
+spec: {tier: onprem}
+"""
+
+
+@pytest.fixture
+def fake(tmp_path):
+    server = FakeKube().start()
+    server.add_node("node-0", {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    server.add_namespace("research")  # where the research queue's jobs run (their pods stay Pending: no autopilot)
+    for kind in ("Queue", "ServiceClass", "Cluster", "BurstPolicy"):
+        server.put(crd(kind))
+    server.kubeconfig(tmp_path / "mgmt.kubeconfig", context="mgmt")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def dispatcher(db_url, tmp_path):
+    from dispatcher.store import clusters as cluster_store
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
+    with d.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        d.admin = tokens.create(session, "admin", "admin")
+        for cluster in ("mgmt", "other"):
+            (tmp_path / f"{cluster}.token").write_text(tokens.create(session, "agent", f"agent-{cluster}", cluster))
+    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
+    yield d
+    d.client.close()
+    d.stop()
+
+
+@pytest.fixture
+def kubectl(fake, tmp_path):
+    api_client = kube_config.new_client_from_config(str(tmp_path / "mgmt.kubeconfig"), context="mgmt")
+    yield kube.CustomObjectsApi(api_client)
+    api_client.close()
+
+
+def resource(kind: str, name: str, spec: dict) -> dict:
+    return {"apiVersion": "sluice.io/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def create(kubectl, plural: str, body: dict) -> None:
+    kubectl.create_cluster_custom_object("sluice.io", "v1", plural, body)
+
+
+def stored(dispatcher, kind: str) -> dict[str, dict]:
+    with dispatcher.sessions() as session:
+        return {doc["metadata"]["name"]: doc for doc in administering.get(session, kind)}
+
+
+def status(fake: FakeKube, plural: str, name: str) -> dict:
+    return (fake.get(f"{plural}.sluice.io", "", name) or {}).get("status") or {}
+
+
+def test_resources_applied_in_the_management_cluster_reach_sluice_and_say_so(dispatcher, fake, kubectl, tmp_path):
+    Agents(dispatcher, tmp_path).start("mgmt")
+    create(kubectl, "serviceclasses", resource("ServiceClass", "batch", {"priority": 100}))
+    create(kubectl, "queues", resource("Queue", "research", {
+        "guaranteed": {"cpu": "4"}, "max": {"cpu": "8", "memory": "64Gi"}, "weight": 2,
+        "serviceClasses": ["batch", "standard"]}))
+    wait_until(lambda: status(fake, "queues", "research").get("accepted") is True, 30, what="the queue accepted")
+    queue = stored(dispatcher, "Queue")["research"]
+    assert queue["spec"]["weight"] == 2 and queue["spec"]["guaranteed"] == {"cpu": "4"}
+    assert "batch" in stored(dispatcher, "ServiceClass")
+    shown = status(fake, "queues", "research")
+    assert (shown["guaranteed"], shown["max"], shown["used"]) == ("cpu=4", "cpu=8,memory=64Gi", "-")
+    assert shown["observedGeneration"] == 1
+    assert [c["reason"] for c in shown["conditions"] if c["type"] == "Accepted"] == ["Applied"]
+    assert "sluice.io/admin-object" in fake.get("queues.sluice.io", "", "research")["metadata"]["finalizers"]
+    # A job running in the queue shows in its used column.
+    [job_id] = dispatcher.client.submit([{"apiVersion": "sluice.io/v1", "kind": "Job", "metadata": {"name": "j"},
+                                          "spec": {"queue": "research", "podSets": [{"name": "main", "count": 1,
+                                                   "template": {"spec": {"containers": [{
+                                                       "name": "c", "image": "x", "resources": {
+                                                           "requests": {"cpu": "2"}}}]}}}]}}])
+    wait_until(lambda: status(fake, "queues", "research").get("used") == "cpu=2", 30,
+               what=f"used cpu=2 (it is {status(fake, 'queues', 'research')}; job {dispatcher.client.explain(job_id)})")
+
+    # A set with a resource Sluice refuses is applied not at all, and every resource says why.
+    kubectl.patch_cluster_custom_object("sluice.io", "v1", "queues", "research", {"spec": {"weight": 5}})
+    create(kubectl, "queues", resource("Queue", "orphan", {"parent": "nowhere"}))
+    wait_until(lambda: status(fake, "queues", "orphan").get("accepted") is False, 30, what="the orphan refused")
+    assert "nowhere" in status(fake, "queues", "orphan")["message"]
+    wait_until(lambda: status(fake, "queues", "research").get("accepted") is False, 30, what="research held back")
+    assert stored(dispatcher, "Queue")["research"]["spec"]["weight"] == 2  # not applied: all or nothing
+    assert "orphan" not in stored(dispatcher, "Queue")
+
+    # Deleting a resource deletes its object, once nothing uses it; while something does, it waits, saying why.
+    kubectl.delete_cluster_custom_object("sluice.io", "v1", "queues", "orphan")
+    wait_until(lambda: status(fake, "queues", "research").get("accepted") is True, 30, what="research applied")
+    assert stored(dispatcher, "Queue")["research"]["spec"]["weight"] == 5
+    kubectl.delete_cluster_custom_object("sluice.io", "v1", "queues", "research")
+    wait_until(lambda: "in use" in status(fake, "queues", "research").get("message", ""), 30,
+               what="the deletion refused while its job is live")
+    assert "research" in stored(dispatcher, "Queue")
+    assert fake.get("queues.sluice.io", "", "research")["metadata"]["deletionTimestamp"]
+    create(kubectl, "queues", resource("Queue", "scratch", {}))
+    wait_until(lambda: "scratch" in stored(dispatcher, "Queue"), 30, what="scratch applied")
+    kubectl.delete_cluster_custom_object("sluice.io", "v1", "queues", "scratch")
+    wait_until(lambda: fake.get("queues.sluice.io", "", "scratch") is None, 30,
+               what=f"the resource gone (status {status(fake, 'queues', 'scratch')})")
+    assert "scratch" not in stored(dispatcher, "Queue")
+
+
+def test_a_cluster_that_is_not_the_management_cluster_may_not_change_admin_objects(dispatcher, tmp_path):
+    agent = ScriptedAgent(dispatcher.address, (tmp_path / "other.token").read_text(), "other")
+    assert agent.next("welcome").takes_admin_resources
+    agent.send(admin_resources=agents_pb2.AdminResources(resources=[agents_pb2.AdminResource(
+        kind="Queue", name="sneaky", document_json='{"apiVersion": "sluice.io/v1", "kind": "Queue", '
+                                                   '"metadata": {"name": "sneaky"}, "spec": {}}')]))
+    [outcome] = agent.next("admin_outcomes").outcomes
+    assert not outcome.accepted and "is not a management cluster" in outcome.message
+    assert "sneaky" not in stored(dispatcher, "Queue")
+    agent.close()
