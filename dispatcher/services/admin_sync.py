@@ -72,7 +72,7 @@ def sync(session: Session, cluster: str, resources: list[Resource]) -> list[Outc
     elif objects:
         try:
             with session.begin_nested():
-                administering.apply(session, actor, objects)
+                administering.apply(session, actor, objects, numbered=False)
             outcomes.update({(r.kind, r.name): Outcome(r.kind, r.name, True, "applied") for r in live})
         except DispatcherError as exc:
             outcomes.update({(r.kind, r.name): Outcome(r.kind, r.name, False, f"not applied: {exc}") for r in live})

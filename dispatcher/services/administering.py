@@ -85,11 +85,13 @@ def parse(documents_json: list[str]) -> list[AdminObject]:
     return objects
 
 
-def apply(session: Session, actor: str, objects: list[AdminObject], *, dry_run: bool = False) -> list[Change]:
-    """Create or update objects, all or nothing; a dry run only says what would change."""
+def apply(session: Session, actor: str, objects: list[AdminObject], *, dry_run: bool = False,
+          numbered: bool = True) -> list[Change]:
+    """Create or update objects, all or nothing; a dry run only says what would change. numbered: an error
+    names the object's place in the set (a file's document), else the object alone."""
     admin_store.serialize(session)
-    return _apply(session, actor, _stored(session), objects, {(o.kind, o.name): n for n, o in enumerate(objects, 1)},
-                  dry_run=dry_run)
+    return _apply(session, actor, _stored(session), objects,
+                  {(o.kind, o.name): n if numbered else None for n, o in enumerate(objects, 1)}, dry_run=dry_run)
 
 
 def get(session: Session, kind: str, name: str = "") -> list[dict]:
