@@ -100,7 +100,8 @@ def helm_renderings(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
             "mtls": helm("ci/kind-values.yaml", _mtls_values(tmp)),
             "monitoring": helm("ci/production-values.yaml", _monitoring_values(tmp)),
             "cert-manager": helm("ci/production-values.yaml", _cert_manager_values(tmp), _mtls_values(tmp)),
-            "crds": helm("ci/production-values.yaml", _crds_values(tmp))}
+            "crds": helm("ci/production-values.yaml", _crds_values(tmp)),
+            "admin-objects": helm("ci/production-values.yaml", _admin_objects_values(tmp))}
 
 
 def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
@@ -116,7 +117,7 @@ def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
 def test_the_expected_kustomizations_exist():
     assert all((ROOT / c / "kustomization.yaml").is_file() for c in COMPONENTS)
     assert {"deploy/base/dispatcher", "deploy/base/migration", "deploy/base/agent", "deploy/base/crds",
-            "deploy/base/agent-namespace-creation", "deploy/overlays/kind", "deploy/overlays/kind/migration",
+            "deploy/base/agent-namespace-creation", "deploy/base/agent-admin-objects", "deploy/overlays/kind", "deploy/overlays/kind/migration",
             "deploy/overlays/kind/agent", DEV_ONLY, "deploy/overlays/production",
             "deploy/overlays/production/migration", "deploy/overlays/production/agent"} <= set(KUSTOMIZATIONS)
 
@@ -204,6 +205,16 @@ def test_helm_default_values_render_the_production_kinds_and_names(namespace_val
         helm()  # the chart refuses to render an agent without its cluster name
 
 
+def test_the_management_cluster_rights_are_the_same_opt_in_in_both(namespace_values):
+    extra = {key(o): o for o in helm("ci/production-values.yaml", _admin_objects_values(namespace_values.parent))}
+    for k in map(key, helm("ci/production-values.yaml")):
+        extra.pop(k)
+    kustomized = {key(o): o for o in render.kustomize(DEPLOY / "base" / "agent-admin-objects")}
+    assert sorted(extra) == sorted(kustomized)
+    for k, obj in kustomized.items():
+        assert _without_chart_metadata(extra[k]) == _without_chart_metadata(obj)
+
+
 def test_namespace_creation_is_the_same_opt_in_in_both(namespace_values):
     extra = {key(o): o for o in helm(namespace_values)}
     for k in map(key, helm("ci/kind-values.yaml")):
@@ -224,15 +235,20 @@ def test_the_migration_runs_before_the_dispatcher_under_helm():
 
 
 # -- RBAC -------------------------------------------------------------------------------------------
+ADMIN_RESOURCES = ("queues", "serviceclasses", "clusters", "burstpolicies")
 AGENT_RULES = {
     "sluice-agent": {("", "nodes"): {"get", "list", "watch"},
                      ("", "pods"): {"list", "watch"},
-                     ("", "namespaces"): {"get"}},
+                     ("", "namespaces"): {"get"},
+                     ("batch", "jobs"): {"list", "watch"}},
     "sluice-agent-workloads": {("", "pods"): {"create", "get", "list", "watch", "delete"},
-                               ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-                               ("", "events"): {"list", "watch"},
+                               ("batch", "jobs"): {"create", "get", "list", "watch", "delete", "patch"},
+                               ("batch", "jobs/status"): {"patch"},
+                               ("", "events"): {"create", "list", "watch"},
                                ("", "pods/log"): {"get"}},
     "sluice-agent-namespaces": {("", "namespaces"): {"create"}},
+    "sluice-agent-admin-objects": {**{("sluice.io", r): {"get", "list", "watch", "patch"} for r in ADMIN_RESOURCES},
+                                   **{("sluice.io", f"{r}/status"): {"patch"} for r in ADMIN_RESOURCES}},
 }
 
 
@@ -676,6 +692,12 @@ def test_the_certificate_schema_refuses_what_cert_manager_would():
 def _crds_values(tmp_path: pathlib.Path) -> pathlib.Path:
     path = tmp_path / "crds.yaml"
     path.write_text("crds: {enabled: true}\n")
+    return path
+
+
+def _admin_objects_values(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "admin-objects.yaml"
+    path.write_text("agent: {adminObjects: true}\n")
     return path
 
 
