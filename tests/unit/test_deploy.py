@@ -117,7 +117,8 @@ def every_rendering(namespace_values: pathlib.Path) -> dict[str, list[dict]]:
 def test_the_expected_kustomizations_exist():
     assert all((ROOT / c / "kustomization.yaml").is_file() for c in COMPONENTS)
     assert {"deploy/base/dispatcher", "deploy/base/migration", "deploy/base/agent", "deploy/base/crds",
-            "deploy/base/agent-namespace-creation", "deploy/base/agent-admin-objects", "deploy/overlays/kind", "deploy/overlays/kind/migration",
+            "deploy/base/agent-namespace-creation", "deploy/base/agent-admin-objects",
+            "deploy/overlays/kind", "deploy/overlays/kind/migration",
             "deploy/overlays/kind/agent", DEV_ONLY, "deploy/overlays/production",
             "deploy/overlays/production/migration", "deploy/overlays/production/agent"} <= set(KUSTOMIZATIONS)
 
