@@ -30,6 +30,7 @@ from dispatcher.store import outbox as outbox_store
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
 from dispatcher.store.tokens import Principal
+from sluice._validate import unstorable_at
 from sluice.v1 import agents_pb2, agents_pb2_grpc
 from sluice.wire import AttemptReport
 
@@ -323,15 +324,15 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         if len(message.resources) > admin_sync.MAX_RESOURCES:
             raise InvalidRequest(f"admin resources: {len(message.resources)} in one message, "
                                  f"at most {admin_sync.MAX_RESOURCES}")
-        documents = [_resource_document(r) for r in message.resources]
-        resources = [admin_sync.Resource(r.kind, r.name, doc, r.deleting)
-                     for r, doc in zip(message.resources, documents) if isinstance(doc, dict)]
+        resources = []
+        for r in message.resources:
+            document = _resource_document(r)
+            resources.append(admin_sync.Resource(r.kind, r.name, document, r.deleting) if isinstance(document, dict)
+                             else admin_sync.Resource(r.kind, r.name, {}, r.deleting, unreadable=document))
         with self._sessions.begin() as session:
-            outcomes = iter(admin_sync.sync(session, link.cluster, resources))
-        return agents_pb2.DispatcherMessage(admin_outcomes=agents_pb2.AdminOutcomes(outcomes=[
-            _admin_outcome(next(outcomes)) if isinstance(doc, dict)
-            else agents_pb2.AdminOutcome(kind=r.kind, name=r.name, message=doc)
-            for r, doc in zip(message.resources, documents)]))
+            outcomes = admin_sync.sync(session, link.cluster, resources)
+        return agents_pb2.DispatcherMessage(admin_outcomes=agents_pb2.AdminOutcomes(
+            outcomes=[_admin_outcome(o) for o in outcomes]))
 
     def _apply_reports(self, link: _Link, batch: list, state: _LinkState) -> int:
         """Apply a batch with status reports in one transaction; the highest report seq it applied."""
@@ -429,23 +430,22 @@ def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
     """An intake Job's object, or why it cannot be read (the Job is answered with that)."""
     if not job.uid:
         return "the Job has no metadata.uid"
-    if len(job.document_json) > submitting.MAX_SPEC_BYTES:
-        return f"the Job is {len(job.document_json)} bytes, at most {submitting.MAX_SPEC_BYTES}"
     try:
-        document = json.loads(job.document_json)
-    except ValueError as exc:
-        return f"the Job is not JSON: {exc}"
-    return document if isinstance(document, dict) else "the Job is not a JSON object"
+        return submitting.decode(job.document_json)[0]
+    except submitting.Undecodable as exc:
+        return f"the Job: {exc}"
 
 
 def _resource_document(resource: agents_pb2.AdminResource) -> dict | str:
     """A custom resource's object, or why it cannot be read (the resource is answered with that)."""
     try:
         document = json.loads(resource.document_json)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return f"the resource is not JSON: {exc}"
     if not isinstance(document, dict):
         return "the resource is not a JSON object"
+    if (bad := unstorable_at(document)) is not None:  # Postgres could not store it
+        return f"the resource: {bad[0] or 'document'}: {bad[1]}"
     return document
 
 

@@ -35,6 +35,7 @@ class Resource:
     name: str
     document: dict
     deleting: bool = False
+    unreadable: str = ""  # why its document could not be read (it holds the set back like an invalid one)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,14 @@ def sync(session: Session, cluster: str, resources: list[Resource]) -> list[Outc
     objects, errors = [], {}
     for r in live:
         try:
-            objects.append(object_from_document(admin_document(r.document)))
+            if r.unreadable:
+                raise SpecError("", r.unreadable)
+            obj = object_from_document(admin_document(r.document))
+            if (obj.kind, obj.name) != (r.kind, r.name):
+                raise SpecError("metadata.name", f"the resource {r.kind} {r.name} holds {obj.kind} {obj.name}")
+            if (r.kind, r.name) in errors or any((o.kind, o.name) == (r.kind, r.name) for o in objects):
+                raise SpecError("metadata.name", f"{r.kind} {r.name} is sent twice")
+            objects.append(obj)
         except SpecError as exc:
             errors[(r.kind, r.name)] = str(exc)
     if errors:

@@ -21,6 +21,7 @@ from dispatcher.store import clusters as cluster_store
 from dispatcher.store import intake as store
 from dispatcher.store.database import Session
 from dispatcher.store.tokens import Principal
+from sluice import _validate as v
 from sluice._validate import SpecError
 from sluice.spec import KUBERNETES_API_VERSION, Origin, job_from_document
 
@@ -92,13 +93,13 @@ def _submit(session: Session, cluster: str, intake: dict, mention: Mention) -> i
     if doc.get("apiVersion") != KUBERNETES_API_VERSION or doc.get("kind") != "Job":
         raise SpecError("kind", f"only {KUBERNETES_API_VERSION} Jobs are taken, got {doc.get('apiVersion')} "
                                 f"{doc.get('kind')}")
-    labels = (doc.get("metadata") or {}).get("labels") or {}
+    labels = v.mapping(v.mapping(doc.get("metadata"), "metadata").get("labels"), "metadata.labels")
     queue = labels.get(QUEUE_LABEL)
     if queue not in entry["queues"]:
         raise SpecError(f"metadata.labels[{QUEUE_LABEL}]",
                         f"{queue!r} is not a queue namespace {mention.namespace!r} may submit to "
                         f"({', '.join(entry['queues'])})")
-    if (doc.get("spec") or {}).get("suspend") is not True:
+    if v.mapping(doc.get("spec"), "spec", required=True).get("suspend") is not True:
         raise SpecError("spec.suspend", "must be true: a Job Sluice places is created suspended (else Kubernetes "
                                         "starts it at once, in this cluster)")
     spec = job_from_document(_own_parts(doc), queue=queue)

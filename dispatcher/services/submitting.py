@@ -56,6 +56,33 @@ def _decode(document: str) -> tuple[object, bool]:
     return json.loads(document), True
 
 
+class Undecodable(ValueError):
+    """A job document's text that is not one it can be: its words say why."""
+
+
+def decode(document: str) -> tuple[dict, bool]:
+    """A job document's JSON text as its object, and whether `json` (not orjson) decoded it; Undecodable when
+    it is too long, not JSON, not an object, nested too deep, or holds what Postgres cannot store."""
+    if len(document) > MAX_SPEC_BYTES:
+        raise Undecodable(f"{len(document)} bytes, at most {MAX_SPEC_BYTES}")
+    try:
+        doc, by_json = _decode(document)
+    except json.JSONDecodeError as exc:
+        raise Undecodable(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise Undecodable(NESTED_TOO_DEEP) from None
+    if not isinstance(doc, dict):
+        raise Undecodable("expected a JSON object")
+    # Postgres cannot store a NUL in jsonb, nor a lone surrogate (which only `json` decodes) anywhere.
+    if ("\\u0000" in document or by_json) and (bad := unstorable_at(doc)) is not None:
+        raise Undecodable(f"{bad[0] or 'document'}: {bad[1]}")
+    try:
+        check_depth(doc, document)
+    except SpecError as exc:
+        raise Undecodable(str(exc)) from None
+    return doc, by_json
+
+
 class _ExactJSON(list):
     """The specs of a call with a document only `json` decoded: its rows' documents are encoded by `json`
     too (store.copy_codec.ExactJSON), so values orjson would write otherwise (NaN as null) reach Postgres as
@@ -73,24 +100,11 @@ def parse(specs_json: list[str], *, first: int = 1, numbered: bool | None = None
     numbered = len(specs_json) > 1 if numbered is None else numbered
     out, exact = [], False
     for n, document in enumerate(specs_json, first):
-        if len(document) > MAX_SPEC_BYTES:
-            raise InvalidRequest(f"document {n}: {len(document)} bytes, at most {MAX_SPEC_BYTES}")
         try:
-            doc, by_json = _decode(document)
-            exact = exact or by_json
-        except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"document {n}: not JSON: {exc}") from exc
-        except RecursionError:
-            raise InvalidRequest(f"document {n}: {NESTED_TOO_DEEP}") from None
-        if not isinstance(doc, dict):
-            raise InvalidRequest(f"document {n}: expected a JSON object")
-        # Postgres cannot store a NUL in jsonb, nor a lone surrogate (which only `json` decodes) anywhere.
-        if ("\\u0000" in document or by_json) and (bad := unstorable_at(doc)) is not None:
-            raise InvalidRequest(f"document {n}: {bad[0] or 'document'}: {bad[1]}")
-        try:
-            check_depth(doc, document)
-        except SpecError as exc:
+            doc, by_json = decode(document)
+        except Undecodable as exc:
             raise InvalidRequest(f"document {n}: {exc}") from None
+        exact = exact or by_json
         try:
             out.append(job_from_document(doc, document=n if numbered else None, owned=True))
         except SpecError as exc:

@@ -6,7 +6,11 @@ used); deleting a resource deletes its object, refused while the object is in us
 management cluster may not do this (a scripted agent)."""
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes import client as kube
 from kubernetes import config as kube_config
 
@@ -21,6 +25,7 @@ from sluice.objects import load_objects
 from sluice.v1 import agents_pb2
 from tests.fakekube import FakeKube
 from tests.integration.test_agent_link import ScriptedAgent
+from tests.integration.test_fuzz import FUZZ, INTERNALS, mutated
 from tests.integration.test_kubernetes_agent import Agents, wait_until
 
 OBJECTS = """
@@ -157,3 +162,30 @@ def test_a_cluster_that_is_not_the_management_cluster_may_not_change_admin_objec
     assert not outcome.accepted and "is not a management cluster" in outcome.message
     assert "sneaky" not in stored(dispatcher, "Queue")
     agent.close()
+
+
+@FUZZ
+@given(documents=st.lists(mutated(resource("Queue", "fuzzed", {"guaranteed": {"cpu": "1"}, "weight": 2})),
+                          min_size=1, max_size=3), deleting=st.booleans())
+def test_fuzzed_resources_are_each_answered_in_words_and_a_refused_set_changes_nothing(dispatcher, tmp_path,
+                                                                                     documents, deleting):
+    from dispatcher.store import clusters as cluster_store
+    with dispatcher.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS.replace("name: other}\nspec: {tier: onprem}",
+                                                                          "name: other}\nspec: {tier: onprem, "
+                                                                          "kubernetes: {adminObjects: true}}")))
+    agent = ScriptedAgent(dispatcher.address, (tmp_path / "other.token").read_text(), "other")
+    try:
+        agent.next("welcome")
+        before = stored(dispatcher, "Queue")
+        resources = [agents_pb2.AdminResource(kind="Queue", name=f"q{n}", document_json=json.dumps(doc),
+                                              deleting=deleting) for n, doc in enumerate(documents)]
+        agent.send(admin_resources=agents_pb2.AdminResources(resources=resources))
+        outcomes = agent.next("admin_outcomes").outcomes
+        assert [(o.kind, o.name) for o in outcomes] == [(r.kind, r.name) for r in resources]
+        for outcome in outcomes:
+            assert not INTERNALS.search(outcome.message), outcome.message
+        if not all(o.accepted for o in outcomes):
+            assert stored(dispatcher, "Queue") == before
+    finally:
+        agent.close()

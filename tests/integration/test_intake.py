@@ -4,8 +4,11 @@ refusals say why and write nothing; a Job being deleted cancels its job."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from dispatcher.server import Dispatcher, ServerSettings
@@ -17,6 +20,7 @@ from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import agents_pb2
 from tests.integration.test_agent_link import ScriptedAgent
+from tests.integration.test_fuzz import FUZZ, INTERNALS, mutated
 
 OBJECTS = """
 apiVersion: sluice.io/v1
@@ -159,7 +163,7 @@ def test_unreadable_mentions_are_answered_and_the_link_goes_on(dispatcher):
                   agents_pb2.IntakeJob(uid="", namespace="team-a", name="c", document_json="{}"),
                   mention(kube_job("d", "u4")))
     assert [bool(a.error) for a in answers] == [True, True, True, False]
-    assert "not JSON" in answers[0].error and "not a JSON object" in answers[1].error
+    assert "not JSON" in answers[0].error and "expected a JSON object" in answers[1].error
     assert "no metadata.uid" in answers[2].error
     assert jobs_count(dispatcher) == 1
     agent.close()
@@ -202,3 +206,22 @@ def test_intake_settings_are_validated_by_admin_apply():
     document = cluster.to_document()
     assert document["spec"]["kubernetes"]["intake"] == {"team-a": {"user": "alice", "queues": ["research"]}}
     assert load_objects(json.dumps(document))[0] == cluster
+
+
+@FUZZ
+@given(documents=st.lists(mutated(kube_job("fuzz", "u")), min_size=1, max_size=4), deleting=st.booleans())
+def test_fuzzed_jobs_are_each_answered_in_words_and_only_accepted_ones_are_written(dispatcher, documents, deleting):
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    try:
+        agent.next("welcome")
+        before = jobs_count(dispatcher)
+        mentions = [agents_pb2.IntakeJob(uid=f"fuzz-{uuid.uuid4()}", namespace="team-a", name="fuzz",
+                                         document_json=json.dumps(doc), deleting=deleting) for doc in documents]
+        answers = ask(agent, *mentions)
+        assert [a.uid for a in answers] == [m.uid for m in mentions]
+        for answer in answers:
+            assert (answer.job_id > 0) != bool(answer.error) or (deleting and not answer.job_id), answer
+            assert not INTERNALS.search(answer.error), answer.error
+        assert jobs_count(dispatcher) == before + sum(a.job_id > 0 for a in answers)
+    finally:
+        agent.close()
