@@ -225,3 +225,18 @@ def test_fuzzed_jobs_are_each_answered_in_words_and_only_accepted_ones_are_writt
         assert jobs_count(dispatcher) == before + sum(a.job_id > 0 for a in answers)
     finally:
         agent.close()
+
+
+def test_the_user_guides_example_job_is_taken(dispatcher):
+    import pathlib
+
+    import yaml
+    example = yaml.safe_load((pathlib.Path(__file__).parents[2] / "examples" / "kubectl-job.yaml").read_text())
+    example["metadata"]["uid"] = "uid-example"
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    agent.next("welcome")
+    [answer] = ask(agent, mention(example))
+    assert answer.job_id > 0 and not answer.error
+    job = dispatcher.client.describe(answer.job_id)
+    assert job["spec"]["spec"]["podSets"][0]["count"] == 2 and job["spec"]["spec"]["priority"] == 10
+    agent.close()
