@@ -25,6 +25,14 @@ SUCCEEDED at the last pod's end, FAILED at the failed container's end (or the Jo
 None where they do not say (the agent then stamps the time it looked). A RUNNING verdict also says how
 to reach the attempt's first pod (`Verdict.address`, `first_pod`): its `status.podIP`, with `:<port>`
 when its first container declares ports (the first one's containerPort); "" while the pod has no IP.
+
+A user's Job that an attempt adopted (objects.py `adoption`) is evaluated as any Job of workload `jobs`,
+whatever its completionMode (NonIndexed: its pods have no index, the first by name is the first pod) and
+its own backoffLimit (which became the job's maxRetries: Sluice retries as a new attempt). Any failed pod
+fails the attempt, even where the Job controller would replace it. Failure outranks success, and Sluice
+deletes none of an adopted Job's pods (the backend suspends the Job, whose controller then deletes only its
+active ones), so a replacement that succeeds cannot turn the attempt SUCCEEDED, not even for an agent
+restarted later.
 """
 from __future__ import annotations
 
