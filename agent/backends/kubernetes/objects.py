@@ -268,9 +268,10 @@ def adoption_patch(job: dict, labels: dict[str, str], annotations: dict[str, str
 def release_patch(job: dict) -> dict:
     """Hands an adopted Job back to its owner when its attempt ends unfinished: suspended again (the Job
     controller deletes its active pods) and no longer labelled managed-by Sluice, so no agent takes it for a
-    live attempt again (the other labels and the annotations stay, as a record). Conditional on its uid: a
-    Job created again under the same name is not touched."""
-    return {"metadata": {"uid": (job.get("metadata") or {}).get("uid"), "labels": {LABEL_MANAGED_BY: None}},
+    live attempt again (the other labels and the annotations stay, as a record). Conditional on the version
+    it was decided on: a Job that finished since, or was created again under its name, is not touched."""
+    return {"metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion"),
+                         "labels": {LABEL_MANAGED_BY: None}},
             "spec": {"suspend": True}}
 
 
