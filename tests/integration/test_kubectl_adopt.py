@@ -235,6 +235,39 @@ def test_a_failed_pod_fails_the_attempt_and_the_job_is_suspended_before_a_replac
     wait_until(lambda: not attempt_pods(fake, job_id, 2), 15, what="attempt 2's copy deleted")
 
 
+# The intake (agent/backends/kubernetes/intake.py) takes in no object labelled as an attempt's, so it stops
+# following a Job once adopted: a restarted agent's intake never looks at it, and its owner's deletion of it
+# is not seen. It must take in an adopted Job (objects.py `adopted`); these pass once it does.
+NEEDS_INTAKE = pytest.mark.xfail(strict=True, reason="the intake ignores a Job labelled as an attempt's, adopted too")
+
+
+@NEEDS_INTAKE
+def test_deleting_an_adopted_job_cancels_its_job(dispatcher, fake, agents, kubectl):
+    agents.start("kube-a")
+    kubectl.create_namespaced_job("team-a", user_job("long", run_seconds=120.0))
+    job_id = int(wait_annotated(fake, "long", ("RUNNING",))["sluice.io/job-id"])
+    kubectl.delete_namespaced_job("long", "team-a")
+    job = wait_state(dispatcher.client, job_id, FINAL, timeout=15)
+    assert job["state"] == "CANCELLED" and "its Job team-a/long was deleted" in job["reason"]
+    assert [a["state"] for a in dispatcher.client.describe(job_id)["attempts"]] == ["CANCELLED"]
+    wait_until(lambda: fake.get("jobs", "team-a", "long") is None, 15, what="the Job gone once its job ended")
+    wait_until(lambda: not fake.list("pods"), 15, what="its pods gone")
+
+
+@NEEDS_INTAKE
+def test_an_adopted_job_mirrors_its_job_after_the_agent_restarted(dispatcher, fake, agents, kubectl):
+    first = agents.start("kube-a")
+    kubectl.create_namespaced_job("team-a", user_job("train", run_seconds=6.0))
+    job_id = int(wait_annotated(fake, "train", ("RUNNING",))["sluice.io/job-id"])
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    agents.start("kube-a")
+    assert wait_state(dispatcher.client, job_id, FINAL)["state"] == "SUCCEEDED"
+    assert wait_annotated(fake, "train", FINAL, timeout=10)["sluice.io/state"] == "SUCCEEDED"
+    wait_until(lambda: "sluice.io/cancel-on-delete" not in (the_job(fake, "train")["metadata"].get("finalizers") or []),
+               10, what="the finalizer off once the job ended")
+
+
 TEMPLATE = {"metadata": {"annotations": {RUN_SECONDS_ANNOTATION: "1"}},
             "spec": {"restartPolicy": "Never", "containers": [
                 {"name": "main", "image": "train:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}

@@ -313,6 +313,17 @@ def test_a_failed_pod_of_an_adopted_job_fails_the_attempt_whatever_its_replaceme
     assert (replaced.state, replaced.exit_code) == ("FAILED", 1) and "pod train-x1 failed" in replaced.reason
 
 
+def test_an_adopted_job_its_owner_deletes_is_no_loss_its_pods_deleted_are():
+    job = {"metadata": {"name": "train", "deletionTimestamp": CREATED,
+                        "annotations": {"sluice.io/gang-size": "2", "sluice.io/adopted": "7-1"}}}
+    running = [pod("train-x1", "Running"), pod("train-x2", "Running")]
+    assert ks.evaluate(running, [job], now=T0 + 1, gang_timeout_s=300, pull_grace_s=30).state == "RUNNING"
+    copy = {"metadata": {**job["metadata"], "annotations": {"sluice.io/gang-size": "2"}}}
+    assert ks.evaluate(running, [copy], now=T0 + 1, gang_timeout_s=300, pull_grace_s=30).state == "LOST"
+    deleted = [running[0], pod("train-x2", "Running", deleting=True)]
+    assert ks.evaluate(deleted, [job], now=T0 + 1, gang_timeout_s=300, pull_grace_s=30).state == "LOST"
+
+
 def test_gang_timeout_and_pods_deleted_outside_sluice():
     late = evaluate(pod("a", "Running"), pod("b", scheduled="0/3 nodes are available: 3 Insufficient cpu."),
                     now=T0 + 300)

@@ -262,7 +262,14 @@ class KubernetesBackend:
         queue = str((document.get("spec") or {}).get("queue") or "")
         in_place = dataclasses.replace(cluster, namespaces={**cluster.namespaces, queue: namespace})
         for _ in range(self.settings.call_attempts):
-            job = self._retrying(lambda: self._api.read_job(namespace, name))
+            try:
+                job = self._retrying(lambda: self._api.read_job(namespace, name))
+            except KubeError as exc:
+                if exc.transient:
+                    raise  # not acked: the command comes again
+                log.warning("kubernetes: cannot read the job's own Job; creating a copy", extra={
+                    "job_id": key[0], "attempt": key[1], "namespace": namespace, "name": name, "error": str(exc)})
+                return None
             verdict, why = adoption(job, document, *key)
             if verdict == ADOPTED:
                 with self._lock:
