@@ -7,12 +7,21 @@ import pytest
 
 from agent.backends.kubernetes import status as ks
 from agent.backends.kubernetes.objects import (
+    ADOPT,
+    ADOPTED,
+    COPY,
     Refused,
+    adopted,
+    adoption,
+    adoption_patch,
     attempt_key,
     job_name,
+    origin_of,
     plan_attempt,
+    release_patch,
 )
 from agent.backends.kubernetes.settings import ClusterSettings
+from tests.fakekube.patch import merge_patch
 
 CREATED = "2026-01-01T00:00:00.000000Z"
 T0 = ks.parse_time(CREATED)
@@ -147,9 +156,94 @@ def test_cluster_settings_come_from_the_cluster_document():
                        "workload": "jobs"},
         "podPolicy": {"allowHostPath": True, "serviceAccounts": ["trainer"]}}}
     settings = ClusterSettings.from_document(document)
-    assert settings == ClusterSettings(namespaces={"vision": "ml"}, create_namespaces=True, gang_start_timeout_s=90.0,
-                                       workload="jobs", allow_host_path=True, service_accounts=("trainer",))
-    assert ClusterSettings.from_document({**document, "spec": {}}) == ClusterSettings()
+    assert settings == ClusterSettings(name="k", namespaces={"vision": "ml"}, create_namespaces=True,
+                                       gang_start_timeout_s=90.0, workload="jobs", allow_host_path=True,
+                                       service_accounts=("trainer",))
+    assert ClusterSettings.from_document({**document, "spec": {}}) == ClusterSettings(name="k")
+
+
+# -- adoption ----------------------------------------------------------------------------------------
+
+ORIGIN = {"cluster": "kube-a", "namespace": "team-a", "name": "train", "uid": "u-1"}
+
+
+def user_job(**spec):
+    """A user's Job as the API server holds it, submitted suspended through the kubectl front door."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "team-a", "uid": "u-1", "resourceVersion": "41",
+                         "labels": {"sluice.io/queue": "vision"}, "annotations": {"sluice.io/job-id": "7"}},
+            "spec": {"suspend": True, "parallelism": 2, "completions": 2, "backoffLimit": 3,
+                     "completionMode": "NonIndexed",
+                     "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}},
+                     "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "u-1"}},
+                                  "spec": {"restartPolicy": "Never",
+                                           "containers": [{"name": "main", "image": "train:1"}]}},
+                     **spec},
+            "status": {}}
+
+
+def origin_document(count=2, **spec):
+    """The job's document as the dispatcher sends it: one pod set, the Job's, and where it came from."""
+    return job(pod_set("job", count), origin=ORIGIN, **spec)
+
+
+def with_metadata(obj, **metadata):
+    return {**obj, "metadata": {**obj["metadata"], **metadata}}
+
+
+def test_the_origin_is_read_from_the_document_only_when_whole():
+    assert origin_of(origin_document()) == ORIGIN
+    assert origin_of(job(pod_set())) is None
+    assert origin_of(job(pod_set(), origin={**ORIGIN, "uid": ""})) is None
+    assert origin_of({"spec": "nonsense"}) is None
+
+
+@pytest.mark.parametrize("current, document, outcome, words", [
+    (user_job(), origin_document(), ADOPT, ""),
+    (with_metadata(user_job(), annotations={"sluice.io/adopted": "7-1"}), origin_document(), ADOPTED, ""),
+    (None, origin_document(), COPY, "Job team-a/train does not exist"),
+    (with_metadata(user_job(), uid="u-2"), origin_document(), COPY, "another Job of the same name (uid u-2)"),
+    (with_metadata(user_job(), annotations={"sluice.io/adopted": "7-0"}), origin_document(), COPY,
+     "it ran attempt 7-0 (a Job is adopted once)"),
+    (with_metadata(user_job(), deletionTimestamp=CREATED), origin_document(), COPY, "it is being deleted"),
+    (user_job(suspend=False), origin_document(), COPY, "it is not suspended"),
+    ({**user_job(), "status": {"startTime": CREATED}}, origin_document(), COPY, "it ran before"),
+    (user_job(managedBy="kueue.x-k8s.io/multikueue"), origin_document(), COPY, "spec.managedBy"),
+    (user_job(parallelism=3, completions=3), origin_document(), COPY,
+     "it has parallelism 3 and completions 3, the job 2 pods"),
+    (user_job(parallelism=2, completions=None), origin_document(), ADOPT, ""),
+])
+def test_a_job_s_own_job_runs_its_attempt_only_when_it_can(current, document, outcome, words):
+    verdict, why = adoption(current, document, 7, 1)
+    assert verdict == outcome and words in why
+
+
+def test_the_adoption_patch_makes_the_job_the_attempt_s_and_its_release_hands_it_back():
+    plan = plan_attempt(7, 1, origin_document(maxRuntime="1h"), ClusterSettings(namespaces={"vision": "team-a"}),
+                        CREATED)
+    patch = adoption_patch(user_job(), *plan.marks[0], "7-1")
+    assert patch["metadata"]["resourceVersion"] == "41"  # conditional: 409 if the Job changed since it was read
+    running = merge_patch(user_job(), patch)
+    kubernetes_validate.validate(running, "1.33", strict=True)
+    assert attempt_key(running) == (7, 1) and adopted(running) and running["spec"]["suspend"] is False
+    assert running["metadata"]["labels"]["sluice.io/queue"] == "vision"  # the owner's labels stay
+    assert running["metadata"]["annotations"]["sluice.io/adopted"] == "7-1"
+    template = running["spec"]["template"]["metadata"]
+    assert template["labels"] == {"batch.kubernetes.io/controller-uid": "u-1", "sluice.io/job-id": "7",
+                                  "sluice.io/attempt": "1", "sluice.io/pod-set": "job",
+                                  "app.kubernetes.io/managed-by": "sluice"}
+    assert template["annotations"] == {"sluice.io/gang-size": "2", "sluice.io/pod-set-index": "0",
+                                       "sluice.io/created-at": CREATED, "sluice.io/max-runtime": "1h"}
+    assert running["spec"]["template"]["spec"] == user_job()["spec"]["template"]["spec"]  # immutable: untouched
+    released = merge_patch(running, release_patch(running))
+    assert released["spec"]["suspend"] is True and attempt_key(released) is None and adopted(released)
+    assert release_patch(running)["metadata"]["resourceVersion"] == "41"  # not a Job that finished since
+
+
+def test_plan_marks_are_the_labels_and_annotations_of_each_pod_set_s_objects():
+    plan = plan_attempt(12, 3, job(pod_set(), pod_set("ps", 1)), ClusterSettings(workload="jobs"), CREATED)
+    for mark, manifest in zip(plan.marks, plan.manifests, strict=True):
+        assert mark == (manifest["metadata"]["labels"], manifest["metadata"]["annotations"])
 
 
 # -- status ------------------------------------------------------------------------------------------
@@ -207,6 +301,27 @@ def test_image_errors_fail_after_the_grace_invalid_names_at_once():
         "pod a failed: container main cannot start: ImagePullBackOff: pull access denied"
     invalid = pod("a", container={"state": {"waiting": {"reason": "InvalidImageName", "message": "bad"}}})
     assert evaluate(invalid, pod("b")).state == "FAILED"
+
+
+def test_a_failed_pod_of_an_adopted_job_fails_the_attempt_whatever_its_replacements_do():
+    failed = pod("train-x1", "Failed", container={"state": {"terminated": {"exitCode": 1, "reason": "Error"}}})
+    job = {"metadata": {"name": "train", "annotations": {"sluice.io/gang-size": "2", "sluice.io/adopted": "7-1"}},
+           "spec": {"backoffLimit": 3},
+           "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    replaced = ks.evaluate([failed, pod("train-x2", "Succeeded"), pod("train-x3", "Succeeded")], [job], now=T0 + 1,
+                           gang_timeout_s=300, pull_grace_s=30)
+    assert (replaced.state, replaced.exit_code) == ("FAILED", 1) and "pod train-x1 failed" in replaced.reason
+
+
+def test_an_adopted_job_its_owner_deletes_is_no_loss_its_pods_deleted_are():
+    job = {"metadata": {"name": "train", "deletionTimestamp": CREATED,
+                        "annotations": {"sluice.io/gang-size": "2", "sluice.io/adopted": "7-1"}}}
+    running = [pod("train-x1", "Running"), pod("train-x2", "Running")]
+    assert ks.evaluate(running, [job], now=T0 + 1, gang_timeout_s=300, pull_grace_s=30).state == "RUNNING"
+    copy = {"metadata": {**job["metadata"], "annotations": {"sluice.io/gang-size": "2"}}}
+    assert ks.evaluate(running, [copy], now=T0 + 1, gang_timeout_s=300, pull_grace_s=30).state == "LOST"
+    deleted = [running[0], pod("train-x2", "Running", deleting=True)]
+    assert ks.evaluate(deleted, [job], now=T0 + 1, gang_timeout_s=300, pull_grace_s=30).state == "LOST"
 
 
 def test_gang_timeout_and_pods_deleted_outside_sluice():

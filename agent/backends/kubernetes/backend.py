@@ -25,6 +25,15 @@ Guarantees:
   namespace that does not exist when `createNamespaces` is off, and an object the API server rejects
   (422, 403) are reported FAILED with the reason, and whatever part was created is deleted.
 - Deletes use foreground propagation, so a Job's pods are gone before the Job is.
+- Adoption (the kubectl front door): an attempt of a job submitted as a suspended Job through this
+  cluster's API server (`spec.origin.cluster` is this cluster's name) runs as that very Job when it can
+  (objects.py `adoption`: the same uid, still suspended, never started, never adopted, the job's count of
+  pods): one merge patch, conditional on the Job's resourceVersion, puts the attempt's labels and
+  annotations on the Job and its pod template and unsuspends it; from then on it is tracked, evaluated
+  and listed as any Job of workload `jobs`. Otherwise a copy is made as for any job. The Job is the
+  user's: Sluice never deletes it. Where an attempt's objects would be deleted (cancel, preempt, orphan,
+  FAILED, LOST, UNSCHEDULABLE), an adopted Job that has not finished is suspended again and no longer
+  labelled managed-by Sluice (objects.py `release_patch`); a finished one, and retention, leave it as it is.
 
 Cluster settings (namespaces, createNamespaces, gangStartTimeout, workload, podPolicy) come from the
 Cluster object through `configure()`, which the agent calls with the document the dispatcher sends
@@ -33,6 +42,7 @@ in its Welcome; until then the defaults apply.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import logging
 import queue
@@ -59,14 +69,22 @@ from agent.backends.kubernetes.api import CUSTOM_RESOURCES, ApiSettings, Backoff
 from agent.backends.kubernetes.intake import INTAKE_SELECTOR, JobIntake
 from agent.backends.kubernetes.logs import PodLogs, select_pods
 from agent.backends.kubernetes.objects import (
+    ADOPT,
+    ADOPTED,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     MANAGED_SELECTOR,
     Refused,
+    adopted,
+    adoption,
+    adoption_mark,
+    adoption_patch,
     attempt_key,
     attempt_selector,
     event_manifest,
+    origin_of,
     plan_attempt,
+    release_patch,
 )
 from agent.backends.kubernetes.settings import ClusterSettings
 
@@ -221,6 +239,11 @@ class KubernetesBackend:
             if key in self._known:
                 return False
             cluster = self._cluster
+        origin = origin_of(spec)
+        if origin is not None and cluster.name and origin["cluster"] == cluster.name:
+            taken = self._adopt(key, spec, origin, cluster)
+            if taken is not None:
+                return taken
         try:
             plan = plan_attempt(key[0], key[1], spec, cluster, _rfc3339(self._clock()))
             self._ensure_namespace(plan.namespace, cluster)
@@ -251,6 +274,58 @@ class KubernetesBackend:
         log.info("kubernetes: attempt created", extra={"job_id": key[0], "attempt": key[1], "objects": created,
                                                        "namespace": plan.namespace})
         return created > 0
+
+    def _adopt(self, key: tuple[int, int], document: dict, origin: dict[str, str],
+               cluster: ClusterSettings) -> bool | None:
+        """Run the attempt as the suspended Job its job was submitted as in this cluster: True when adopted now
+        (or refused by the pod policy: reported FAILED), False when this attempt adopted it before (a repeated
+        command, or one to a restarted agent), None when the Job cannot run it (the caller makes a copy)."""
+        namespace, name = origin["namespace"], origin["name"]
+        # Its pods run in the Job's own namespace: the pod policy is checked against that one.
+        queue = str((document.get("spec") or {}).get("queue") or "")
+        in_place = dataclasses.replace(cluster, namespaces={**cluster.namespaces, queue: namespace})
+        for _ in range(self.settings.call_attempts):
+            try:
+                job = self._retrying(lambda: self._api.read_job(namespace, name))
+            except KubeError as exc:
+                if exc.transient:
+                    raise  # not acked: the command comes again
+                log.warning("kubernetes: cannot read the job's own Job; creating a copy", extra={
+                    "job_id": key[0], "attempt": key[1], "namespace": namespace, "name": name, "error": str(exc)})
+                return None
+            verdict, why = adoption(job, document, *key)
+            if verdict == ADOPTED:
+                with self._lock:
+                    self._known.add(key)
+                return False
+            if verdict != ADOPT:
+                log.info("kubernetes: the job's own Job cannot run it; creating a copy", extra={
+                    "job_id": key[0], "attempt": key[1], "namespace": namespace, "name": name, "why": why})
+                return None
+            try:
+                plan = plan_attempt(key[0], key[1], document, in_place, _rfc3339(self._clock()))
+            except Refused as exc:
+                self._decide(key, FAILED, str(exc))
+                return True
+            labels, annotations = plan.marks[0]
+            patch = adoption_patch(job, labels, annotations, adoption_mark(*key))
+            try:
+                self._retrying(lambda body=patch: self._api.patch("jobs", namespace, name, body))
+            except KubeError as exc:
+                if exc.status == 409:
+                    continue  # the Job changed since it was read (its owner, the intake's mirroring): look again
+                if exc.transient:
+                    raise  # not acked: the command comes again
+                log.warning("kubernetes: the API server refused adopting the job's own Job; creating a copy",
+                            extra={"job_id": key[0], "attempt": key[1], "namespace": namespace, "name": name,
+                                   "error": str(exc)})
+                return None
+            with self._lock:
+                self._known.add(key)
+            log.info("kubernetes: attempt adopted the Job it was submitted as", extra={
+                "job_id": key[0], "attempt": key[1], "namespace": namespace, "name": name})
+            return True
+        raise KubeError(409, "Conflict", f"Job {namespace}/{name} kept changing while it was being adopted")
 
     def delete_attempt(self, job_id: int, attempt: int) -> None:
         key = (int(job_id), int(attempt))
@@ -412,12 +487,14 @@ class KubernetesBackend:
             if track.final and not track.deleting and track.status is not None \
                     and now - track.reported_at >= self.settings.final_retention_s:
                 track.deleting = True  # kept long enough to tell its story; now it goes
+            # An adopted Job its owner is deleting is still released: its pods stop now, and its owner's
+            # intake sees the deletion once it is no longer Sluice's.
             if track.deleting:
-                doomed = [("jobs", j) for j in jobs if not ks.terminating(j)]
+                doomed = [("jobs", j) for j in jobs if not ks.terminating(j) or adopted(j)]
                 doomed += [("pods", p) for p in pods if not ks.terminating(p) and not _owned_by_job(p)]
             elif track.final and track.cleanup == ks.CLEANUP_UNFINISHED:
                 # A Job's pods go with their Job (deleting one alone would have it replaced).
-                doomed = [("jobs", j) for j in jobs if not ks.finished_job(j) and not ks.terminating(j)]
+                doomed = [("jobs", j) for j in jobs if not ks.finished_job(j) and (not ks.terminating(j) or adopted(j))]
                 doomed += [("pods", p) for p in pods if not ks.finished_pod(p) and not ks.terminating(p)
                            and not _owned_by_job(p)]
             else:
@@ -425,7 +502,7 @@ class KubernetesBackend:
         if announce is not None:
             self._record_event(*announce)
         for plural, obj in doomed:
-            self._delete_object(plural, obj)
+            self._dispose(plural, obj)
 
     def _record_event(self, obj: dict, status: AttemptStatus) -> None:
         """A Kubernetes Event on one of the attempt's objects, so `kubectl describe` and `kubectl get events`
@@ -481,13 +558,46 @@ class KubernetesBackend:
         metadata = obj["metadata"]
         self._retrying(lambda: self._api.delete(plural, metadata["namespace"], metadata["name"]))
 
+    def _dispose(self, plural: str, obj: dict) -> None:
+        """Delete one of an attempt's objects; but a user's Job the attempt adopted is never deleted: it is handed
+        back suspended, or left as it is once it finished."""
+        if plural == "jobs" and adopted(obj):
+            if not ks.finished_job(obj):
+                self._release(obj)
+            return
+        self._delete_object(plural, obj)
+
+    def _release(self, job: dict) -> None:
+        """Hand an adopted Job back to its owner, suspended (objects.py release_patch), unless it finished, went,
+        or was handed back meanwhile: the patch is conditional on the version looked at, and on a conflict the
+        Job is read again."""
+        metadata = job["metadata"]
+        namespace, name, uid, key = metadata["namespace"], metadata["name"], metadata.get("uid"), attempt_key(job)
+        for _ in range(self.settings.call_attempts):
+            if (job["metadata"].get("uid"), attempt_key(job)) != (uid, key) or ks.finished_job(job):
+                return
+            try:
+                self._retrying(lambda body=release_patch(job): self._api.patch("jobs", namespace, name, body))
+            except KubeError as exc:
+                if exc.status not in (404, 409):
+                    raise
+                fresh = None if exc.status == 404 else self._retrying(lambda: self._api.read_job(namespace, name))
+                if fresh is None:
+                    return
+                job = fresh
+                continue
+            log.info("kubernetes: adopted Job suspended and handed back to its owner", extra={
+                "namespace": namespace, "name": name, "job_id": key[0] if key else 0})
+            return
+        raise KubeError(409, "Conflict", f"Job {namespace}/{name} kept changing while it was being handed back")
+
     def _delete_listed(self, key: tuple[int, int]) -> None:
         """Delete every object of the attempt the API lists now (not the cache: it may lag a creation).
         Jobs first: their pods go with them (foreground); pods of no Job are deleted one by one."""
         selector = attempt_selector(*key)
         jobs, _ = self._retrying(lambda: self._api.list("jobs", label_selector=selector))
         for job in jobs:
-            self._delete_object("jobs", job)
+            self._dispose("jobs", job)
         pods, _ = self._retrying(lambda: self._api.list("pods", label_selector=selector))
         for pod in pods:
             if not ks.terminating(pod) and not _owned_by_job(pod):

@@ -19,6 +19,12 @@ An element of a job array (`spec.arrayId`, `spec.arrayIndex`) also carries the l
 `sluice.io/array-id` and `sluice.io/array-index`, and every container and init container of its pods
 the environment variables SLUICE_ARRAY_ID and SLUICE_ARRAY_INDEX, unless it defines that name itself
 (the template's own wins).
+
+Adoption (the kubectl front door): a job submitted as a suspended batch/v1 Job through this cluster's API
+server (`spec.origin` names the cluster and the Job) runs, when Sluice places it here, as that very Job.
+`adoption` says whether the Job can run the attempt, `adoption_patch` makes it the attempt's (the labels
+and annotations above on the Job and its pod template, `sluice.io/adopted: <job>-<attempt>`, unsuspended)
+and `release_patch` hands it back to its owner, suspended. A Job is adopted once at most.
 """
 from __future__ import annotations
 
@@ -47,6 +53,10 @@ ANNOTATION_CREATED_AT = "sluice.io/created-at"
 ANNOTATION_MAX_RUNTIME = "sluice.io/max-runtime"
 ANNOTATION_POD_INDEX = "sluice.io/pod-index"
 ANNOTATION_POD_SET_INDEX = "sluice.io/pod-set-index"
+ANNOTATION_ADOPTED = "sluice.io/adopted"  # on a user's Job that ran an attempt: `<job>-<attempt>`
+
+JOB_CONTROLLER = "kubernetes.io/job-controller"  # a Job's spec.managedBy when Kubernetes' own controller runs it
+ADOPT, ADOPTED, COPY = "adopt", "adopted", "copy"
 
 RESTART_LIMIT = 6  # in-place restarts (restartPolicy OnFailure) before a pod counts as failed: the Job default
 
@@ -66,6 +76,7 @@ class AttemptPlan:
     workload: str
     gang_size: int  # pods in the whole attempt
     manifests: tuple[dict, ...]  # in creation order; Pods (workload pods) or Jobs (workload jobs)
+    marks: tuple[tuple[dict[str, str], dict[str, str]], ...] = ()  # per pod set: Sluice's labels, annotations
 
 
 def pod_name(job_id: int, attempt: int, pod_set: str, index: int) -> str:
@@ -160,13 +171,14 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
     array_labels = {label: str(array[key]) for key, label in (("arrayId", LABEL_ARRAY_ID),
                                                               ("arrayIndex", LABEL_ARRAY_INDEX)) if key in array}
     environment = sluice_environment(document)
-    manifests = []
+    manifests, marks = [], []
     for order, (name, count, template) in enumerate(prepared):
         labels = {**attempt_labels(job_id, attempt, name), **array_labels}
         annotations = {ANNOTATION_GANG_SIZE: str(gang_size), ANNOTATION_POD_SET_INDEX: str(order),
                        ANNOTATION_CREATED_AT: created_at}
         if deadline is not None:
             annotations[ANNOTATION_MAX_RUNTIME] = str(spec["maxRuntime"]).strip()
+        marks.append((dict(labels), dict(annotations)))
         metadata, pod_spec = _pod_parts(template, labels, annotations, deadline, environment)
         if cluster.workload == WORKLOAD_JOBS:
             restart = pod_spec["restartPolicy"]
@@ -186,7 +198,81 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
                 pod_metadata["annotations"][ANNOTATION_POD_INDEX] = str(index)
                 manifests.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata,
                                   "spec": copy.deepcopy(pod_spec)})
-    return AttemptPlan(job_id, attempt, namespace, cluster.workload, gang_size, tuple(manifests))
+    return AttemptPlan(job_id, attempt, namespace, cluster.workload, gang_size, tuple(manifests), tuple(marks))
+
+
+# -- adoption ----------------------------------------------------------------------------------------
+
+def origin_of(document: dict) -> dict[str, str] | None:
+    """The Job a job was submitted as through a cluster's API server (`spec.origin`: cluster, namespace, name,
+    uid), or None."""
+    spec = document.get("spec") if isinstance(document, dict) else None
+    origin = spec.get("origin") if isinstance(spec, dict) else None
+    if not isinstance(origin, dict) or not all(isinstance(origin.get(k), str) and origin[k]
+                                               for k in ("cluster", "namespace", "name", "uid")):
+        return None
+    return {k: origin[k] for k in ("cluster", "namespace", "name", "uid")}
+
+
+def adoption_mark(job_id: int, attempt: int) -> str:
+    return f"{job_id}-{attempt}"
+
+
+def adopted(obj: dict) -> bool:
+    """Whether an object is a user's Job that Sluice adopted (never to be deleted by Sluice)."""
+    return bool(((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ADOPTED))
+
+
+def adoption(job: dict | None, document: dict, job_id: int, attempt: int) -> tuple[str, str]:
+    """What to do with the Job a job was submitted as (`job`: as read now, None when there is none) for one of
+    its attempts that Sluice placed on the Job's own cluster: (ADOPT, ""), (ADOPTED, "") when this attempt
+    adopted it already, or (COPY, why) when it cannot run the attempt itself and a copy is made instead."""
+    origin = origin_of(document) or {}
+    if job is None:
+        return COPY, f"Job {origin.get('namespace')}/{origin.get('name')} does not exist"
+    metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
+    mark = (metadata.get("annotations") or {}).get(ANNOTATION_ADOPTED)
+    if metadata.get("uid") != origin.get("uid"):
+        return COPY, f"it is another Job of the same name (uid {metadata.get('uid')})"
+    if mark == adoption_mark(job_id, attempt):
+        return ADOPTED, ""
+    if mark:
+        return COPY, f"it ran attempt {mark} (a Job is adopted once)"
+    if metadata.get("deletionTimestamp"):
+        return COPY, "it is being deleted"
+    if spec.get("suspend") is not True:
+        return COPY, "it is not suspended"
+    if (job.get("status") or {}).get("startTime"):
+        return COPY, "it ran before (status.startTime), so its pod template can no longer change"
+    if spec.get("managedBy") not in (None, JOB_CONTROLLER):
+        return COPY, f"spec.managedBy {spec.get('managedBy')!r}: Kubernetes' Job controller does not run it"
+    pod_sets = ((document.get("spec") or {}).get("podSets") or [])
+    count = pod_sets[0].get("count") if len(pod_sets) == 1 and isinstance(pod_sets[0], dict) else None
+    # Its parallelism may have changed since it was submitted; Sluice placed the job's count of pods.
+    if spec.get("parallelism", 1) != count or spec.get("completions") not in (None, count):
+        return COPY, (f"it has parallelism {spec.get('parallelism', 1)} and completions {spec.get('completions')}, "
+                      f"the job {count} pods")
+    return ADOPT, ""
+
+
+def adoption_patch(job: dict, labels: dict[str, str], annotations: dict[str, str], mark: str) -> dict:
+    """The one merge patch that makes a user's suspended Job run an attempt: the attempt's labels and annotations
+    on the Job and on its pod template (so its pods are the attempt's), the adoption mark, unsuspended;
+    conditional on the version it was decided on (409 when the Job changed since)."""
+    return {"metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion"),
+                         "labels": dict(labels), "annotations": {**annotations, ANNOTATION_ADOPTED: mark}},
+            "spec": {"suspend": False,
+                     "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}}}
+
+
+def release_patch(job: dict) -> dict:
+    """Hands an adopted Job back to its owner when its attempt ends unfinished: suspended again (the Job
+    controller deletes its active pods) and no longer labelled managed-by Sluice, so no agent takes it for a
+    live attempt again (the other labels and the annotations stay, as a record). Conditional on the version
+    it was decided on: a Job that finished since, or was created again under its name, is not touched."""
+    return {"metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion"),
+                         "labels": {LABEL_MANAGED_BY: None}},
+            "spec": {"suspend": True}}
 
 
 def _pod_parts(template: dict, labels: dict, annotations: dict, deadline: int | None,

@@ -14,8 +14,9 @@ WORKLOAD_JOBS = "jobs"
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """What the kubernetes agent reads from its Cluster object (spec.kubernetes and spec.podPolicy)."""
+    """What the kubernetes agent reads from its Cluster object (metadata.name, spec.kubernetes, spec.podPolicy)."""
 
+    name: str = ""  # this cluster's; "": not told yet (no Welcome), so no job's origin is this cluster
     namespaces: dict[str, str] = field(default_factory=dict)  # queue -> namespace; others: the queue's name
     create_namespaces: bool = False
     gang_start_timeout_s: float = DEFAULT_GANG_START_TIMEOUT_S  # seconds
@@ -35,7 +36,7 @@ class ClusterSettings:
         if getattr(obj, "kind", None) != "Cluster":
             raise ValueError(f"expected a Cluster document, got {document.get('kind')!r}")
         k8s, policy = obj.kubernetes, obj.pod_policy  # type: ignore[union-attr]
-        return cls(namespaces=dict(k8s["namespaces"]), create_namespaces=bool(k8s["createNamespaces"]),
+        return cls(name=obj.name, namespaces=dict(k8s["namespaces"]), create_namespaces=bool(k8s["createNamespaces"]),
                    gang_start_timeout_s=float(k8s["gangStartTimeout"]), workload=k8s["workload"],
                    allow_privileged=bool(policy["allowPrivileged"]), allow_host_path=bool(policy["allowHostPath"]),
                    allow_host_network=bool(policy["allowHostNetwork"]), allow_host_pid=bool(policy["allowHostPID"]),

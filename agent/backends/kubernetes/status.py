@@ -13,7 +13,8 @@ An attempt's state, in this order of precedence:
    `CreateContainer*Error`s once they lasted `pull_grace_s`), with the kubelet's message; a Job with a
    Failed condition. The attempt's unfinished objects are then deleted.
 2. LOST: objects of a live attempt deleted by someone else (a pod terminating, or fewer pods than
-   the gang once had). The rest is deleted.
+   the gang once had). The rest is deleted. Not an adopted Job being deleted: that is its owner
+   cancelling the job, which the intake tells the dispatcher (docs/user-guide.md).
 3. SUCCEEDED: every pod of the gang Succeeded.
 4. RUNNING: every pod of the gang exists and is Running (or already Succeeded).
 5. UNSCHEDULABLE: none of the above `gang_timeout_s` after the attempt was created; every object is
@@ -25,6 +26,14 @@ SUCCEEDED at the last pod's end, FAILED at the failed container's end (or the Jo
 None where they do not say (the agent then stamps the time it looked). A RUNNING verdict also says how
 to reach the attempt's first pod (`Verdict.address`, `first_pod`): its `status.podIP`, with `:<port>`
 when its first container declares ports (the first one's containerPort); "" while the pod has no IP.
+
+A user's Job that an attempt adopted (objects.py `adoption`) is evaluated as any Job of workload `jobs`,
+whatever its completionMode (NonIndexed: its pods have no index, the first by name is the first pod) and
+its own backoffLimit (which became the job's maxRetries: Sluice retries as a new attempt). Any failed pod
+fails the attempt, even where the Job controller would replace it. Failure outranks success, and Sluice
+deletes none of an adopted Job's pods (the backend suspends the Job, whose controller then deletes only its
+active ones), so a replacement that succeeds cannot turn the attempt SUCCEEDED, not even for an agent
+restarted later.
 """
 from __future__ import annotations
 
@@ -274,7 +283,8 @@ def evaluate(pods: list[dict], jobs: list[dict], *, now: float, gang_timeout_s: 
                 return Verdict(FAILED, _with_message(text, condition.get("message")), 0, CLEANUP_UNFINISHED,
                                parse_time(condition.get("lastTransitionTime")))
     expected = gang_size(pods + jobs) or len(pods)
-    gone = [name_of(o) for o in pods + jobs if terminating(o)]
+    # A user's Job the attempt adopted, being deleted, is its owner cancelling the job (the intake's doing), not a loss.
+    gone = [name_of(o) for o in pods + jobs if terminating(o) and not ko.adopted(o)]
     if gone:
         return Verdict(LOST, f"{', '.join(sorted(gone))} deleted outside Sluice", 0, CLEANUP_ALL)
     if was_complete and len(live) < expected:
