@@ -238,10 +238,8 @@ def test_a_failed_pod_fails_the_attempt_and_the_job_is_suspended_before_a_replac
 # The intake (agent/backends/kubernetes/intake.py) takes in no object labelled as an attempt's, so it stops
 # following a Job once adopted: a restarted agent's intake never looks at it, and its owner's deletion of it
 # is not seen. It must take in an adopted Job (objects.py `adopted`); these pass once it does.
-NEEDS_INTAKE = pytest.mark.xfail(strict=True, reason="the intake ignores a Job labelled as an attempt's, adopted too")
 
 
-@NEEDS_INTAKE
 def test_deleting_an_adopted_job_cancels_its_job(dispatcher, fake, agents, kubectl):
     agents.start("kube-a")
     kubectl.create_namespaced_job("team-a", user_job("long", run_seconds=120.0))
@@ -254,7 +252,6 @@ def test_deleting_an_adopted_job_cancels_its_job(dispatcher, fake, agents, kubec
     wait_until(lambda: not fake.list("pods"), 15, what="its pods gone")
 
 
-@NEEDS_INTAKE
 def test_an_adopted_job_mirrors_its_job_after_the_agent_restarted(dispatcher, fake, agents, kubectl):
     first = agents.start("kube-a")
     kubectl.create_namespaced_job("team-a", user_job("train", run_seconds=6.0))

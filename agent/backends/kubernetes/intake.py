@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from agent.backends.base import IntakeAnswer, IntakeMention
 from agent.backends.kubernetes.api import KubeApi, KubeError
-from agent.backends.kubernetes.objects import attempt_key, event_manifest
+from agent.backends.kubernetes.objects import adopted, attempt_key, event_manifest
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ class JobIntake:
 
     def observe(self, kind: str, obj: dict) -> None:
         uid = _uid(obj)
-        if not uid or attempt_key(obj) is not None:  # Sluice's own objects are never taken in
+        # Sluice's own objects are never taken in; a user's Job that runs its attempt in place (adopted) still is.
+        if not uid or (attempt_key(obj) is not None and not adopted(obj)):
             return
         with self._lock:
             seen = self._seen.get(uid)
