@@ -72,7 +72,7 @@ def receive(session: Session, cluster: str, mentions: list[Mention]) -> list[Ans
             errors[mention.uid] = str(exc)
     for mention in mentions:
         if mention.deleting and mention.uid in known:
-            _cancel(session, known[mention.uid], intake.get(mention.namespace), mention)
+            _cancel(session, cluster, known[mention.uid], mention)
     standing = store.standings(session, list(known.values()))
     answers = []
     for mention in mentions:
@@ -132,9 +132,11 @@ def _submitter(entry: dict) -> Principal:
     return Principal(entry["user"], "user", queues=frozenset(entry["queues"]))
 
 
-def _cancel(session: Session, job_id: int, entry: dict | None, mention: Mention) -> None:
+def _cancel(session: Session, cluster: str, job_id: int, mention: Mention) -> None:
+    """Cancel the job of a Job being deleted. The deletion, seen by the cluster's agent, is the authority:
+    whoever the namespace maps to now."""
     job = store.standings(session, [job_id]).get(job_id)
     if job is None or job.state in states.FINAL:
         return
-    who = _submitter(entry) if entry is not None else Principal("kubernetes", "admin")
-    reporting.cancel(session, [job_id], who, reason=f"its Job {mention.namespace}/{mention.name} was deleted")
+    reporting.cancel(session, [job_id], Principal(f"kubernetes:{cluster}", "admin"),
+                     reason=f"its Job {mention.namespace}/{mention.name} was deleted")

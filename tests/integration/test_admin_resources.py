@@ -79,6 +79,13 @@ def dispatcher(db_url, tmp_path):
 
 
 @pytest.fixture
+def agents(dispatcher, fake, tmp_path):
+    launcher = Agents(dispatcher, tmp_path)
+    yield launcher
+    launcher.stop_all()
+
+
+@pytest.fixture
 def kubectl(fake, tmp_path):
     api_client = kube_config.new_client_from_config(str(tmp_path / "mgmt.kubeconfig"), context="mgmt")
     yield kube.CustomObjectsApi(api_client)
@@ -102,8 +109,8 @@ def status(fake: FakeKube, plural: str, name: str) -> dict:
     return (fake.get(f"{plural}.sluice.io", "", name) or {}).get("status") or {}
 
 
-def test_resources_applied_in_the_management_cluster_reach_sluice_and_say_so(dispatcher, fake, kubectl, tmp_path):
-    Agents(dispatcher, tmp_path).start("mgmt")
+def test_resources_applied_in_the_management_cluster_reach_sluice_and_say_so(dispatcher, fake, kubectl, agents):
+    agents.start("mgmt")
     create(kubectl, "serviceclasses", resource("ServiceClass", "batch", {"priority": 100}))
     create(kubectl, "queues", resource("Queue", "research", {
         "guaranteed": {"cpu": "4"}, "max": {"cpu": "8", "memory": "64Gi"}, "weight": 2,
