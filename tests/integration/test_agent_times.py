@@ -67,10 +67,13 @@ def report(d, job_id: int, state: str, at: datetime | None) -> None:
 
 
 def times(d, job_id: int) -> tuple[Attempt, Job, dict[str, datetime]]:
+    """The job's first attempt, the job, and the times of its events up to that attempt's (a failed attempt
+    may be followed by a second one before this reads)."""
     with d.sessions() as session:
-        attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id)).one()
+        attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id, Attempt.attempt == 1)).one()
         job = session.get(Job, job_id)
-        events = {e.to_state: e.at for e in session.scalars(select(JobEvent).where(JobEvent.job_id == job_id))}
+        events = {e.to_state: e.at for e in session.scalars(select(JobEvent).where(
+            JobEvent.job_id == job_id, JobEvent.attempt <= 1))}
         session.expunge_all()
     return attempt, job, events
 
