@@ -12,21 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client as kube
-from kubernetes import config as kube_config
 
-from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.services import administering
-from dispatcher.store import tokens
-from dispatcher.store.database import DatabaseSettings
-from sluice.client import Client
-from sluice.config import ClientConfig
 from sluice.crds import crd
 from sluice.objects import load_objects
 from sluice.v1 import agents_pb2
 from tests.fakekube import FakeKube
 from tests.integration.test_agent_link import ScriptedAgent
 from tests.integration.test_fuzz import FUZZ, INTERNALS, mutated
-from tests.integration.test_kubernetes_agent import Agents, wait_until
+from tests.integration.test_kubernetes_agent import Agents, kube_api, running_dispatcher, wait_until
 
 OBJECTS = """
 apiVersion: sluice.io/v1
@@ -65,17 +59,8 @@ def fake(tmp_path):
 
 @pytest.fixture
 def dispatcher(db_url, tmp_path):
-    from dispatcher.store import clusters as cluster_store
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
-    with d.sessions.begin() as session:
-        cluster_store.apply_objects(session, load_objects(OBJECTS))
-        d.admin = tokens.create(session, "admin", "admin")
-        for cluster in ("mgmt", "other"):
-            (tmp_path / f"{cluster}.token").write_text(tokens.create(session, "agent", f"agent-{cluster}", cluster))
-    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
-    yield d
-    d.client.close()
-    d.stop()
+    with running_dispatcher(db_url, tmp_path, OBJECTS, ("mgmt", "other")) as d:
+        yield d
 
 
 @pytest.fixture
@@ -87,9 +72,8 @@ def agents(dispatcher, fake, tmp_path):
 
 @pytest.fixture
 def kubectl(fake, tmp_path):
-    api_client = kube_config.new_client_from_config(str(tmp_path / "mgmt.kubeconfig"), context="mgmt")
-    yield kube.CustomObjectsApi(api_client)
-    api_client.close()
+    with kube_api(tmp_path, "mgmt", kube.CustomObjectsApi) as api:
+        yield api
 
 
 def resource(kind: str, name: str, spec: dict) -> dict:

@@ -12,24 +12,24 @@ from dataclasses import replace
 
 import pytest
 from kubernetes import client as kube
-from kubernetes import config as kube_config
 from sqlalchemy import insert, select
 
 from agent.backends.kubernetes.backend import KubernetesBackend, KubernetesSettings
-from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.services import submitting
-from dispatcher.store import tokens
 from dispatcher.store.channels import OUTBOX_CHANNEL, notify
-from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.models import OutboxCommand
 from dispatcher.store.tokens import Principal
-from sluice.client import Client
-from sluice.config import ClientConfig
-from sluice.objects import load_objects
 from sluice.spec import JobSpec, Origin, job_from_document
 from tests.fakekube import RUN_SECONDS_ANNOTATION, FakeKube
 from tests.integration.test_kubectl_front_door import condition_of, user_job, wait_annotated, wait_condition
-from tests.integration.test_kubernetes_agent import Agents, attempt_pods, wait_state, wait_until
+from tests.integration.test_kubernetes_agent import (
+    Agents,
+    attempt_pods,
+    kube_api,
+    running_dispatcher,
+    wait_state,
+    wait_until,
+)
 
 OBJECTS = """
 apiVersion: sluice.io/v1
@@ -70,16 +70,8 @@ def fake(tmp_path):
 
 @pytest.fixture
 def dispatcher(db_url, tmp_path):
-    from dispatcher.store import clusters as cluster_store
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
-    with d.sessions.begin() as session:
-        cluster_store.apply_objects(session, load_objects(OBJECTS))
-        d.admin = tokens.create(session, "admin", "admin")
-        (tmp_path / "kube-a.token").write_text(tokens.create(session, "agent", "agent-kube-a", "kube-a"))
-    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
-    yield d
-    d.client.close()
-    d.stop()
+    with running_dispatcher(db_url, tmp_path, OBJECTS, ("kube-a",)) as d:
+        yield d
 
 
 @pytest.fixture
@@ -92,9 +84,8 @@ def agents(dispatcher, fake, tmp_path):
 @pytest.fixture
 def kubectl(fake, tmp_path):
     """The cluster's API as a user's kubectl calls it."""
-    api_client = kube_config.new_client_from_config(str(tmp_path / "kube-a.kubeconfig"), context="kube-a")
-    yield kube.BatchV1Api(api_client)
-    api_client.close()
+    with kube_api(tmp_path, "kube-a", kube.BatchV1Api) as api:
+        yield api
 
 
 def the_job(fake: FakeKube, name: str) -> dict:

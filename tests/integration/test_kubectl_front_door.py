@@ -9,16 +9,16 @@ import signal
 
 import pytest
 from kubernetes import client as kube
-from kubernetes import config as kube_config
 
-from dispatcher.server import Dispatcher, ServerSettings
-from dispatcher.store import tokens
-from dispatcher.store.database import DatabaseSettings
-from sluice.client import Client
-from sluice.config import ClientConfig
-from sluice.objects import load_objects
 from tests.fakekube import RUN_SECONDS_ANNOTATION, FakeKube
-from tests.integration.test_kubernetes_agent import Agents, attempt_pods, wait_state, wait_until
+from tests.integration.test_kubernetes_agent import (
+    Agents,
+    attempt_pods,
+    kube_api,
+    running_dispatcher,
+    wait_state,
+    wait_until,
+)
 
 OBJECTS = """
 apiVersion: sluice.io/v1
@@ -70,17 +70,8 @@ def fakes(tmp_path):
 
 @pytest.fixture
 def dispatcher(db_url, tmp_path):
-    from dispatcher.store import clusters as cluster_store
-    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
-    with d.sessions.begin() as session:
-        cluster_store.apply_objects(session, load_objects(OBJECTS))
-        d.admin = tokens.create(session, "admin", "admin")
-        for cluster in ("kube-a", "kube-b"):
-            (tmp_path / f"{cluster}.token").write_text(tokens.create(session, "agent", f"agent-{cluster}", cluster))
-    d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
-    yield d
-    d.client.close()
-    d.stop()
+    with running_dispatcher(db_url, tmp_path, OBJECTS, ("kube-a", "kube-b")) as d:
+        yield d
 
 
 @pytest.fixture
@@ -93,9 +84,8 @@ def agents(dispatcher, fakes, tmp_path):
 @pytest.fixture
 def kubectl(fakes, tmp_path):
     """Cluster A's API as a user's kubectl calls it."""
-    api_client = kube_config.new_client_from_config(str(tmp_path / "kube-a.kubeconfig"), context="kube-a")
-    yield kube.BatchV1Api(api_client)
-    api_client.close()
+    with kube_api(tmp_path, "kube-a", kube.BatchV1Api) as api:
+        yield api
 
 
 def user_job(name: str, *, queue: str = "vision", run_seconds: float = 1.0) -> dict:

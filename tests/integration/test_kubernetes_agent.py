@@ -4,6 +4,7 @@ agent killed (-9) and restarted mid-run, orphans deleted once the dispatcher con
 cannot start reported UNSCHEDULABLE and run again as attempt 2 on another cluster."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -78,19 +79,41 @@ def fakes(tmp_path):
         server.stop()
 
 
-@pytest.fixture
-def dispatcher(db_url, tmp_path):
+@contextlib.contextmanager
+def running_dispatcher(db_url: str, tmp_path, objects: str, clusters):
+    """A dispatcher with `objects` applied, an admin's client, and each cluster's agent token written to
+    tmp_path/CLUSTER.token (where Agents reads it)."""
     from dispatcher.store import clusters as cluster_store
     d = Dispatcher(ServerSettings(listen="127.0.0.1:0", database=DatabaseSettings(url=db_url))).start()
     with d.sessions.begin() as session:
-        cluster_store.apply_objects(session, load_objects(OBJECTS))
+        cluster_store.apply_objects(session, load_objects(objects))
         d.admin = tokens.create(session, "admin", "admin")
-        for cluster in NAMESPACES:
+        for cluster in clusters:
             (tmp_path / f"{cluster}.token").write_text(tokens.create(session, "agent", f"agent-{cluster}", cluster))
     d.client = Client(ClientConfig(d.address, d.admin, timeout_s=10, insecure=True))
-    yield d
-    d.client.close()
-    d.stop()
+    try:
+        yield d
+    finally:
+        d.client.close()
+        d.stop()
+
+
+@contextlib.contextmanager
+def kube_api(tmp_path, context: str, api):
+    """One of the official client's APIs (`kubernetes.client.BatchV1Api`, ...) on a fake API server, as a user's
+    kubectl would call it: the kubeconfig FakeKube.kubeconfig wrote to tmp_path/CONTEXT.kubeconfig."""
+    from kubernetes import config as kube_config
+    api_client = kube_config.new_client_from_config(str(tmp_path / f"{context}.kubeconfig"), context=context)
+    try:
+        yield api(api_client)
+    finally:
+        api_client.close()
+
+
+@pytest.fixture
+def dispatcher(db_url, tmp_path):
+    with running_dispatcher(db_url, tmp_path, OBJECTS, NAMESPACES) as d:
+        yield d
 
 
 class Agents:
