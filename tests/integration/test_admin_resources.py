@@ -141,6 +141,14 @@ def test_resources_applied_in_the_management_cluster_reach_sluice_and_say_so(dis
     wait_until(lambda: fake.get("queues.sluice.io", "", "scratch") is None, 30,
                what=f"the resource gone (status {status(fake, 'queues', 'scratch')})")
     assert "scratch" not in stored(dispatcher, "Queue")
+    # A resource that goes without its finalizer (forced off, as an admin may) has its object deleted all the same.
+    create(kubectl, "queues", resource("Queue", "fleeting", {}))
+    wait_until(lambda: "sluice.io/admin-object" in (fake.get("queues.sluice.io", "", "fleeting") or {}).get(
+        "metadata", {}).get("finalizers", []), 30, what="fleeting applied")
+    kubectl.patch_cluster_custom_object("sluice.io", "v1", "queues", "fleeting", {"metadata": {"finalizers": None}})
+    kubectl.delete_cluster_custom_object("sluice.io", "v1", "queues", "fleeting")
+    assert fake.get("queues.sluice.io", "", "fleeting") is None
+    wait_until(lambda: "fleeting" not in stored(dispatcher, "Queue"), 30, what="fleeting deleted from Sluice")
 
 
 def test_a_cluster_that_is_not_the_management_cluster_may_not_change_admin_objects(dispatcher, tmp_path):

@@ -7,7 +7,9 @@ Kubernetes resources"):
 - `status.accepted`, `status.message`, `status.observedGeneration` and an `Accepted` condition;
 - for a Queue, `status.guaranteed`, `status.max` and `status.used`, the columns of `kubectl get queues.sluice.io`;
 - the finalizer `sluice.io/admin-object` once its object is in Sluice: deleting the resource deletes the object
-  first, and while Sluice refuses (the object is in use) the resource stays, its status saying why.
+  first, and while Sluice refuses (the object is in use) the resource stays, its status saying why. A resource
+  that went before its finalizer was on (deleted at once after it was applied) has its object deleted all the
+  same, asked again at every send until Sluice has.
 
 The whole set is sent when anything changed and every `refresh_s` (a Queue's used figures move on their own).
 """
@@ -38,17 +40,21 @@ class AdminObjects:
         self._clock = clock
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], dict] = {}  # (kind, name) -> the resource as last seen
+        # Resources deleted before their finalizer was on (or forced off): their objects are deleted all the same.
+        self._gone: dict[tuple[str, str], dict] = {}
         self._listed: set[str] = set()  # the plurals listed at least once
         self._changed = True
         self._sent_at = float("-inf")
 
     def replace(self, plural: str, items: list[dict]) -> None:
         kind = KINDS[plural]
+        listed = {(kind, (obj.get("metadata") or {}).get("name", "")): obj for obj in items}
         with self._lock:
             for key in [k for k in self._objects if k[0] == kind]:
+                if key not in listed:
+                    self._gone[key] = self._objects[key]
                 del self._objects[key]
-            for obj in items:
-                self._objects[(kind, (obj.get("metadata") or {}).get("name", ""))] = obj
+            self._objects.update(listed)
             self._listed.add(plural)
             self._changed = True
 
@@ -57,9 +63,11 @@ class AdminObjects:
         with self._lock:
             before = self._objects.get(key)
             if event == "DELETED":
-                self._objects.pop(key, None)
+                if self._objects.pop(key, None) is not None:
+                    self._gone[key] = obj
             else:
                 self._objects[key] = obj
+                self._gone.pop(key, None)
             # Only what the dispatcher reads counts as a change: not this agent's own status writes.
             self._changed = self._changed or _signature(before) != _signature(obj if event != "DELETED" else None)
 
@@ -71,12 +79,17 @@ class AdminObjects:
             if len(self._listed) < len(KINDS) or (not self._changed and now - self._sent_at < self._refresh_s):
                 return []
             self._changed, self._sent_at = False, now
-            return [AdminResource(kind, name, obj, bool((obj.get("metadata") or {}).get("deletionTimestamp")))
-                    for (kind, name), obj in sorted(self._objects.items())]
+            out = []
+            for key, obj in sorted({**self._objects, **self._gone}.items()):
+                deleting = key in self._gone or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+                out.append(AdminResource(*key, obj, deleting))
+            return out
 
     def answered(self, outcomes: list[AdminOutcome]) -> None:
         for outcome in outcomes:
             with self._lock:
+                if outcome.deleted:
+                    self._gone.pop((outcome.kind, outcome.name), None)
                 obj = self._objects.get((outcome.kind, outcome.name))
             if obj is None:
                 continue
