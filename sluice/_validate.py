@@ -239,7 +239,7 @@ def choice(value: object, path: str, choices: Iterable[str]) -> str:
 def _short_matching(value: object, path: str, pattern: re.Pattern, what: str) -> str:
     """A string of at most 63 characters that `pattern` matches; else "<value> is not <what>"."""
     string(value, path, max_len=63)
-    if not pattern.match(value):  # type: ignore[arg-type]
+    if not pattern.fullmatch(value):  # type: ignore[arg-type]  # not match: '$' would take "name\n"
         raise SpecError(path, f"{value!r} is not {what}")
     return value  # type: ignore[return-value]
 

@@ -108,7 +108,10 @@ def parse_duration(value: object) -> float:
     if isinstance(value, (int, float)):
         if value < 0:
             raise QuantityError(f"duration {value!r} is negative")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer past a float's range
+            raise QuantityError(f"duration {str(value)[:20]}... is too large") from None
     if not isinstance(value, str):
         raise QuantityError(f"expected a duration such as '90s', '10m', '2h', got {type(value).__name__}")
     match = _DURATION.match(value.strip())

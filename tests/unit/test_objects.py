@@ -384,3 +384,9 @@ def test_kinds_are_named_in_any_case_and_plural(word, kind):
 def test_a_kind_that_is_no_string_is_a_clear_error_not_a_crash(kind):
     with pytest.raises(SpecError, match="kind: unknown kind"):
         object_from_document({"apiVersion": "sluice.io/v1", "kind": kind, "metadata": {"name": "q"}})
+
+
+def test_a_name_with_a_trailing_newline_is_refused():
+    from sluice._validate import SpecError, name
+    with pytest.raises(SpecError, match="is not a valid name"):
+        name("vision\n", "metadata.name")

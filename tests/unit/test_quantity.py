@@ -134,3 +134,8 @@ def test_format_duration_exact_round_trips(seconds):
 def test_format_duration_exact_refuses_non_durations(seconds):
     with pytest.raises(QuantityError):
         format_duration_exact(seconds)
+
+
+def test_a_duration_past_a_floats_range_is_refused_in_words():
+    with pytest.raises(QuantityError, match="too large"):
+        parse_duration(10**400)
