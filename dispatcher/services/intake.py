@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass, replace
 
 from dispatcher.errors import DispatcherError
-from dispatcher.policy import states
 from dispatcher.services import reporting, submitting
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import intake as store
@@ -133,10 +132,7 @@ def _submitter(entry: dict) -> Principal:
 
 
 def _cancel(session: Session, cluster: str, job_id: int, mention: Mention) -> None:
-    """Cancel the job of a Job being deleted. The deletion, seen by the cluster's agent, is the authority:
-    whoever the namespace maps to now."""
-    job = store.standings(session, [job_id]).get(job_id)
-    if job is None or job.state in states.FINAL:
-        return
+    """Cancel the job of a Job being deleted (a job already ended stays as it is). The deletion, seen by the
+    cluster's agent, is the authority: whoever the namespace maps to now."""
     reporting.cancel(session, [job_id], Principal(f"kubernetes:{cluster}", "admin"),
                      reason=f"its Job {mention.namespace}/{mention.name} was deleted")
