@@ -1,7 +1,7 @@
 """The floor under dispatch: Postgres alone doing the same claim-and-record, no Python policy.
 
-Per transaction: claim the next BATCH queued jobs in scheduling order (the head index
-ix_jobs_queued_order, FOR UPDATE SKIP LOCKED as a claiming worker would), move them to DISPATCHED on a
+Per transaction: claim the next BATCH queued jobs, queue by queue in scheduling order (the head index
+ix_jobs_queue_head, FOR UPDATE SKIP LOCKED as a claiming worker would), move them to DISPATCHED on a
 cluster (chosen by id, round robin), and insert their attempts, DISPATCHED events and dispatch
 commands (no payload: the agent link reads the document from the job), all in one statement. These
 are the rows and indexes store.lifecycle.dispatch writes for a cycle, without its reads (heads, active
@@ -18,7 +18,7 @@ BATCH = 1000
 CLAIM = """
 WITH picked AS (
     SELECT id FROM jobs WHERE state = 'QUEUED'
-    ORDER BY class_priority DESC, priority DESC, id
+    ORDER BY queue, class_priority DESC, priority DESC, id
     LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 moved AS (
     UPDATE jobs SET state = 'DISPATCHED', cluster = 'c-' || lpad((jobs.id %% %(clusters)s)::text, 3, '0'),

@@ -163,3 +163,58 @@ def test_in_flight_is_its_plain_definition(sessions, seed):
         for r in rows_in_flight:
             plain[r.cluster] = add(plain.get(r.cluster, {}), r.requests)
         assert cycle_reads.capacity_reads(session).in_flight == plain and 0 < len(rows_in_flight) < len(rows)
+
+
+def _scans(plan: dict) -> set[tuple[str, str, str | None]]:
+    """(node type, relation, index) of every scan in an EXPLAIN (FORMAT JSON) plan."""
+    found = set()
+    if "Relation Name" in plan:
+        found.add((plan["Node Type"], plan["Relation Name"], plan.get("Index Name")))
+    if "Index Name" in plan and "Relation Name" not in plan:  # a bitmap index scan names its index only
+        found.add((plan["Node Type"], "", plan["Index Name"]))
+    for child in plan.get("Plans", ()):
+        found |= _scans(child)
+    return found
+
+
+def _plan_scans(session, statement: str, params: dict | None = None) -> set:
+    from dispatcher.store.database import driver
+    return _scans(driver(session).execute("EXPLAIN (FORMAT JSON) " + statement, params or {}).fetchone()[0][0]["Plan"])
+
+
+def test_the_cycle_reads_keep_their_indexes_whatever_the_statistics(sessions):
+    """A deep queue beside its empty parent and siblings, statistics taken while everything was queued (as after
+    a bulk submit), then a third of it dispatched to two clusters, one with its watermark far behind and one
+    that never had a command. The heads are read by the per-queue index (the parent's empty range costs
+    nothing), and what is in flight by each cluster's range of the outbox and each job by its key, before
+    the statistics catch up and after: these reads run every cycle, and a plan chosen from stale statistics
+    once cost them 0.9 s each (a whole index of active jobs per in-flight command, the whole outbox per
+    cluster, the whole backlog per parent queue)."""
+    with sessions.begin() as session:
+        session.execute(text(
+            """INSERT INTO jobs (queue, service_class, class_priority, state, spec, requests, largest_pod)
+               SELECT 'q0', 'standard', 500, 'QUEUED', '{}', '{"cpu": 1000}', '{"cpu": 1000}'
+               FROM generate_series(1, 30000)"""))
+    with sessions.begin() as session:
+        session.execute(text("ANALYZE jobs"))
+        session.execute(text("ANALYZE outbox"))
+    with sessions.begin() as session:
+        session.execute(text(
+            """UPDATE jobs SET state = 'DISPATCHED', attempt = 1, dispatched_at = now(),
+                              cluster = CASE WHEN id % 2 = 0 THEN 'c0' ELSE 'c1' END
+               WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 10000)"""))
+        session.execute(text("""INSERT INTO outbox (cluster, kind, job_id, attempt)
+                                SELECT cluster, 'dispatch', id, 1 FROM jobs WHERE cluster IS NOT NULL ORDER BY id"""))
+        session.execute(text("UPDATE clusters SET applied_through = (SELECT max(id) - 50 FROM outbox) WHERE name = 'c0'"))
+        session.execute(text("UPDATE clusters SET applied_through = 100 WHERE name = 'c1'"))
+    for fresh in (False, True):
+        with sessions.begin() as session:
+            if fresh:
+                session.execute(text("ANALYZE jobs"))
+                session.execute(text("ANALYZE outbox"))
+            heads = _plan_scans(session, *cycle_reads._heads_query(64))
+            assert {index for _, table, index in heads if table == "jobs"} == {"ix_jobs_queue_head"}, heads
+            in_flight = _plan_scans(session, cycle_reads._IN_FLIGHT)
+            assert {index for _, table, index in in_flight if table in ("jobs", "outbox", "") and index} == {
+                "jobs_pkey", "ix_outbox_cluster_id"}, in_flight
+            assert not [s for s in in_flight if s[0] == "Seq Scan" and s[1] in ("jobs", "outbox")], in_flight
