@@ -205,7 +205,8 @@ def test_the_cycle_reads_keep_their_indexes_whatever_the_statistics(sessions):
                WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 10000)"""))
         session.execute(text("""INSERT INTO outbox (cluster, kind, job_id, attempt)
                                 SELECT cluster, 'dispatch', id, 1 FROM jobs WHERE cluster IS NOT NULL ORDER BY id"""))
-        session.execute(text("UPDATE clusters SET applied_through = (SELECT max(id) - 50 FROM outbox) WHERE name = 'c0'"))
+        session.execute(text(
+            "UPDATE clusters SET applied_through = (SELECT max(id) - 50 FROM outbox) WHERE name = 'c0'"))
         session.execute(text("UPDATE clusters SET applied_through = 100 WHERE name = 'c1'"))
     for fresh in (False, True):
         with sessions.begin() as session:
