@@ -93,13 +93,11 @@ def _in_flight_sums(rows) -> dict[str, dict[str, int]]:
     capacity report, from the rows of _IN_FLIGHT (read with the cluster rows: `capacity_reads`).
 
     Those are not yet in the report, so the scheduler subtracts them; every other active attempt is
-    already in it. Each attempt is therefore counted exactly once. Every cycle reads them, so it costs what
-    is in flight whatever the planner's statistics say (a plan from stale ones once cost 0.9 s a cycle):
-    per cluster, one range of ix_outbox_cluster_id above its watermark (the row comparison is a range of that
-    index alone: a cluster whose watermark lags, or never moved, costs no scan of the whole outbox by its
-    key), then each job by its key alone (OFFSET 0 fences the filters off, so no partial index of jobs can
-    be chosen to find it); the sums are made in Postgres (a cluster's free capacity only ever loses their
-    total).
+    already in it. Each attempt is therefore counted exactly once. Every cycle reads them: per cluster, one
+    range of ix_outbox_cluster_id above its watermark, then each job by its key alone (OFFSET 0 fences the
+    other filters off: with statistics from before the jobs ran, the planner found each through the index
+    of every active job, 0.9 s a cycle), so it costs what is in flight; the sums are made in Postgres (a
+    cluster's free capacity only ever loses their total).
     """
     out: dict[str, dict[str, int]] = {}
     for cluster, resource, amount in rows:
@@ -109,8 +107,7 @@ def _in_flight_sums(rows) -> dict[str, dict[str, int]]:
 
 _IN_FLIGHT = f"""SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM clusters c
                CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
-                                   WHERE outbox.cluster = c.name
-                                     AND (outbox.cluster, outbox.id) > (c.name, c.applied_through)
+                                   WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
                                      AND outbox.kind = 'dispatch' OFFSET 0) o
                CROSS JOIN LATERAL (SELECT requests, attempt, cluster, state FROM jobs
                                    WHERE jobs.id = o.job_id OFFSET 0) j
