@@ -93,11 +93,14 @@ def _in_flight_sums(rows) -> dict[str, dict[str, int]]:
     capacity report, from the rows of _IN_FLIGHT (read with the cluster rows: `capacity_reads`).
 
     Those are not yet in the report, so the scheduler subtracts them; every other active attempt is
-    already in it. Each attempt is therefore counted exactly once. Every cycle reads them: per cluster, one
-    range of ix_outbox_cluster_id above its watermark, then each job by its key alone (OFFSET 0 fences the
-    other filters off: with statistics from before the jobs ran, the planner found each through the index
-    of every active job, 0.9 s a cycle), so it costs what is in flight; the sums are made in Postgres (a
-    cluster's free capacity only ever loses their total).
+    already in it. Each attempt is therefore counted exactly once. Every cycle reads them, so it costs what
+    is in flight whatever the statistics say: per cluster, the range of ix_outbox_cluster_id from its
+    watermark to its last command, written as two row comparisons, which no other index can serve (as
+    `cluster = name AND id > watermark` the planner read the outbox by its key from the lowest watermark,
+    and Postgres starts a row comparison's range at the cluster's first command when an equality is beside
+    it); then each job by its key alone, the other filters behind OFFSET 0 (with statistics from before the
+    jobs ran, the planner found each through the index of every active job: 0.9 s a cycle). The sums are
+    made in Postgres (a cluster's free capacity only ever loses their total).
     """
     out: dict[str, dict[str, int]] = {}
     for cluster, resource, amount in rows:
@@ -105,9 +108,11 @@ def _in_flight_sums(rows) -> dict[str, dict[str, int]]:
     return out
 
 
+_TOP_ID = 2**63 - 1  # the largest bigint: the end of a cluster's range of ix_outbox_cluster_id
 _IN_FLIGHT = f"""SELECT c.name, r.key, sum(r.value::bigint)::bigint FROM clusters c
                CROSS JOIN LATERAL (SELECT job_id, attempt FROM outbox
-                                   WHERE outbox.cluster = c.name AND outbox.id > c.applied_through
+                                   WHERE (outbox.cluster, outbox.id) > (c.name, c.applied_through)
+                                     AND (outbox.cluster, outbox.id) <= (c.name, {_TOP_ID})
                                      AND outbox.kind = 'dispatch' OFFSET 0) o
                CROSS JOIN LATERAL (SELECT requests, attempt, cluster, state FROM jobs
                                    WHERE jobs.id = o.job_id OFFSET 0) j
