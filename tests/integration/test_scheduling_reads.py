@@ -14,6 +14,7 @@ from sqlalchemy import text
 from dispatcher.policy.planning import ActiveNeeds, needed
 from dispatcher.scheduler.mapping import active_from_rows, candidate, class_policies, heads_from_rows
 from dispatcher.store import cycle_reads
+from dispatcher.store.database import driver
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec
 from sluice.quantity import add
 from tests.integration.scenarios import store_with
@@ -178,7 +179,6 @@ def _scans(plan: dict) -> set[tuple[str, str, str | None]]:
 
 
 def _plan_scans(session, statement: str, params: dict | None = None) -> set:
-    from dispatcher.store.database import driver
     return _scans(driver(session).execute("EXPLAIN (FORMAT JSON) " + statement, params or {}).fetchone()[0][0]["Plan"])
 
 
