@@ -33,11 +33,10 @@ from dispatcher.api.jobs import JobsService
 from dispatcher.api.logs import LogRelay
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.api.schedules import SchedulesService
-from dispatcher.capacity.prometheus import Refresher
 from dispatcher.console.app import Console
 from dispatcher.console.gateway import Gateway
 from dispatcher.metrics import DispatcherMetrics, StoreCollector, StreamCollector
-from dispatcher.scheduler.loop import Scheduler
+from dispatcher.scheduler.process import SchedulerProcess, Scheduling
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
@@ -92,6 +91,11 @@ class ServerSettings:
     # and the scheduling replicas (started with True, the default) need take no client or agent traffic:
     # their cycles then have a process, and its GIL, to themselves.
     schedule: bool = True
+    # Whether the scheduler runs in a child process of its own (scheduler/process.py) rather than on a thread
+    # of this one, whose GIL its cycles would hold while calls and agents wait. `sluice dispatcher serve`
+    # runs it apart by default; False here keeps a whole dispatcher in one process, as `sluice up`'s dev
+    # stack and the tests (which start many) run it.
+    scheduler_process: bool = False
     # host:port for /metrics (Prometheus text); port 0 picks a free one; None or "" serves none.
     # Loopback by default: the series name queues and clusters.
     metrics_listen: str | None = "127.0.0.1:0"
@@ -140,13 +144,15 @@ class Dispatcher:
         self.metrics = DispatcherMetrics()
         self.metrics.registry.register(StoreCollector(
             self.sessions, unreachable_after_s=unreachable, staleness_s=settings.scheduler.prometheus_staleness_s))
-        # Only the leader reads Prometheus: every replica doing it would multiply the queries by the
-        # replicas and let an older reading overwrite a newer one.
-        self.refresher: Refresher | None = None
-        self._refresher_lock = threading.Lock()
-        self._stopping = False
-        self.scheduler = Scheduler(self.engine, self.sessions, self.notifier, settings.scheduler,
-                                   metrics=self.metrics, on_leadership=self._leadership)
+        self.scheduler: Scheduling | SchedulerProcess | None = None  # None: this replica never leads
+        if settings.schedule and settings.scheduler_process:
+            self.scheduler = SchedulerProcess(
+                self.engine, settings.database, settings.scheduler,
+                prometheus_interval_s=settings.prometheus_interval_s, metrics=self.metrics,
+                gil_switch_interval_s=settings.gil_switch_interval_s, gc_thresholds=settings.gc_thresholds)
+        elif settings.schedule:
+            self.scheduler = Scheduling(self.engine, self.sessions, self.notifier, settings.scheduler,
+                                        prometheus_interval_s=settings.prometheus_interval_s, metrics=self.metrics)
         # The gRPC server runs on an event loop of its own thread (ADR 0004): unary handlers on `workers`
         # threads, streams as coroutines whose blocking work runs on the loop's executor.
         self._loop = asyncio.new_event_loop()
@@ -241,7 +247,7 @@ class Dispatcher:
         self._on_loop(self.server.start())
         if self.health_server is not None:
             self.health_server.start()
-        if self.settings.schedule:
+        if self.scheduler is not None:
             self.scheduler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
@@ -273,18 +279,6 @@ class Dispatcher:
         else:
             log.warning("the database is unreachable; health is NOT_SERVING until it returns")
 
-    def _leadership(self, leading: bool) -> None:
-        """Start the Prometheus refresher when this replica becomes the leader, stop it when it stops."""
-        with self._refresher_lock:
-            if leading:
-                if self.refresher is None and not self._stopping:
-                    self.refresher = Refresher(self.sessions, interval_s=self.settings.prometheus_interval_s)
-                    self.refresher.start()
-                return
-            refresher, self.refresher = self.refresher, None
-        if refresher is not None:
-            refresher.stop()
-
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving and release everything; a second call does nothing."""
         if self._loop.is_closed():
@@ -293,11 +287,8 @@ class Dispatcher:
         self._watch_stop.set()
         if self._watch.is_alive():
             self._watch.join(2 * self.settings.database.connect_timeout_s + 5)
-        with self._refresher_lock:
-            self._stopping = True
-        if self.settings.schedule:
-            self.scheduler.stop()  # ends leading, which stops the refresher
-        self._leadership(False)  # in case the scheduler thread did not end in time
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self._on_loop(self.server.stop(grace))
         self._close_loop()
         if self.health_server is not None:

@@ -146,6 +146,10 @@ def dispatcher_serve(
         schedule: bool = typer.Option(True, "--schedule/--no-schedule",
                                       help="--no-schedule: serve the API and agents only, never lead; the "
                                            "scheduling replicas then need no client or agent traffic"),
+        scheduler_process: bool = typer.Option(
+            True, "--scheduler-process/--scheduler-thread", envvar="SLUICE_SCHEDULER_PROCESS",
+            help="Run the scheduler in a child process of its own, so that its cycles never hold up calls and "
+                 "agents (default); --scheduler-thread: on a thread of the serving process"),
         tls_cert: pathlib.Path | None = typer.Option(None, "--tls-cert", envvar="SLUICE_TLS_CERT",
                                                      help="PEM certificate (chain) served on every port"),
         tls_key: pathlib.Path | None = typer.Option(None, "--tls-key", envvar="SLUICE_TLS_KEY",
@@ -216,6 +220,7 @@ def dispatcher_serve(
         raise Failed("dispatcher serve", "no TLS certificate: give --tls-cert and --tls-key (`sluice dispatcher "
                                          "certs` makes them), or --insecure for plaintext on a loopback address")
     settings = ServerSettings(listen=listen, migrate=migrate, metrics_listen=metrics_listen or None, schedule=schedule,
+                              scheduler_process=scheduler_process,
                               tls=tls, agent_listen=agent_listen or None, health_listen=health_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)),
                               identity=identity, watch_streams=watch_streams,

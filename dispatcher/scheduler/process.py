@@ -1,0 +1,261 @@
+"""Where the scheduler runs: on a thread of the serving process (`Scheduling`), or in a child process of
+its own (`SchedulerProcess`, `sluice dispatcher serve`'s default).
+
+Either way it is the same work: the scheduling loop (loop.Scheduler) and, while this replica leads, the
+Prometheus refresher. A cycle is pure Python for most of its length, so on a thread it holds the serving
+process's GIL while the event loop waits to answer calls and agents; in a process of its own the two use
+two cores (docs/scaling.md, "One dispatcher, two processes"). The child shares nothing with its parent
+but a pipe: it connects to the same database, listens for wake-ups itself, and sends back what the parent
+shows for it: its log records, its cycles and leadership for /metrics. It ends when the pipe does, so a
+parent killed with SIGKILL takes its scheduler with it (and the leader lock is free for the next one); a
+child that dies is started again by its parent.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import multiprocessing
+import signal
+import sys
+import threading
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from dispatcher.capacity.prometheus import Refresher
+from dispatcher.metrics import DispatcherMetrics
+from dispatcher.scheduler.loop import Scheduler
+from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.store import channels, database
+from dispatcher.store.database import DatabaseSettings
+from dispatcher.store.listening import Notifier, libpq_url
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from dispatcher.store.database import Engine, Sessions
+
+log = logging.getLogger(__name__)
+
+RESTART_S = (1.0, 30.0)  # a dead scheduler process is started again after 1 s, doubling up to 30 s
+
+
+class Scheduling:
+    """The scheduler on a thread of this process, and the Prometheus refresher while it leads."""
+
+    def __init__(self, engine: Engine, sessions: Sessions, notifier: Notifier, settings: SchedulerSettings, *,
+                 prometheus_interval_s: float, metrics: DispatcherMetrics | _CycleRelay | None = None):
+        self._sessions, self._interval_s = sessions, prometheus_interval_s
+        self._refresher: Refresher | None = None
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._scheduler = Scheduler(engine, sessions, notifier, settings, metrics=metrics,
+                                    on_leadership=self._leadership)
+        self.is_leader = self._scheduler.is_leader
+
+    def start(self) -> None:
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+        self._scheduler.stop()  # ends leading, which stops the refresher
+        self._leadership(False)  # in case the scheduler thread did not end in time
+
+    def _leadership(self, leading: bool) -> None:
+        """Only the leader reads Prometheus: every replica doing it would multiply the queries by the
+        replicas and let an older reading overwrite a newer one."""
+        with self._lock:
+            if leading:
+                if self._refresher is None and not self._stopping:
+                    self._refresher = Refresher(self._sessions, interval_s=self._interval_s)
+                    self._refresher.start()
+                return
+            refresher, self._refresher = self._refresher, None
+        if refresher is not None:
+            refresher.stop()
+
+
+@dataclass(frozen=True)
+class ChildSettings:
+    """What the scheduler process is started with (pickled to it)."""
+
+    database: DatabaseSettings  # with the url of the parent's server, embedded or not
+    scheduler: SchedulerSettings
+    prometheus_interval_s: float
+    log_level: int
+    gil_switch_interval_s: float | None
+    gc_thresholds: tuple[int, int, int] | None
+
+
+class SchedulerProcess:
+    """Scheduling in a child process, as seen from the serving process: `is_leader` and the metrics follow
+    what the child reports; start() and stop() as Scheduling's."""
+
+    def __init__(self, engine: Engine, database_settings: DatabaseSettings, settings: SchedulerSettings, *,
+                 prometheus_interval_s: float, metrics: DispatcherMetrics | None = None,
+                 gil_switch_interval_s: float | None = None, gc_thresholds: tuple[int, int, int] | None = None):
+        self._child_settings = ChildSettings(
+            replace(database_settings, url=libpq_url(engine)), settings, prometheus_interval_s,
+            logging.getLogger().getEffectiveLevel(), gil_switch_interval_s, gc_thresholds)
+        self._metrics = metrics
+        self.is_leader = threading.Event()
+        self._stop = threading.Event()
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._watch = threading.Thread(target=self._run, name="scheduler-process", daemon=True)
+        self.starts = 0  # child processes started so far (a restart after a death counts)
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (None between a death and its restart)."""
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
+
+    def start(self) -> None:
+        self._spawn()
+        self._watch.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        conn, process = self._conn, self._process
+        if conn is not None:
+            try:
+                conn.send(("stop",))
+            except (OSError, ValueError):
+                pass  # it is gone already
+        if process is not None:
+            process.join(15)  # the scheduler joins its cycle for up to 10 s
+            if process.is_alive():
+                log.warning("the scheduler process did not stop in 15 s; killing it", extra={"pid": process.pid})
+                process.kill()
+                process.join(5)
+        if self._watch.is_alive():
+            self._watch.join(5)
+        self._left()
+
+    def _spawn(self) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork of a process with gRPC and its threads
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_child, args=(theirs, self._child_settings), name="sluice-scheduler",
+                                  daemon=True)
+        process.start()
+        theirs.close()  # only the child holds that end now: its death is our EOF
+        self._conn, self._process = ours, process
+        self.starts += 1
+
+    def _run(self) -> None:
+        """Take the child's reports until it ends; start it again, after a pause, unless stopping."""
+        pause = RESTART_S[0]
+        while True:
+            self._relay(self._conn)
+            self._left()
+            if self._stop.is_set():
+                return
+            process = self._process
+            process.join(5)
+            log.error("the scheduler process ended; starting it again", extra={"exitcode": process.exitcode,
+                                                                              "in_s": pause})
+            if self._stop.wait(pause):
+                return
+            pause = min(RESTART_S[1], pause * 2)
+            try:
+                self._spawn()
+            except OSError:
+                log.exception("the scheduler process could not be started")
+
+    def _relay(self, conn: Connection) -> None:
+        """The child's reports, applied here, until its end of the pipe closes."""
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                conn.close()
+                return
+            kind = message[0]
+            if kind == "log":
+                record = message[1]
+                logging.getLogger(record.name).handle(record)
+            elif kind == "leader":
+                (self.is_leader.set if message[1] else self.is_leader.clear)()
+                if self._metrics is not None:
+                    self._metrics.leader.set(1 if message[1] else 0)
+            elif kind == "cycle" and self._metrics is not None:
+                self._metrics.observe_cycle(*message[1])
+
+    def _left(self) -> None:
+        """The child is gone (or going): it leads no more, as far as anything here shows."""
+        self.is_leader.clear()
+        if self._metrics is not None:
+            self._metrics.leader.set(0)
+
+
+class _CycleRelay:
+    """What loop.Scheduler records in DispatcherMetrics, sent to the parent instead (the child serves none)."""
+
+    def __init__(self, send):
+        self._send = send
+        self.leader = self  # loop.Scheduler sets metrics.leader
+
+    def set(self, value: float) -> None:
+        self._send(("leader", bool(value)))
+
+    def observe_cycle(self, *args) -> None:
+        self._send(("cycle", args))
+
+
+class _LogRelay(logging.Handler):
+    """Every record the child logs, sent to the parent, whose handlers (format, destination) print it."""
+
+    def __init__(self, send):
+        super().__init__()
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if record.exc_info:  # a traceback is sent as text: the exception itself may not pickle
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.msg, record.args, record.exc_info = record.getMessage(), None, None
+            self._send(("log", record))
+        except Exception:  # noqa: BLE001 - a record that will not pickle
+            self.handleError(record)
+
+
+def _child(conn: Connection, settings: ChildSettings) -> None:
+    """The scheduler process: schedule until the parent says stop or goes away (its end of the pipe closes)."""
+    from sluice import process as tuning
+    tuning.apply()  # a process entry point (nothing here serves gRPC, but what it imports may load it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+    send_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with send_lock:
+            try:
+                conn.send(message)
+            except (OSError, ValueError):
+                pass  # the parent is gone: the loop below ends on it
+
+    root = logging.getLogger()
+    root.handlers[:] = [_LogRelay(send)]
+    root.setLevel(settings.log_level)
+    logging.raiseExceptions = False  # a failed relay (parent gone) must not print to a terminal
+    if settings.gil_switch_interval_s:
+        sys.setswitchinterval(settings.gil_switch_interval_s)
+    if settings.gc_thresholds:
+        gc.set_threshold(*settings.gc_thresholds)
+    db = database.connect(settings.database)
+    notifier = Notifier(db.engine, (channels.WAKE_CHANNEL,))
+    scheduling = Scheduling(db.engine, db.sessions(), notifier, settings.scheduler,
+                            prometheus_interval_s=settings.prometheus_interval_s, metrics=_CycleRelay(send))
+    notifier.start()
+    scheduling.start()
+    try:
+        while True:
+            try:
+                if conn.recv()[0] == "stop":
+                    break
+            except (EOFError, OSError):
+                break  # the parent is gone
+    finally:
+        scheduling.stop()
+        notifier.stop()
+        db.close()
