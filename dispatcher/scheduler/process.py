@@ -18,10 +18,12 @@ import multiprocessing
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dispatcher.capacity.prometheus import Refresher
+from dispatcher.errors import StoreUnavailable
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.scheduler.settings import SchedulerSettings
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESTART_S = (1.0, 30.0)  # a dead scheduler process is started again after 1 s, doubling up to 30 s
+HEALTHY_S = 60.0  # a child that ran this long before it died is started again after the first pause
 
 
 class Scheduling:
@@ -100,10 +103,12 @@ class SchedulerProcess:
         self._metrics = metrics
         self.is_leader = threading.Event()
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # no child is started once stop() has begun
         self._conn: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         self._watch = threading.Thread(target=self._run, name="scheduler-process", daemon=True)
         self.starts = 0  # child processes started so far (a restart after a death counts)
+        self._started_at = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -116,8 +121,9 @@ class SchedulerProcess:
         self._watch.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        conn, process = self._conn, self._process
+        with self._lock:
+            self._stop.set()
+            conn, process = self._conn, self._process
         if conn is not None:
             try:
                 conn.send(("stop",))
@@ -133,15 +139,21 @@ class SchedulerProcess:
             self._watch.join(5)
         self._left()
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> bool:
+        """Start a child, unless stopping; whether it did."""
         context = multiprocessing.get_context("spawn")  # no fork of a process with gRPC and its threads
-        ours, theirs = context.Pipe()
-        process = context.Process(target=_child, args=(theirs, self._child_settings), name="sluice-scheduler",
-                                  daemon=True)
-        process.start()
-        theirs.close()  # only the child holds that end now: its death is our EOF
-        self._conn, self._process = ours, process
-        self.starts += 1
+        with self._lock:
+            if self._stop.is_set():
+                return False
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_child, args=(theirs, self._child_settings), name="sluice-scheduler",
+                                      daemon=True)
+            process.start()
+            theirs.close()  # only the child holds that end now: its death is our EOF
+            self._conn, self._process = ours, process
+            self._started_at = time.monotonic()
+            self.starts += 1
+            return True
 
     def _run(self) -> None:
         """Take the child's reports until it ends; start it again, after a pause, unless stopping."""
@@ -153,13 +165,16 @@ class SchedulerProcess:
                 return
             process = self._process
             process.join(5)
+            if time.monotonic() - self._started_at >= HEALTHY_S:
+                pause = RESTART_S[0]
             log.error("the scheduler process ended; starting it again", extra={"exitcode": process.exitcode,
                                                                               "in_s": pause})
             if self._stop.wait(pause):
                 return
             pause = min(RESTART_S[1], pause * 2)
             try:
-                self._spawn()
+                if not self._spawn():
+                    return
             except OSError:
                 log.exception("the scheduler process could not be started")
 
@@ -242,7 +257,11 @@ def _child(conn: Connection, settings: ChildSettings) -> None:
         sys.setswitchinterval(settings.gil_switch_interval_s)
     if settings.gc_thresholds:
         gc.set_threshold(*settings.gc_thresholds)
-    db = database.connect(settings.database)
+    try:  # what fails here is logged through the parent (no traceback on its terminal); it starts us again
+        db = database.connect(settings.database)
+    except StoreUnavailable as error:
+        log.error("scheduler process: the database is unreachable", extra={"error": str(error)})
+        sys.exit(1)
     notifier = Notifier(db.engine, (channels.WAKE_CHANNEL,))
     scheduling = Scheduling(db.engine, db.sessions(), notifier, settings.scheduler,
                             prometheus_interval_s=settings.prometheus_interval_s, metrics=_CycleRelay(send))

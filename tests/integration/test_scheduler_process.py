@@ -13,9 +13,13 @@ import sys
 import time
 
 import psutil
+from sqlalchemy import create_engine
 
+from dispatcher.scheduler.process import SchedulerProcess
+from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store.database import DatabaseSettings
+from tests.integration.test_cli import free_port
 from tests.integration.test_dispatcher_metrics import scrape, value
 from tests.integration.test_scheduler_loop import _submit, _until_dispatched, _world
 
@@ -119,3 +123,23 @@ def test_dispatcher_serve_can_keep_the_scheduler_on_a_thread(db_url, tmp_path):
     finally:
         if serve.poll() is None:
             serve.kill()
+
+
+def test_a_scheduler_process_that_cannot_reach_the_database_says_so_and_is_tried_again(caplog):
+    """Its failure is logged through the parent's logging (no traceback on a terminal) and it is started
+    again after a pause."""
+    nowhere = create_engine(f"postgresql+psycopg://sluice@127.0.0.1:{free_port()}/sluice")  # nothing listens
+    child = SchedulerProcess(nowhere, DatabaseSettings(connect_timeout_s=2), SchedulerSettings(),
+                             prometheus_interval_s=1.0)
+    child.start()
+    try:
+        _wait(lambda: child.starts >= 2, "started again")
+        said = [r for r in caplog.records if r.name == "dispatcher.scheduler.process"]
+        unreachable = [r for r in said if r.getMessage() == "scheduler process: the database is unreachable"]
+        assert unreachable and "127.0.0.1" in unreachable[0].error and unreachable[0].exc_text is None
+        assert any(r.getMessage() == "the scheduler process ended; starting it again" and r.exitcode == 1
+                   for r in said)
+        assert not child.is_leader.is_set()
+    finally:
+        child.stop()
+    assert child.pid is None
