@@ -6,8 +6,10 @@ the tests: one object to start and stop, owning everything it started.
 Any number of them may serve one database (docs/scaling.md). Every replica serves the whole API, agent
 streams included, and listens for notifications; only the one holding the leader lock schedules and
 reads Prometheus (its refresher runs while it leads). A replica started with `schedule=False` never
-leads: API replicas so started leave the scheduling replicas' processes to the cycles alone. The /metrics
-gauges read from Postgres are served by every replica, each scrape being one short read-only transaction.
+leads. The scheduler runs on a thread of this process, or (`scheduler_process`, `sluice dispatcher serve`'s
+default) in a child process of its own whose cycles then never wait for this one's GIL, nor it for
+theirs (scheduler/process.py). The /metrics gauges read from Postgres are served by every replica, each
+scrape being one short read-only transaction.
 """
 from __future__ import annotations
 
