@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="submit, latency and e2e without TLS (loopback): what the code costs, apart from "
                              "what encryption costs; never recorded")
     parser.add_argument("--apart", action="store_true",
-                        help="latency and swarm with the scheduler in a process of its own and the clients and "
-                             "agents served by another (`sluice dispatcher serve --no-schedule`); never recorded")
+                        help="latency and swarm with two replicas: one that schedules and no client or agent "
+                             "calls, and one that serves them (`sluice dispatcher serve --no-schedule`); never "
+                             "recorded")
     parser.add_argument("--kill", action="store_true",
                         help="swarm: kill -9 of the dispatcher once a quarter of the jobs ended, then a restart on "
                              "its address; every agent must be back within 60 s; never recorded")

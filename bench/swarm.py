@@ -47,7 +47,7 @@ class SwarmConfig:
     job_s: float = 1.0  # each job's simulated run time
     settle_s: float = 600.0  # how long the jobs get to finish
     tls: bool = True
-    apart: bool = False  # the scheduler in a process of its own; agents, watches and calls served by another
+    apart: bool = False  # two replicas: one schedules; another (--no-schedule) serves agents, watches and calls
     kill: bool = False  # kill -9 of the serving dispatcher once a quarter of the jobs ended, then a restart
     back_s: float = 60.0  # how long every agent gets to be back after the restart
 

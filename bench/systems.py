@@ -30,7 +30,8 @@ from sluice.objects import ClusterObject, QueueObject, SimulatedSpec
 from sluice.quantity import parse_resources
 
 SPAWN = multiprocessing.get_context("spawn")
-SPLIT = "the dispatcher alone in its own process; the sim agents (one per cluster) in another"
+SPLIT = ("the dispatcher alone, as `sluice dispatcher serve` runs it (its scheduler in a process of its own); "
+         "the sim agents (one per cluster) in another")
 
 
 def objects(clusters: int, nodes: int) -> list:
