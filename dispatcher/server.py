@@ -14,11 +14,9 @@ scrape being one short read-only transaction.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import pathlib
 import shutil
-import sys
 import tempfile
 import threading
 from concurrent import futures
@@ -44,6 +42,7 @@ from dispatcher.store import channels, database
 from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.listening import Notifier, libpq_url
 from dispatcher.tls import grpc_credentials
+from sluice.process import tune_interpreter
 from sluice.serving import MetricsServer, ServerTls, refuse_plaintext_off_loopback
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc, schedules_pb2_grpc
 
@@ -134,8 +133,10 @@ class Dispatcher:
             self.db.close()
             raise
         self.sessions = self.db.sessions()
-        self.notifier = Notifier(self.engine, (channels.WAKE_CHANNEL, channels.EVENTS_CHANNEL,
-                                               channels.OUTBOX_CHANNEL, channels.TOKENS_CHANNEL))
+        # Wake-ups are for a scheduler on a thread of this process; a scheduler process listens for its own.
+        wakes = (channels.WAKE_CHANNEL,) if settings.schedule and not settings.scheduler_process else ()
+        self.notifier = Notifier(self.engine, (*wakes, channels.EVENTS_CHANNEL, channels.OUTBOX_CHANNEL,
+                                               channels.TOKENS_CHANNEL))
         try:
             identity = IdentityProvider(settings.identity) if settings.identity.enabled else None
         except ValueError:
@@ -241,10 +242,7 @@ class Dispatcher:
         return _bound(listen, lambda: self.health_server.add_insecure_port(listen))
 
     def start(self) -> Dispatcher:
-        if self.settings.gil_switch_interval_s:
-            sys.setswitchinterval(self.settings.gil_switch_interval_s)
-        if self.settings.gc_thresholds:
-            gc.set_threshold(*self.settings.gc_thresholds)
+        tune_interpreter(self.settings.gil_switch_interval_s, self.settings.gc_thresholds)
         self.notifier.start()
         self._on_loop(self.server.start())
         if self.health_server is not None:

@@ -28,3 +28,13 @@ def apply() -> bool:
         return False
     os.environ["GRPC_EXPERIMENTS"] = EXPERIMENTS
     return True
+
+
+def tune_interpreter(switch_interval_s: float | None, gc_thresholds: tuple[int, int, int] | None) -> None:
+    """The GIL's switch interval and the cyclic collector's thresholds for this whole process, as a server
+    process of Sluice sets them at start (dispatcher.server.ServerSettings says why); None keeps Python's."""
+    if switch_interval_s:
+        sys.setswitchinterval(switch_interval_s)
+    if gc_thresholds:
+        import gc
+        gc.set_threshold(*gc_thresholds)

@@ -12,7 +12,6 @@ child that dies is started again by its parent.
 """
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
 import signal
@@ -253,10 +252,7 @@ def _child(conn: Connection, settings: ChildSettings) -> None:
     root.handlers[:] = [_LogRelay(send)]
     root.setLevel(settings.log_level)
     logging.raiseExceptions = False  # a failed relay (parent gone) must not print to a terminal
-    if settings.gil_switch_interval_s:
-        sys.setswitchinterval(settings.gil_switch_interval_s)
-    if settings.gc_thresholds:
-        gc.set_threshold(*settings.gc_thresholds)
+    tuning.tune_interpreter(settings.gil_switch_interval_s, settings.gc_thresholds)
     try:  # what fails here is logged through the parent (no traceback on its terminal); it starts us again
         db = database.connect(settings.database)
     except StoreUnavailable as error:
