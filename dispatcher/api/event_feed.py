@@ -32,7 +32,8 @@ READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
 PACE_PER_WATCH_S = 0.001  # after a read that found rows, the next waits this long per open watch...
 PACE_MOST_S = 1.0  # ...or this, at most (from 1,000 watches on): an event reaches a watch within about a second
-WAKE_AT_ONCE = 50  # watches woken in one turn of the event loop
+WAKE_AT_ONCE = 20  # watches woken in one turn of the event loop...
+WAKE_SPREAD = 0.5  # ...in groups spread over this part of the pause between two reads
 
 
 @dataclass(frozen=True)
@@ -132,24 +133,29 @@ class EventFeed:
 
     async def wait(self, timeout_s: float) -> None:
         """Until rows are added, or timeout_s."""
-        arrived = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        arrived = loop.create_future()
+        # A timer rather than asyncio.wait_for: a thousand watches wait after every read, and wait_for's
+        # waiter future and callback would be two more turns of the loop for each.
+        timer = loop.call_later(timeout_s, _settle, arrived)
         self._waiting.add(arrived)
         try:
-            await asyncio.wait_for(arrived, timeout_s)
-        except TimeoutError:
-            pass
+            await arrived
         finally:
+            timer.cancel()
             self._waiting.discard(arrived)
 
-    async def _wake_watches(self) -> None:
-        """Wake the waiting watches WAKE_AT_ONCE at a time, letting the loop take other calls' messages between:
-        a thousand watches sending at once would hold every unary call's reply behind them."""
+    async def _wake_watches(self, spread_s: float = 0.0) -> None:
+        """Wake the waiting watches WAKE_AT_ONCE at a time, the groups spread evenly over spread_s: a thousand
+        watches sending at once fill the loop for a few hundred milliseconds, and every unary call's messages
+        would wait behind them; paced, a call waits behind one group at most."""
         waiting, self._waiting = self._waiting, set()
+        groups = -(-len(waiting) // WAKE_AT_ONCE)
+        between = spread_s / groups if groups > 1 else 0.0
         for n, arrived in enumerate(waiting, 1):
-            if not arrived.done():
-                arrived.set_result(None)
+            _settle(arrived)
             if n % WAKE_AT_ONCE == 0:
-                await asyncio.sleep(0)
+                await asyncio.sleep(between)
 
     def _last_id(self) -> int:
         with self._one_statement() as session:
@@ -183,10 +189,13 @@ class EventFeed:
                     del self._gaps[gap]
                 if rows:
                     self._add(rows)
-                    await self._wake_watches()
                     # Every watch sends what each read brings: reads far apart send more at a time. With many
-                    # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second.
-                    await asyncio.sleep(min(PACE_MOST_S, PACE_PER_WATCH_S * self._watching))
+                    # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second,
+                    # and the watches are woken over the first part of the pause.
+                    loop = asyncio.get_running_loop()
+                    began, pause = loop.time(), min(PACE_MOST_S, PACE_PER_WATCH_S * self._watching)
+                    await self._wake_watches(pause * WAKE_SPREAD)
+                    await asyncio.sleep(max(0.0, began + pause - loop.time()))
                 if len(rows) == READ:
                     continue
                 try:
@@ -201,3 +210,9 @@ class EventFeed:
             if self._unsubscribe is not None:
                 self._unsubscribe()
                 self._unsubscribe = None
+
+
+def _settle(arrived: asyncio.Future) -> None:
+    """End a watch's wait (rows came, or its time is up), unless it ended already."""
+    if not arrived.done():
+        arrived.set_result(None)
