@@ -16,8 +16,8 @@ import grpc
 
 from dispatcher.api import streams
 from dispatcher.api.admission import AdmissionRate
-from dispatcher.api.asynchronous import Coalescer, Rerun, blocking
-from dispatcher.api.auth import RECHECK_S, Authenticator
+from dispatcher.api.asynchronous import Coalescer, Rerun, blocking, from_thread
+from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import translated
 from dispatcher.api.logs import LogRelay
 from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
@@ -35,7 +35,7 @@ from sluice.v1 import agents_pb2, agents_pb2_grpc
 from sluice.wire import AttemptReport
 
 log = logging.getLogger(__name__)
-_POLL, _END = object(), object()
+_POLL, _END, _CHECK = object(), object(), object()  # on Connect's queue: read the outbox; link ended; check token
 BATCH = 500  # outbox commands read per query
 READ_BATCH = 100  # agent messages applied in one transaction at most (and the job rows it locks)
 
@@ -99,13 +99,16 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         self._outbox = Coalescer(self._pending, name="outbox-reads")
         self._recorder = Coalescer(self._record, name="heartbeats-and-acks")
         self._refusing = Rerun(self._refuse_impossible, name="refuse-impossible")
+        self._loop: asyncio.AbstractEventLoop | None = None  # the links' (set by the first)
+        self._outs: set[asyncio.Queue] = set()  # every open link's `out`, changed on the loop only
+        auth.on_revocation(self._check_links)
 
     @translated
     async def Connect(self, request_iterator, context):
         await self.admission.admit()
         who, cluster, acked, document, batches = await self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         out: asyncio.Queue = asyncio.Queue()
         unsubscribe = self._notifier.subscribe(
             channels.OUTBOX_CHANNEL,
@@ -113,6 +116,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         link = _Link(who, context, cluster)
         reader = asyncio.create_task(self._read(link, acked, request_iterator, out), name=f"agent-{cluster}")
         self.links_open += 1
+        self._outs.add(out)
         self._logs.attach(cluster, out)
         try:
             yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(
@@ -124,17 +128,19 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             while True:
                 # Everything ready goes out together: status acks, and the commands of one outbox read.
                 try:
-                    ready = [await asyncio.wait_for(out.get(), RECHECK_S)]
-                except TimeoutError:  # a quiet link: its token is checked all the same
-                    if (refused := await self._refusal(link)) is not None:
-                        raise refused from None
-                    continue
+                    # A quiet link's token is checked when it expires, or when a revocation asks (_check_links).
+                    async with asyncio.timeout(self._auth.check_within(who)):  # no task a wait, as wait_for makes
+                        ready = [await out.get()]
+                except TimeoutError:
+                    ready = [_CHECK]
                 while ready[-1] is not _END and not out.empty():
                     ready.append(out.get_nowait())
                 failed = [item for item in ready if isinstance(item, Exception)]
                 if failed:
                     raise failed[0]  # the reader's (a revoked token, the store gone): the stream ends with its status
-                messages = [item for item in ready if item is not _POLL and item is not _END]
+                if _CHECK in ready and (refused := await self._refusal(link)) is not None:
+                    raise refused
+                messages = [item for item in ready if item is not _POLL and item is not _END and item is not _CHECK]
                 if _POLL in ready:
                     commands = await self._outbox((cluster, sent))
                     if commands:
@@ -149,10 +155,15 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     return
         finally:
             self.links_open -= 1
+            self._outs.discard(out)
             self._logs.detach(cluster, out)
             unsubscribe()
             reader.cancel()
             log.info("agent disconnected", extra={"cluster": cluster})
+
+    def _check_links(self) -> None:
+        """A token was revoked (on the listener's thread): every open link checks its own."""
+        from_thread(self._loop, lambda: [out.put_nowait(_CHECK) for out in self._outs])
 
     async def _hello(self, request_iterator, context) -> tuple[Principal, str, int, dict, bool]:
         """Check and reconcile the hello; (who connected, cluster, highest acked command id, the Cluster

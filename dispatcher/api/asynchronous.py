@@ -23,6 +23,17 @@ def blocking(fn: Callable[..., Any], *args) -> asyncio.Future:
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
+def from_thread(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], Any]) -> None:
+    """fn() on `loop`, asked from another thread; nothing when there is no loop yet or it closed (a server
+    stopping)."""
+    if loop is None:
+        return
+    try:
+        loop.call_soon_threadsafe(fn)
+    except RuntimeError:  # closed
+        pass
+
+
 class Coalescer:
     """Calls from many coroutines done together: `await coalescer(item)` queues the item, and one blocking
     `flush(items)` (on the executor) does every item queued while the one before it ran, returning one result

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import grpc
@@ -30,7 +31,10 @@ from sluice.certs import AgentIdentity
 # reconnects), and nothing else in a verified token changes, so the cache only bounds how often a thousand
 # open links' and watches' tokens are read again.
 CACHE_SECONDS = 300.0
-RECHECK_S = 1.0  # an open stream's token is checked again at least this often
+RECHECK_S = 1.0  # a watch's queue memberships are read again at most this often while events come
+# An open stream's token is checked again when a revocation wakes it (on_revocation) and when the token
+# expires; this often besides, at least. Not every second: a thousand idle links would wake a thousand times.
+STREAM_CHECK_S = 60.0
 MAX_CACHED = 10_000  # verified tokens kept at most (the cache starts over past it)
 
 
@@ -41,6 +45,8 @@ class Authenticator:
         self._identity = identity
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
+        self.revocations = 0  # how many times the cache was dropped: a stream seeing it move checks its token
+        self._on_revocation: list[Callable[[], None]] = []
         if notifier is not None:  # a revocation on any replica; "" after the listener reconnected
             notifier.subscribe(channels.TOKENS_CHANNEL, lambda _payload: self.forget())
 
@@ -105,9 +111,28 @@ class Authenticator:
                          expires_at=certificate.not_after)
 
     def forget(self) -> None:
-        """Drop every cached token (after a revocation: this process refuses it at once)."""
+        """Drop every cached token (after a revocation: this process refuses it at once), and have every open
+        stream check its own again."""
         with self._lock:
             self._cache.clear()
+            self.revocations += 1
+            hooks = list(self._on_revocation)
+        for hook in hooks:
+            hook()
+
+    def on_revocation(self, hook: Callable[[], None]) -> None:
+        """Call hook() after every forget(), on the thread that forgot (the listener's): it must only hand on."""
+        with self._lock:
+            self._on_revocation.append(hook)
+
+    @staticmethod
+    def check_within(who: Principal) -> float:
+        """How long an open stream of `who` may go before its token is checked again, revocations aside: until
+        just after the token expires, and STREAM_CHECK_S at most."""
+        if who.expires_at is None:
+            return STREAM_CHECK_S
+        left = (who.expires_at - datetime.now(UTC)).total_seconds()
+        return min(STREAM_CHECK_S, max(0.1, left + 0.05))  # after the cache's entry ends, not just before
 
     def require(self, context: grpc.ServicerContext, *roles: str) -> Principal:
         return self._allowed(self.principal(context), roles)

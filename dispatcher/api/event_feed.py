@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from dispatcher.api import convert, streams
-from dispatcher.api.asynchronous import blocking
+from dispatcher.api.asynchronous import blocking, from_thread
 from dispatcher.store import channels, database, job_reads
 from dispatcher.store.database import Sessions
 from dispatcher.store.listening import Notifier
@@ -84,6 +84,7 @@ class EventFeed:
         self._gaps: dict[int, float] = {}
         self._watching = 0
         self._reader: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the watches' (set by the first)
         self._starting = asyncio.Lock()
         self._woken = asyncio.Event()  # a notification: events were committed
         self._waiting: set[asyncio.Future] = set()  # the watches waiting for rows (wait())
@@ -96,7 +97,7 @@ class EventFeed:
         try:
             async with self._starting:
                 if self._reader is None:
-                    loop = asyncio.get_running_loop()
+                    loop = self._loop = asyncio.get_running_loop()
                     self._unsubscribe = self._notifier.subscribe(
                         channels.EVENTS_CHANNEL, lambda _payload: loop.call_soon_threadsafe(self._woken.set))
                     self._head = await blocking(self._last_id)
@@ -144,6 +145,10 @@ class EventFeed:
         finally:
             timer.cancel()
             self._waiting.discard(arrived)
+
+    def wake_soon(self) -> None:
+        """End every watch's wait at once (from any thread)."""
+        from_thread(self._loop, lambda: [_settle(arrived) for arrived in self._waiting])
 
     async def _wake_watches(self, spread_s: float = 0.0) -> None:
         """Wake the waiting watches WAKE_AT_ONCE at a time, the groups spread evenly over spread_s: a thousand

@@ -58,6 +58,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             if submit_streams > 0 else None
         self.watches = watches or StreamLimits("watch streams", per_user=0, total=0)
         self._feed = EventFeed(sessions, notifier, keep=feed_rows)
+        auth.on_revocation(self._feed.wake_soon)  # every watch checks its token
 
     @translated
     def Submit(self, request, context):
@@ -267,7 +268,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         # they belong to are read again at most every RECHECK_S while events come (a member added sees soon).
         scoped = who.role != "admin" and not job_id
         readable, readable_at = None, -math.inf
-        checked = time.monotonic()
+        check_at, revocations = time.monotonic() + self._auth.check_within(who), self._auth.revocations
         seq, behind = place.seq, place
         sent_through = floor  # the highest event id sent
         skip: set[int] = set()  # read from the store while catching up, and still to come through the feed
@@ -318,11 +319,12 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             if batches:
                 yield batches
             else:
-                await self._feed.wait(RECHECK_S)
-            if time.monotonic() - checked >= RECHECK_S:
-                # A token revoked or expired since ends the stream (at most RECHECK_S later): `translated` says so.
+                await self._feed.wait(max(0.0, check_at - time.monotonic()))
+            if self._auth.revocations != revocations or time.monotonic() >= check_at:
+                # A token revoked (the feed wakes every watch) or expired since ends the stream: `translated` says so.
+                revocations = self._auth.revocations
                 who = await self._auth.require_on_loop(context, *READERS)
-                checked = time.monotonic()
+                check_at = time.monotonic() + self._auth.check_within(who)
 
     def _visible(self, who, job_id: int) -> None:
         with self._one_statement() as session:

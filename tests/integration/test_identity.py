@@ -152,6 +152,23 @@ def test_a_revoked_agent_token_ends_its_link_and_its_report_is_not_applied(repli
     again.close()
 
 
+@pytest.mark.parametrize("where", ["same", "other"])
+def test_a_revoked_agent_token_ends_its_quiet_link(replicas, where):
+    """A link that sends nothing is ended by the revocation itself: open links are not polled every second."""
+    dispatcher = replicas["same"]
+    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
+    token_id, secret = _token(admin, "agent", "agent-alpha3", cluster="alpha")
+    agent = ScriptedAgent(replicas[where].address, secret, "alpha")
+    agent.next("welcome")
+    assert admin.revoke_token(token_id)["revokedAt"]
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        agent.next("status_ack", timeout=BOUND_S + 5)  # none comes: the agent reported nothing
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert time.monotonic() - started < BOUND_S
+    agent.close()
+
+
 @pytest.mark.parametrize("rpc", ["WatchBatches", "Watch"])
 @pytest.mark.parametrize("where", ["same", "other"])
 def test_a_revoked_users_watch_ends(replicas, where, rpc):
