@@ -123,13 +123,28 @@ def _token(admin: AdminClient, role: str, subject: str, **kw) -> tuple[int, str]
     return made["id"], made["secret"]
 
 
+def _agent_of_alpha(replicas, where: str, subject: str) -> tuple[AdminClient, int, str, ScriptedAgent]:
+    """An admin's client, a new agent token of cluster alpha (its id and secret), and an agent welcomed with it by
+    replica `where`."""
+    admin = AdminClient(plaintext(replicas["same"].address, replicas["same"].admin))
+    token_id, secret = _token(admin, "agent", subject, cluster="alpha")
+    agent = ScriptedAgent(replicas[where].address, secret, "alpha")
+    agent.next("welcome")
+    return admin, token_id, secret, agent
+
+
+def _ends_unauthenticated(agent: ScriptedAgent, since: float) -> None:
+    """The agent's link ends with UNAUTHENTICATED within BOUND_S of `since`, no status ack sent before."""
+    with pytest.raises(grpc.RpcError) as err:
+        agent.next("status_ack", timeout=BOUND_S + 5)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert time.monotonic() - since < BOUND_S
+
+
 @pytest.mark.parametrize("where", ["same", "other"])
 def test_a_revoked_agent_token_ends_its_link_and_its_report_is_not_applied(replicas, where):
     dispatcher = replicas["same"]
-    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
-    token_id, secret = _token(admin, "agent", "agent-alpha2", cluster="alpha")
-    agent = ScriptedAgent(replicas[where].address, secret, "alpha")
-    agent.next("welcome")
+    admin, token_id, secret, agent = _agent_of_alpha(replicas, where, "agent-alpha2")
     [job_id] = dispatcher.client.submit([job_doc(cpu="1")])
     command = agent.next("command")
     agent.send(ack=agents_pb2.CommandAck(command_ids=[command.id]))
@@ -138,10 +153,7 @@ def test_a_revoked_agent_token_ends_its_link_and_its_report_is_not_applied(repli
     started = time.monotonic()
     agent.send(status=agents_pb2.StatusReport(seq=2, status=agents_pb2.AttemptStatus(
         job_id=job_id, attempt=command.dispatch.attempt, state="SUCCEEDED")))
-    with pytest.raises(grpc.RpcError) as err:
-        agent.next("status_ack", timeout=BOUND_S + 5)
-    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert time.monotonic() - started < BOUND_S
+    _ends_unauthenticated(agent, started)
     time.sleep(0.5)
     assert dispatcher.client.get(job_id)["state"] == "RUNNING"  # the report after the revocation was not applied
     again = ScriptedAgent(replicas[where].address, secret, "alpha")
@@ -155,17 +167,9 @@ def test_a_revoked_agent_token_ends_its_link_and_its_report_is_not_applied(repli
 @pytest.mark.parametrize("where", ["same", "other"])
 def test_a_revoked_agent_token_ends_its_quiet_link(replicas, where):
     """A link that sends nothing is ended by the revocation itself: open links are not polled every second."""
-    dispatcher = replicas["same"]
-    admin = AdminClient(plaintext(dispatcher.address, dispatcher.admin))
-    token_id, secret = _token(admin, "agent", "agent-alpha3", cluster="alpha")
-    agent = ScriptedAgent(replicas[where].address, secret, "alpha")
-    agent.next("welcome")
+    admin, token_id, _, agent = _agent_of_alpha(replicas, where, "agent-alpha3")
     assert admin.revoke_token(token_id)["revokedAt"]
-    started = time.monotonic()
-    with pytest.raises(grpc.RpcError) as err:
-        agent.next("status_ack", timeout=BOUND_S + 5)  # none comes: the agent reported nothing
-    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert time.monotonic() - started < BOUND_S
+    _ends_unauthenticated(agent, time.monotonic())
     agent.close()
 
 
