@@ -106,6 +106,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
     @translated
     async def Connect(self, request_iterator, context):
         await self.admission.admit()
+        revocations = self._auth.revocations
         who, cluster, acked, document, batches = await self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
         loop = self._loop = asyncio.get_running_loop()
@@ -117,6 +118,8 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         reader = asyncio.create_task(self._read(link, acked, request_iterator, out), name=f"agent-{cluster}")
         self.links_open += 1
         self._outs.add(out)
+        if self._auth.revocations != revocations:  # one came during the hello, before _check_links knew this link
+            out.put_nowait(_CHECK)
         self._logs.attach(cluster, out)
         try:
             yield agents_pb2.DispatcherMessage(welcome=agents_pb2.Welcome(

@@ -318,7 +318,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     batches += batched([event for _, event in rows])
             if batches:
                 yield batches
-            else:
+            elif self._auth.revocations == revocations:  # else a revocation came while this watch read the store
                 await self._feed.wait(max(0.0, check_at - time.monotonic()))
             if self._auth.revocations != revocations or time.monotonic() >= check_at:
                 # A token revoked (the feed wakes every watch) or expired since ends the stream: `translated` says so.
