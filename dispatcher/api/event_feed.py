@@ -3,8 +3,10 @@
 A thousand open watches (Jobs.Watch and WatchBatches) must not mean a thousand reads of job_events for
 every event written. One reader follows the table's tail while any watch is open; each watch takes the
 rows it wants from the feed's recent rows, in memory. A watch that resumes from an older event id, or
-falls further behind than the rows kept (a client that does not read), reads what it missed from the store itself,
-then follows the feed again.
+falls further behind than the rows kept (a client that does not read), reads what it missed from the store
+(`stored`), then follows the feed again. Those reads are shared too: after a restart every watch resumes at
+once from about the same event, and each reading and converting the same rows alone kept the event loop
+busy for minutes.
 
 Event ids are taken when a transaction inserts, not when it commits, so an id below the tail may still
 appear (a longer transaction commits after a shorter, later one). The ids skipped over are asked for again
@@ -14,9 +16,10 @@ late row on like any other.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from dispatcher.api import convert, streams
@@ -34,6 +37,7 @@ PACE_PER_WATCH_S = 0.001  # after a read that found rows, the next waits this lo
 PACE_MOST_S = 1.0  # ...or this, at most (from 1,000 watches on): an event reaches a watch within about a second
 WAKE_AT_ONCE = 20  # watches woken in one turn of the event loop...
 WAKE_SPREAD = 0.5  # ...in groups spread over this part of the pause between two reads
+STORED_BLOCKS = 20  # blocks of READ stored rows kept for the watches catching up (as many rows as `keep`)
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,10 @@ class Chunk:
     """The rows one read brought (or the end of them): each with its JobEvent, made once for every watch, and
     the JobEvents messages WatchBatches sends of them all, made once for every watch that takes them all."""
 
-    def __init__(self, first: int, rows: list[tuple[object, jobs_pb2.JobEvent]]):
+    def __init__(self, first: int, rows: list[tuple[object, jobs_pb2.JobEvent]], before: Place | None = None):
         self.first = first  # the feed's seq of the first row
         self.rows = rows
+        self.before = before  # where a watch joined just before this read (the feed's chunks only)
         self.lowest_id = min(row.id for row, _ in rows)
         self.highest_id = max(row.id for row, _ in rows)
         self._batches: list[jobs_pb2.JobEvents] | None = None
@@ -90,9 +95,12 @@ class EventFeed:
         self._waiting: set[asyncio.Future] = set()  # the watches waiting for rows (wait())
         self._unsubscribe = None
         self._failed: Exception | None = None
+        self._blocks: OrderedDict[int, Chunk] = OrderedDict()  # stored rows by the id they follow (stored())
+        self._block_reads: dict[int, asyncio.Future] = {}  # the reads of blocks under way
 
-    async def join(self) -> Place:
-        """Follow the feed from now on (leave() when done)."""
+    async def join(self, after: int = 0) -> Place:
+        """Follow the feed (leave() when done), from where it still keeps every row after event id `after`,
+        if it does: the rows before that the watch reads from the store."""
         self._watching += 1
         try:
             async with self._starting:
@@ -100,14 +108,22 @@ class EventFeed:
                     loop = self._loop = asyncio.get_running_loop()
                     self._unsubscribe = self._notifier.subscribe(
                         channels.EVENTS_CHANNEL, lambda _payload: loop.call_soon_threadsafe(self._woken.set))
-                    self._head = await blocking(self._last_id)
-                    self._gaps.clear()
+                    self._head, missing = await blocking(self._start)
+                    now = time.monotonic()
+                    self._gaps = dict.fromkeys(missing, now)
+                    self._chunks.clear()  # a reader before this one's: rows up to its head only, not to this one's
+                    self._kept = 0
                     self._failed = None
                     self._reader = asyncio.create_task(self._follow(), name="event-feed")
         except BaseException:
             self.leave()
             raise
-        return self.place()
+        # The newest read this watch needs all of: after a restart, watches joining over some seconds all read
+        # the store only up to where the feed began, the same rows for each, and the rest from memory.
+        for chunk in reversed(self._chunks):
+            if chunk.before.head <= after:
+                return chunk.before
+        return self._chunks[0].before if self._chunks else self.place()
 
     def leave(self) -> None:
         self._watching -= 1
@@ -162,16 +178,66 @@ class EventFeed:
             if n % WAKE_AT_ONCE == 0:
                 await asyncio.sleep(between)
 
-    def _last_id(self) -> int:
+    async def stored(self, after: int, through: int, job_id: int = 0) -> Chunk | None:
+        """The stored rows after event id `after` up to `through` (of job `job_id`, or of every job), READ at
+        most; None when there are none.
+
+        The rows of every job are read in blocks of READ, each read once and made into messages once for every
+        watch that catches up through it, and the whole blocks kept (STORED_BLOCKS) while none of their ids can
+        still appear: every id in them is below the feed's oldest gap. Other rows each watch reads alone."""
+        if not job_id:
+            start = after - after % READ
+            block = self._blocks.get(start)
+            if block is None:
+                block = await self._block(start)
+            if block is not None and block.highest_id > after:
+                if block.lowest_id > after and block.highest_id <= through:
+                    return block
+                rows = block.rows[bisect.bisect_right(block.rows, after, key=_event_id):
+                                  bisect.bisect_right(block.rows, through, key=_event_id)]
+                return Chunk(0, rows) if rows else None
+        rows = await blocking(self._read_stored, after, through, job_id)
+        return Chunk(0, rows) if rows else None
+
+    async def _block(self, start: int) -> Chunk | None:
+        """The stored rows after event id `start` that can no longer change, READ at most, read once for every
+        watch asking at the same time, and kept if there are READ of them."""
+        if (reading := self._block_reads.get(start)) is None:
+            reading = self._block_reads[start] = asyncio.ensure_future(self._read_block(start))
+            reading.add_done_callback(lambda _: self._block_reads.pop(start, None))
+        return await asyncio.shield(reading)  # a watch that ends does not end the others' read
+
+    async def _read_block(self, start: int) -> Chunk | None:
+        settled = min(self._head, min(self._gaps, default=self._head + 1) - 1)
+        rows = await blocking(self._read_stored, start, settled, 0)
+        if not rows:
+            return None
+        block = Chunk(0, rows)
+        if len(rows) == READ:
+            self._blocks[start] = block
+            while len(self._blocks) > STORED_BLOCKS:
+                self._blocks.popitem(last=False)
+        return block
+
+    def _read_stored(self, after: int, through: int, job_id: int) -> list[tuple[object, jobs_pb2.JobEvent]]:
         with self._one_statement() as session:
-            return job_reads.last_event_id(session)
+            rows = job_reads.events(session, job_id=job_id, after_id=after, through_id=through, with_owner=True,
+                                    limit=READ)
+        return [(row, convert.event(row)) for row in rows]
+
+    def _start(self) -> tuple[int, list[int]]:
+        """The newest event id, and the ids below it no event has yet: a transaction still open may commit one
+        (as the ids skipped over later)."""
+        with self._one_statement() as session:
+            head = job_reads.last_event_id(session)
+            return head, job_reads.missing_event_ids(session, head, MAX_GAPS)
 
     def _read(self, after: int, also: list[int]) -> list:
         with self._one_statement() as session:
             return job_reads.events(session, after_id=after, also=also, with_owner=True, limit=READ)
 
-    def _add(self, rows: list) -> None:
-        self._chunks.append(Chunk(self._seq + 1, [(row, convert.event(row)) for row in rows]))
+    def _add(self, rows: list, before: Place) -> None:
+        self._chunks.append(Chunk(self._seq + 1, [(row, convert.event(row)) for row in rows], before))
         self._seq += len(rows)
         self._kept += len(rows)
         while self._kept - len(self._chunks[0].rows) >= self._keep:
@@ -182,6 +248,7 @@ class EventFeed:
             while self._watching > 0:
                 self._woken.clear()
                 rows = await blocking(self._read, self._head, list(self._gaps))
+                before = self.place()
                 now = time.monotonic()
                 for row in rows:
                     if row.id in self._gaps:
@@ -193,7 +260,7 @@ class EventFeed:
                 for gap in [g for g, since in self._gaps.items() if now - since > GAP_WAIT_S]:
                     del self._gaps[gap]
                 if rows:
-                    self._add(rows)
+                    self._add(rows, before)
                     # Every watch sends what each read brings: reads far apart send more at a time. With many
                     # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second,
                     # and the watches are woken over the first part of the pause.
@@ -212,9 +279,14 @@ class EventFeed:
             await self._wake_watches()
         finally:
             self._reader = None
+            self._blocks.clear()
             if self._unsubscribe is not None:
                 self._unsubscribe()
                 self._unsubscribe = None
+
+
+def _event_id(pair: tuple[object, jobs_pb2.JobEvent]) -> int:
+    return pair[0].id
 
 
 def _settle(arrived: asyncio.Future) -> None:

@@ -255,7 +255,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         if request.job_id:
             await blocking(self._visible, who, request.job_id)
         with self.watches.admitted(who.subject):
-            place = await self._feed.join()
+            place = await self._feed.join(request.after_event_id)
             try:
                 async for batches in self._following(request, context, who, place):
                     yield batches
@@ -286,14 +286,14 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             if behind is not None:  # read from the store what the feed no longer (or never) had for this watch
                 cursor, head, gaps = sent_through, behind.head, behind.gaps
                 behind = None
-                while cursor < head:
-                    rows = [r for r in await blocking(self._events_after, job_id, cursor, scoped) if r.id <= head]
-                    if not rows:
-                        break
-                    cursor = sent_through = max(sent_through, rows[-1].id)
-                    skip.update(r.id for r in rows if r.id in gaps)
-                    if rows := await seen(rows):
-                        yield batched([convert.event(r) for r in rows])
+                while cursor < head and (chunk := await self._feed.stored(cursor, head, job_id)) is not None:
+                    cursor = sent_through = max(sent_through, chunk.highest_id)
+                    skip.update(row.id for row, _ in chunk.rows if row.id in gaps)
+                    if not scoped:
+                        yield chunk.batches()
+                    elif rows := await seen([row for row, _ in chunk.rows]):
+                        allowed = {id(row) for row in rows}
+                        yield batched([event for row, event in chunk.rows if id(row) in allowed])
             chunks, seq, lost = self._feed.since(seq)
             if lost:
                 behind = self._feed.place()
@@ -333,10 +333,6 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
     def _readable(self, who):
         with self._one_statement() as session:
             return scoping.readable_queues(session, who)
-
-    def _events_after(self, job_id: int, after: int, scoped: bool) -> list:
-        with self._one_statement() as session:
-            return job_reads.events(session, job_id=job_id, after_id=after, with_owner=scoped)
 
     @translated
     def ListClusters(self, request, context):

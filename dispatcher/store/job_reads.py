@@ -55,26 +55,36 @@ def _like_escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def events(session: Session, *, job_id: int = 0, after_id: int = 0, limit: int = 1000,
-           also: list[int] = (), with_owner: bool = False) -> list:
-    """Events after `after_id` in id order, and those of the ids in `also` (gaps below it) that exist now.
-    Rows with JobEvent's fields (id, job_id, attempt, from_state, to_state, reason, cluster, at); with_owner
-    adds their job's queue and submitted_by (for services.scoping)."""
+def events(session: Session, *, job_id: int = 0, after_id: int = 0, through_id: int | None = None,
+           limit: int = 1000, also: list[int] = (), with_owner: bool = False) -> list:
+    """Events after `after_id` (up to `through_id`) in id order, and those of the ids in `also` (gaps below it)
+    that exist now. Rows with JobEvent's fields (id, job_id, attempt, from_state, to_state, reason, cluster, at);
+    with_owner adds their job's queue and submitted_by (for services.scoping)."""
     where = ["e.id > %(after)s"]
     if also:  # the range bound lets the primary key's index start at the oldest gap (gaps are recent),
         # whatever the planner makes of the OR (on a table not yet analyzed it read the whole table)
         where = ["e.id >= %(oldest)s AND (e.id > %(after)s OR e.id = ANY(%(also)s))"]
+    if through_id is not None:
+        where.append("e.id <= %(through)s")
     if job_id:
         where.append("e.job_id = %(job)s")
     source = ("e.*, j.queue, j.submitted_by FROM (SELECT {cols} FROM job_events e WHERE {where} ORDER BY e.id "
               "LIMIT %(limit)s) e JOIN jobs j ON j.id = e.job_id ORDER BY e.id" if with_owner else
               "{cols} FROM job_events e WHERE {where} ORDER BY e.id LIMIT %(limit)s")
     return named(session, "SELECT " + source.format(cols=_EVENT_COLUMNS, where=" AND ".join(where)),
-                 {"after": after_id, "oldest": min(also, default=0), "also": list(also), "job": job_id, "limit": limit})
+                 {"after": after_id, "through": through_id, "oldest": min(also, default=0), "also": list(also),
+                  "job": job_id, "limit": limit})
 
 
 def last_event_id(session: Session) -> int:
     return session.scalar(text("SELECT coalesce(max(id), 0) FROM job_events")) or 0
+
+
+def missing_event_ids(session: Session, through_id: int, span: int) -> list[int]:
+    """The ids of the `span` up to `through_id` that no event has (now): rolled back, or not yet committed."""
+    return list(session.scalars(text(
+        "SELECT g FROM generate_series(greatest(:through - :span + 1, 1), :through) g "
+        "WHERE NOT EXISTS (SELECT 1 FROM job_events WHERE id = g)"), {"through": through_id, "span": span}))
 
 
 _EVENT_COLUMNS = "e.id, e.job_id, e.attempt, e.from_state, e.to_state, e.reason, e.cluster, e.at"

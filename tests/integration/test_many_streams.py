@@ -8,11 +8,13 @@ say when a call that would hang counts as failed.
 from __future__ import annotations
 
 import queue
+import threading
 import time
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import text
 
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store import clusters as cluster_store
@@ -195,5 +197,62 @@ def test_a_watch_that_fell_far_behind_or_resumed_from_an_old_event_gets_every_ev
                 break
         fresh.cancel()
         assert tail.qsize() == len(ids) + 1
+    finally:
+        client.close()
+
+
+def test_watches_resuming_together_on_a_restarted_dispatcher_each_get_every_later_event_once_in_order(serve):
+    """Forty watches resume at once on another dispatcher (as every `sluice watch` does after a restart),
+    from event ids spread over 6,000 stored events, while more are written: each gets every event after its
+    own id, once, in id order. They read the stored events together (api.event_feed: blocks read once for
+    all, partly kept), and the new events from the feed."""
+    first = serve()
+    client = Client(ClientConfig(first.address, first.admin, timeout_s=60, insecure=True))
+    try:
+        for batch in range(6):
+            client.submit([job_doc(name=f"old{batch}-{n}") for n in range(1000)])
+        restarted = serve(watch_feed_rows=1500)
+        afters = [0, 1, 999, 1000, 1001, 2500, 5999, 6000, *range(7, 6000, 187)]
+        watches = [_watch(restarted, restarted.admin, after=after) for after in afters]
+        writer = threading.Thread(target=lambda: [client.submit([job_doc(name=f"new{batch}-{n}") for n in range(300)])
+                                                  for batch in range(5)])
+        writer.start()
+        writer.join()
+        with restarted.sessions() as session:
+            stored = [tuple(r) for r in session.execute(text("SELECT id, job_id FROM job_events ORDER BY id"))]
+        assert len(stored) == 7500
+        for after, call in zip(afters, watches, strict=True):
+            seen: list[tuple[int, int]] = []
+            for message in call:
+                seen += [(e.id, e.job_id) for e in message.events]
+                if seen[-1][0] >= stored[-1][0]:
+                    break
+            assert seen == [event for event in stored if event[0] > after], after
+            call.cancel()
+    finally:
+        client.close()
+
+
+def test_an_event_committed_late_below_where_a_new_feed_began_still_reaches_its_watch(serve):
+    """An event id taken by a transaction still open when a dispatcher's first watch starts its feed, below the
+    newest event then, comes when that transaction commits: the feed waits for the ids missing below where it
+    began as for any skipped over later."""
+    d = serve()
+    client = Client(ClientConfig(d.address, d.admin, timeout_s=60, insecure=True))
+    try:
+        [first] = client.submit([job_doc(name="first")])
+        insert = text("INSERT INTO job_events (job_id, attempt, to_state, reason) VALUES (:job, 0, 'QUEUED', :why) "
+                      "RETURNING id")
+        with d.sessions() as session:
+            after = session.scalar(text("SELECT max(id) FROM job_events"))
+        with d.sessions.begin() as slow:  # takes its event id now, commits after the watch began
+            late = slow.scalar(insert, {"job": first, "why": "late"})
+            with d.sessions.begin() as quick:
+                early = quick.scalar(insert, {"job": first, "why": "early"})
+            watch = d.jobs.WatchBatches(jobs_pb2.WatchRequest(after_event_id=after), metadata=_bearer(d.admin),
+                                        timeout=30)  # ends the test rather than hang if the late event never comes
+            assert [e.id for e in next(watch).events] == [early]
+        assert [(e.id, e.reason) for e in next(watch).events] == [(late, "late")]
+        watch.cancel()
     finally:
         client.close()
