@@ -164,6 +164,7 @@ class Scheduler:
                 log.exception("leadership callback failed", extra={"leading": leading})
 
     def _lead(self, lock: LeaderLock) -> None:
+        leading_since = datetime.now(UTC)
         reasons_at = 0.0
         settings = self._settings
         due_at = {"release": 0.0, "schedules": 0.0, "prune": time.monotonic() + settings.outbox_prune_interval_s}
@@ -187,7 +188,8 @@ class Scheduler:
                 reasons_at = time.monotonic()
             result = run_cycle(self._sessions, settings, datetime.now(UTC), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock.backend_pid,
-                               config=self._config, parking=self._parking, deeper=self._deeper)
+                               config=self._config, parking=self._parking, deeper=self._deeper,
+                               leading_since=leading_since)
             deeper_now = bool(result.deeper - self._deeper)  # backfill may reach further into room left now
             self._holds, self._deeper = result.holds, result.deeper
             if self._parking.rewake():  # submits let pass while this cycle ran are among the heads after all

@@ -172,17 +172,20 @@ def preempt(session: Session, victim_id: int, by: int, cluster: str) -> bool:
     return True
 
 
-def expire_leases(session: Session, now: datetime, clusters: list) -> int:
+def expire_leases(session: Session, now: datetime, clusters: list, *, heard_since: datetime | None = None) -> int:
     """Jobs on clusters unheard of for longer than their lease are lost: each goes back to the queue as a
     new attempt (or fails, past its retries), and its cluster is sent a cancel of the lost attempt. Before
     that an unreachable cluster only takes no new jobs.
+    A silence before `heard_since` does not count: a leader that has just taken over (after a restart of
+    every dispatcher, say) cannot tell an agent that went quiet from one that had no dispatcher to talk to,
+    and gives each a whole lease from then (as Nomad's failover heartbeat TTL does).
     Returns how many attempts were given up. Every cycle runs this, on the cluster rows it read already
     (store.clusters.CLUSTER_ROWS)."""
     given_up = 0
     for c in clusters:
         if c.last_seen_at is None:
             continue
-        name, seen = c.name, c.last_seen_at
+        name, seen = c.name, max(c.last_seen_at, heard_since or c.last_seen_at)
         lease = snapshot.cluster_object(c.spec).lease_duration_s
         silent = (now - seen).total_seconds()
         if silent <= lease:

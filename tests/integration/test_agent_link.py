@@ -246,6 +246,32 @@ def test_lost_attempt_is_requeued_as_a_new_attempt(dispatcher):
     back.close()
 
 
+def test_a_leader_counts_a_clusters_silence_only_from_when_it_took_over(dispatcher):
+    """Every dispatcher was down for longer than alpha's lease (its agent could report to no one): the leader
+    that takes over does not give alpha's running job up at once, but only after a whole lease from then."""
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import text
+
+    from dispatcher.scheduler.cycle import run_cycle
+    agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
+    job_id, _ = dispatched_job(dispatcher, agent)
+    agent.status(1, job_id, 1, "RUNNING")
+    agent.close()
+    with dispatcher.sessions.begin() as session:  # heard of last 10 minutes ago, before this leader started
+        session.execute(text("UPDATE clusters SET last_seen_at = now() - interval '10 minutes' "
+                             "WHERE name = 'alpha'"))
+    ran = dispatcher.metrics.registry.get_sample_value("sluice_scheduling_cycles_total")
+    dispatcher.client.submit([job_doc(cpu="100")])  # fits nowhere: wakes the leader's cycles
+    wait_for(lambda: dispatcher.metrics.registry.get_sample_value("sluice_scheduling_cycles_total") >= ran + 2)
+    job = dispatcher.client.get(job_id)
+    assert (job["state"], job["attempt"], job["cluster"]) == ("RUNNING", 1, "alpha")
+    now = datetime.now(UTC)  # a leader that took over 6 minutes ago has waited longer than the 5 minute lease
+    run_cycle(dispatcher.sessions, SchedulerSettings(), now, leading_since=now - timedelta(minutes=6))
+    assert dispatcher.client.get(job_id)["state"] == "QUEUED"  # attempt 1 lost; the next one once it can run
+    assert any("longer than its lease (5m)" in e["reason"] for e in dispatcher.client.describe(job_id)["events"])
+
+
 def test_orphans_are_cancelled(dispatcher):
     [job_id] = dispatcher.client.submit([job_doc(cpu="100")])  # fits nowhere yet: no capacity reported
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha", capacity={"cpu": 0},
