@@ -11,7 +11,8 @@ busy for minutes.
 Event ids are taken when a transaction inserts, not when it commits, so an id below the tail may still
 appear (a longer transaction commits after a shorter, later one). The ids skipped over are asked for again
 until GAP_WAIT_S has passed (an id of a rolled-back transaction never appears); the feed passes such a
-late row on like any other.
+late row on like any other. A feed that starts waits so for the ids missing among the MAX_GAPS below the
+newest event then.
 """
 from __future__ import annotations
 
