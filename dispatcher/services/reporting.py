@@ -185,7 +185,7 @@ def expire_leases(session: Session, now: datetime, clusters: list, *, heard_sinc
     for c in clusters:
         if c.last_seen_at is None:
             continue
-        name, seen = c.name, max(c.last_seen_at, heard_since or c.last_seen_at)
+        name, seen = c.name, c.last_seen_at if heard_since is None else max(c.last_seen_at, heard_since)
         lease = snapshot.cluster_object(c.spec).lease_duration_s
         silent = (now - seen).total_seconds()
         if silent <= lease:
