@@ -26,6 +26,7 @@ import psycopg
 from bench import systems, workload
 from bench.figures import Figure, Run, Target
 from bench.postgres import Postgres
+from dispatcher.scheduler.settings import SchedulerSettings
 from sluice import process as tuning
 from sluice.quantity import parse_resources
 
@@ -92,6 +93,7 @@ class _Agents:
     async def _agent(self, name: str, token: str) -> None:
         import grpc
 
+        from agent.connection import AgentSettings, reconnect_delay
         from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2
 
         running: set[tuple[int, int]] = set()
@@ -99,7 +101,8 @@ class _Agents:
         link: list[asyncio.Queue] = [asyncio.Queue()]  # the current connection's outgoing messages
         seq = 0
         unacked: dict[int, tuple[int, int, str]] = {}  # reports the dispatcher has not acked: sent again on redial
-        backoff = 0.5
+        backoff_initial_s, backoff_max_s = AgentSettings.backoff_initial_s, AgentSettings.backoff_max_s
+        backoff = backoff_initial_s
 
         def capacity() -> agents_pb2.Capacity:
             free = {name: amount - JOB.get(name, 0) * len(running) for name, amount in NODE.items()}
@@ -163,7 +166,7 @@ class _Agents:
                         kind = one.WhichOneof("kind")
                         if kind == "welcome":
                             self.welcomed.add(name)
-                            backoff = 0.5
+                            backoff = backoff_initial_s
                             beating = asyncio.create_task(heartbeats())
                         elif kind == "status_ack":
                             for n in [n for n in unacked if n <= one.status_ack.seq]:
@@ -192,9 +195,9 @@ class _Agents:
                     beating.cancel()
                 queue.put_nowait(None)
                 await channel.close()
-            if not self.stop.is_set():  # jittered, as a real agent's reconnect storm should be
-                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
-                backoff = min(backoff * 2, 10.0)
+            if not self.stop.is_set():  # jittered, as a real agent waits before it dials again
+                await asyncio.sleep(reconnect_delay(backoff))
+                backoff = min(backoff * 2, backoff_max_s)
 
 
 # -- the watchers' process -------------------------------------------------------------------------------
@@ -277,8 +280,10 @@ def run(pg: Postgres, config: SwarmConfig, run_: Run) -> None:
     run_.configs["swarm"] = {**asdict(config), "agents": "asyncio tasks on grpc.aio, a connection each",
                              "watchers": "WatchBatches streams of the admin, one process"}
     objs = [*workload.CLASSES, *systems.objects(config.clusters, 1)[len(workload.CLASSES):]]
-    # The watchers are one admin's: no limit per user. Agents are told to heartbeat as the swarm's do.
-    server = {"heartbeat_s": config.heartbeat_s, "watch_streams_per_user": 0}
+    # The watchers are one admin's: no limit per user. Agents are told to heartbeat as the swarm's do, and a
+    # cluster is unreachable after three heartbeats missed, as a deployment with this interval would set it.
+    server = {"heartbeat_s": config.heartbeat_s, "watch_streams_per_user": 0,
+              "scheduler": SchedulerSettings(unreachable_after_s=3 * config.heartbeat_s)}
     with systems.System(pg, "swarm", objs, split=True, agents=False, tls=config.tls, server=server,
                         apart=config.apart) as system:
         names = sorted(system.agent_tokens)
@@ -387,18 +392,34 @@ def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pi
     while system.count("state = 'SUCCEEDED'") < ended and time.monotonic() < deadline:
         time.sleep(0.2)
     killed_with = system.count("state = 'SUCCEEDED'")
+    failed_before = _links_failed(pipes)
     killed = time.monotonic()
     system.kill_and_restart_serving()
     serving_s = time.monotonic() - killed
+    every_10s: list[int] = []  # agents welcomed again at 10 s, 20 s, ... after the kill
     while (welcomed := sum(c["welcomed"] for c in _ask(pipes))) < config.clusters:
-        if time.monotonic() - killed > config.back_s * 2:
+        since = time.monotonic() - killed
+        if since > config.back_s * 2:
             break
+        if since >= 10 * (len(every_10s) + 1):
+            every_10s.append(welcomed)
         time.sleep(0.5)
     back_s = time.monotonic() - killed
+    failed = _links_failed(pipes) - failed_before
     watch_pipe.send("counts?")
     watching = watch_pipe.recv()["open"]
     run_.add(Figure("swarm", "every agent back after kill -9 and a restart", back_s, "s",
                     Target("<=", config.back_s),
                     note=f"from the kill; {welcomed:,} of {config.clusters:,} welcomed again; the restarted "
                          f"process served after {serving_s:.1f}s; killed with {killed_with:,} jobs SUCCEEDED; "
-                         f"{watching:,} of {config.watchers:,} watches open again"))
+                         f"{watching:,} of {config.watchers:,} watches open again; welcomed every 10 s: "
+                         f"{', '.join(map(str, every_10s)) or '-'}; links failed meanwhile: "
+                         f"{', '.join(f'{n:,} {code}' for code, n in failed.most_common()) or 'none'}"))
+
+
+def _links_failed(pipes: list) -> collections.Counter:
+    """How many agent links have ended with each status code, in every agents' process."""
+    failed: collections.Counter = collections.Counter()
+    for counts in _ask(pipes):
+        failed.update(counts["errors"])
+    return failed

@@ -235,7 +235,10 @@ class System:
         process, pipe = self._children[index]
         os.kill(process.pid, signal.SIGKILL)
         process.join(10)
-        process, pipe, _ = _start(_serve, (*args, self.address), "bench-dispatcher-restarted")
+        # The objects and tokens are in the database already: a restarted `serve` applies and makes none.
+        data_dir, url, _objs, _cordon, *rest = args
+        process, pipe, _ = _start(_serve, (data_dir, url, [], False, *rest, self.address),
+                                  "bench-dispatcher-restarted")
         self._children[index] = (process, pipe)
         self.serving_pid = process.pid
         if index == 0:

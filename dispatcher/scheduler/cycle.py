@@ -29,6 +29,7 @@ from dispatcher.policy.planning import (
 from dispatcher.scheduler.mapping import PolicyConfig, active_from_rows, decayed_history, heads_from_rows
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.scheduler.takeover import Takeover
 from dispatcher.services import budgets, reporting
 from dispatcher.store import cycle_reads, database, lifecycle
 from dispatcher.store.lifecycle import Dispatched
@@ -205,12 +206,13 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
 class PostgresCycle:
     """A CycleStore over one transaction of `session`. With `leader_pid`, its first reads check that this
     backend still holds the leader lock (LostLeadership otherwise), so a deposed leader commits nothing.
-    With `leading_since`, no cluster's lease counts the silence before that time (reporting.expire_leases)."""
+    With `takeover`, the leader's term: no cluster's lease counts the silence before it began
+    (reporting.expire_leases), and no job starts while the term's wait lasts (scheduler/takeover.py)."""
 
     def __init__(self, session: Session, settings: SchedulerSettings, config: PolicyConfig,
-                 leader_pid: int | None = None, leading_since: datetime | None = None):
+                 leader_pid: int | None = None, takeover: Takeover | None = None):
         self._session, self._settings, self._config, self._leader_pid = session, settings, config, leader_pid
-        self._leading_since = leading_since
+        self._takeover = takeover
         self._heads_read: list | None = None
 
     def inputs(self, now: datetime, *, all_heads: bool) -> CycleInputs:
@@ -224,11 +226,15 @@ class PostgresCycle:
             raise LostLeadership("the leader lock is no longer held")
         running, self._heads_read = reads.running, reads.heads
         # After the in-flight sums: a lease given up now is counted as in flight this once (never missed).
-        if reporting.expire_leases(session, now, reads.capacity.clusters, heard_since=self._leading_since):
+        takeover = self._takeover
+        if reporting.expire_leases(session, now, reads.capacity.clusters,
+                                   heard_since=takeover.since if takeover is not None else None):
             running = cycle_reads.active_usage(session)  # some went back to their queues
             self._heads_read = None
         capacities = snapshot.read(session, now, unreachable_after_s=settings.unreachable_after_s,
                                    staleness_s=settings.prometheus_staleness_s, read=reads.capacity)
+        if takeover is not None:
+            capacities = takeover.hold(capacities, reads.capacity.clusters, now)
         policy = self._config.refresh(session, reads.digest)
         # What runs counts in its queue's usage, summed in Postgres; the cycle sees one by one only the
         # attempts it may need (planning.active_needs): the victims only once a search for them starts.
@@ -278,15 +284,15 @@ def run_cycle(sessions: Sessions, settings: SchedulerSettings, now: datetime, *,
               holds: dict[int, Hold] | None = None, write_reasons: bool = True,
               leader_pid: int | None = None, config: PolicyConfig | None = None,
               parking: Parking | None = None, deeper: frozenset[str] = frozenset(),
-              leading_since: datetime | None = None) -> CycleResult:
+              takeover: Takeover | None = None) -> CycleResult:
     """One scheduling cycle on Postgres, in one transaction. With leader_pid, it commits only while that
-    backend holds the leader lock; leading_since, when it took it (PostgresCycle). With `parking`, queues
+    backend holds the leader lock; takeover, that leader's term (PostgresCycle). With `parking`, queues
     whose heads cannot start are left out while nothing changes for them. `deeper`: the last cycle's
     CycleResult.deeper."""
     config = config if config is not None else PolicyConfig()
     try:
         with sessions.begin() as session:
-            return plan_and_apply(PostgresCycle(session, settings, config, leader_pid, leading_since), settings, now,
+            return plan_and_apply(PostgresCycle(session, settings, config, leader_pid, takeover), settings, now,
                                   holds=holds, write_reasons=write_reasons, parking=parking, deeper=deeper)
     except BaseException:
         if parking is not None:

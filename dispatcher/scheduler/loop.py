@@ -21,6 +21,7 @@ from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
+from dispatcher.scheduler.takeover import Takeover
 from dispatcher.services import recurring, sessions, waiting
 from dispatcher.store import channels, submit_keys
 from dispatcher.store import outbox as outbox_store
@@ -164,9 +165,9 @@ class Scheduler:
                 log.exception("leadership callback failed", extra={"leading": leading})
 
     def _lead(self, lock: LeaderLock) -> None:
-        leading_since = datetime.now(UTC)
-        reasons_at = 0.0
         settings = self._settings
+        takeover = Takeover(datetime.now(UTC), settings)
+        reasons_at = 0.0
         due_at = {"release": 0.0, "schedules": 0.0, "prune": time.monotonic() + settings.outbox_prune_interval_s}
 
         def between_cycles() -> float:
@@ -189,7 +190,7 @@ class Scheduler:
             result = run_cycle(self._sessions, settings, datetime.now(UTC), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock.backend_pid,
                                config=self._config, parking=self._parking, deeper=self._deeper,
-                               leading_since=leading_since)
+                               takeover=takeover)
             deeper_now = bool(result.deeper - self._deeper)  # backfill may reach further into room left now
             self._holds, self._deeper = result.holds, result.deeper
             if self._parking.rewake():  # submits let pass while this cycle ran are among the heads after all

@@ -23,6 +23,9 @@ class SchedulerSettings:
     # sends no FIN: without this Postgres would keep its lock for the kernel's default (hours).
     leader_keepalive_s: int = 1
     unreachable_after_s: float = 5.0  # no heartbeat this long: the cluster takes no new jobs
+    # A leader that has just taken over starts no job until the clusters reachable before are back, or for this
+    # long at most (scheduler/takeover.py): after a restart it lets every agent reconnect first. 0: no wait.
+    takeover_wait_s: float = 60.0
     prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
     avoid_unschedulable_s: float = 600.0  # a cluster where a job's attempt could not start is left out this long
     # The leader deletes acked outbox commands older than this that nothing reads any more (outbox.prune),

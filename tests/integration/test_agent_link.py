@@ -254,6 +254,7 @@ def test_a_leader_counts_a_clusters_silence_only_from_when_it_took_over(dispatch
     from sqlalchemy import text
 
     from dispatcher.scheduler.cycle import run_cycle
+    from dispatcher.scheduler.takeover import Takeover
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     job_id, _ = dispatched_job(dispatcher, agent)
     agent.status(1, job_id, 1, "RUNNING")
@@ -267,7 +268,8 @@ def test_a_leader_counts_a_clusters_silence_only_from_when_it_took_over(dispatch
     job = dispatcher.client.get(job_id)
     assert (job["state"], job["attempt"], job["cluster"]) == ("RUNNING", 1, "alpha")
     now = datetime.now(UTC)  # a leader that took over 6 minutes ago has waited longer than the 5 minute lease
-    run_cycle(dispatcher.sessions, SchedulerSettings(), now, leading_since=now - timedelta(minutes=6))
+    settings = SchedulerSettings()
+    run_cycle(dispatcher.sessions, settings, now, takeover=Takeover(now - timedelta(minutes=6), settings))
     assert dispatcher.client.get(job_id)["state"] == "QUEUED"  # attempt 1 lost; the next one once it can run
     assert any("longer than its lease (5m)" in e["reason"] for e in dispatcher.client.describe(job_id)["events"])
 
@@ -693,6 +695,10 @@ def test_a_replica_that_does_not_schedule_never_leads_and_its_agents_get_the_lea
         scheduling = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None,
                                                database=DatabaseSettings(url=db_url))).start()
         try:
+            # The new leader waits for the clusters heard from before it took over (scheduler/takeover.py):
+            # alpha's agent heartbeats, as every agent does.
+            assert scheduling.scheduler.is_leader.wait(10)
+            agent.send(heartbeat=agents_pb2.Heartbeat(capacity=ScriptedAgent.capacity(CPU8)))
             command = agent.next("command")
             assert command.dispatch.job_id == job_id and scheduling.scheduler.is_leader.is_set()
         finally:

@@ -204,3 +204,58 @@ def test_a_queue_whose_heads_cannot_use_the_room_left_is_read_deeper_next_cycle(
         assert second.deeper == frozenset()  # one of its heads started
     finally:
         d.stop()
+
+
+def _taking_over(db_url: str, settings: SchedulerSettings) -> Dispatcher:
+    """A leader of the small world whose cluster was last heard from before it started: every dispatcher
+    restarted, the cluster's agent not back yet."""
+    before = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, schedule=False,
+                                       database=DatabaseSettings(url=db_url))).start()
+    try:
+        _world(before.sessions)
+    finally:
+        before.stop()
+    d = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None, scheduler=settings,
+                                  database=DatabaseSettings(url=db_url))).start()
+    assert d.scheduler.is_leader.wait(10)
+    return d
+
+
+def _reason(sessions, job_id: int, limit_s: float = 10.0) -> str:
+    """The job's pending reason, once a cycle wrote one (its first says only that it was submitted)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        with sessions() as session:
+            reason = session.execute(text("SELECT reason FROM jobs WHERE id = :id"), {"id": job_id}).scalar_one()
+        if reason not in ("", "submitted") or time.monotonic() > deadline:
+            return reason
+        time.sleep(0.05)
+
+
+def test_a_leader_that_took_over_starts_no_job_until_the_clusters_reachable_before_are_back(db_url):
+    d = _taking_over(db_url, SchedulerSettings(takeover_wait_s=60.0, unreachable_after_s=60.0))
+    try:
+        [job_id] = _submit(d.sessions, 1)
+        assert "held after the scheduler took over: it waits for the 1 clusters reachable before" \
+            in _reason(d.sessions, job_id)
+        time.sleep(1.0)  # cycles ran meanwhile (a submit's, reasons due): none started it
+        assert _states(d.sessions) == ["QUEUED"]
+        _heard(d.sessions, NODE)  # the cluster's agent is back: its hello records its capacity and wakes the leader
+        with d.sessions.begin() as session:
+            channels.notify(session, channels.WAKE_CHANNEL)
+        _until_dispatched(d.sessions, 1)
+    finally:
+        d.stop()
+
+
+def test_a_leader_that_took_over_starts_jobs_once_its_wait_is_over_though_a_cluster_is_not_back(db_url):
+    began = datetime.now(UTC)
+    d = _taking_over(db_url, SchedulerSettings(takeover_wait_s=2.0, unreachable_after_s=60.0))
+    try:
+        _submit(d.sessions, 1)
+        _until_dispatched(d.sessions, 1)
+        with d.sessions() as session:
+            dispatched_at = session.execute(text("SELECT dispatched_at FROM jobs")).scalar_one()
+        assert (dispatched_at - began).total_seconds() >= 2.0
+    finally:
+        d.stop()
