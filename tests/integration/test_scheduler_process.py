@@ -21,7 +21,7 @@ from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.store.database import DatabaseSettings
 from tests.integration.test_cli import free_port
 from tests.integration.test_dispatcher_metrics import scrape, value
-from tests.integration.test_scheduler_loop import _submit, _until_dispatched, _world
+from tests.integration.test_scheduler_loop import NODE, _heard, _submit, _until_dispatched, _world
 
 SPAWNED_S = 60.0  # a child process imports the dispatcher's modules first: slow on a busy machine
 
@@ -73,6 +73,9 @@ def test_a_scheduler_process_that_dies_is_started_again(db_url, caplog):
         assert value(scrape(d.metrics_port), "sluice_scheduler_leader") == 0
         _wait(lambda: d.scheduler.is_leader.is_set(), "a new scheduler process leads")
         assert d.scheduler.starts == 2 and d.scheduler.pid not in (None, first)
+        # The new leader waits for the clusters heard from before it took over (scheduler/takeover.py): the
+        # cluster's agent goes on heartbeating.
+        _heard(d.sessions, NODE)
         _submit(d.sessions, 2)
         _until_dispatched(d.sessions, 2, limit_s=30)
         assert any(r.getMessage() == "the scheduler process ended; starting it again" and r.exitcode == -9
