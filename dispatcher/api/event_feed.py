@@ -36,6 +36,12 @@ READ = 1000  # rows read at once
 IDLE_READ_S = 1.0  # a read at least this often while watches are open (a notification may be lost)
 PACE_PER_WATCH_S = 0.001  # after a read that found rows, the next waits this long per open watch...
 PACE_MOST_S = 1.0  # ...or this, at most (from 1,000 watches on): an event reaches a watch within about a second
+# While the loop runs late (the pause ended LATE_S or more after its time), the pause doubles, up to this long per
+# open watch and PACE_BUSY_MOST_S in all, and halves back once the loop keeps time: fewer, larger sends leave the
+# loop to what is waiting (a restart's agents dialling in: docs/performance.md, issue 26).
+LATE_S = 0.05
+PACE_BUSY_PER_WATCH_S = 0.005
+PACE_BUSY_MOST_S = 5.0
 WAKE_AT_ONCE = 20  # watches woken in one turn of the event loop...
 WAKE_SPREAD = 0.5  # ...in groups spread over this part of the pause between two reads
 STORED_BLOCKS = 20  # blocks of READ stored rows kept for the watches catching up (as many rows as `keep`)
@@ -89,6 +95,7 @@ class EventFeed:
         self._head = 0
         self._gaps: dict[int, float] = {}
         self._watching = 0
+        self._pacing = Pacing()
         self._reader: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the watches' (set by the first)
         self._starting = asyncio.Lock()
@@ -266,9 +273,10 @@ class EventFeed:
                     # watches open the reads are spaced (up to PACE_MOST_S), bounding the messages sent a second,
                     # and the watches are woken over the first part of the pause.
                     loop = asyncio.get_running_loop()
-                    began, pause = loop.time(), min(PACE_MOST_S, PACE_PER_WATCH_S * self._watching)
+                    began, pause = loop.time(), self._pacing.pause(self._watching)
                     await self._wake_watches(pause * WAKE_SPREAD)
                     await asyncio.sleep(max(0.0, began + pause - loop.time()))
+                    self._pacing.ended(pause, late_s=loop.time() - (began + pause))
                 if len(rows) == READ:
                     continue
                 try:
@@ -284,6 +292,22 @@ class EventFeed:
             if self._unsubscribe is not None:
                 self._unsubscribe()
                 self._unsubscribe = None
+
+
+class Pacing:
+    """The pause after a feed's read that found rows: PACE_PER_WATCH_S per open watch (PACE_MOST_S at most), longer
+    while the loop runs late."""
+
+    def __init__(self):
+        self._longer = 0.0
+
+    def pause(self, watching: int) -> float:
+        usual = min(PACE_MOST_S, PACE_PER_WATCH_S * watching)
+        return max(usual, min(self._longer, PACE_BUSY_MOST_S, PACE_BUSY_PER_WATCH_S * watching))
+
+    def ended(self, pause: float, late_s: float) -> None:
+        """A pause ended `late_s` after its time: the next is twice as long if that was LATE_S or more, else half."""
+        self._longer = pause * 2 if late_s >= LATE_S else pause / 2
 
 
 def _event_id(pair: tuple[object, jobs_pb2.JobEvent]) -> int:
