@@ -3,8 +3,8 @@
 When every dispatcher restarts at once (an upgrade, a crash, kill -9), every agent and every watch dials
 again together, and the clusters come back one by one. A leader that started jobs meanwhile would pour the
 backlog onto the first clusters back, and the dispatches, acks, status reports and watch events of that
-flow would take the serving process from the agents still dialling: measured at a thousand clusters, 2-3
-agents a second were taken back in beside it, against 30 a second with no job flow (docs/performance.md).
+flow would take the serving process from the agents still dialling: measured at a thousand clusters, 3-4
+agents a second were taken back in beside it, against about 30 a second with no job going (docs/performance.md).
 So a new leader starts nothing until the clusters that were reachable before it took over are back, or
 `takeover_wait_s` has passed. A leader taking over from another live replica waits about a heartbeat:
 the clusters on the other replicas keep reporting throughout.
