@@ -26,7 +26,7 @@ class Takeover:
         self._until = since + timedelta(seconds=settings.takeover_wait_s)
         self._unreachable_after_s = settings.unreachable_after_s
         self._awaited: frozenset[str] | None = None
-        self._over = settings.takeover_wait_s <= 0
+        self._over = False
 
     def hold(self, capacities: list[ClusterCapacity], rows: list, now: datetime) -> list[ClusterCapacity]:
         """The capacities a cycle at `now` may use: every cluster unavailable while the wait lasts.
