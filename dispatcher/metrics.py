@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -130,15 +130,19 @@ def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamil
 
 
 class StreamCollector(Collector):
-    """The streams open on this replica, and those a limit refused (api.admission), counted at scrape time.
+    """The streams open on this replica, those a limit refused (api.admission), and the watches' reads of the
+    store (api.event_feed), counted at scrape time.
 
     limits: per kind of stream ("watch", "submit"), its StreamLimits (open(), refused by "total" and
-    "per_user"), or None where that kind is turned off; agent links are counted by their service."""
+    "per_user"), or None where that kind is turned off; agent links are counted by their service; watch_reads,
+    the event feed's reads by kind."""
 
-    def __init__(self, limits: dict, *, agent_links: Callable[[], int], agents_refused: Callable[[], int]):
+    def __init__(self, limits: dict, *, agent_links: Callable[[], int], agents_refused: Callable[[], int],
+                 watch_reads: Mapping[str, int]):
         self._limits = limits
         self._agent_links = agent_links
         self._agents_refused = agents_refused
+        self._watch_reads = watch_reads
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -156,7 +160,13 @@ class StreamCollector(Collector):
                 refused.add_metric([kind, limit], limits.refused[limit] if limits is not None else 0)
         opened.add_metric(["agent"], self._agent_links())
         refused.add_metric(["agent", "rate"], self._agents_refused())
-        return [opened, refused]
+        reads = CounterMetricFamily(
+            "sluice_watch_event_reads", "Reads of stored job events for this replica's watches: tail (new events, "
+            "once for every watch), shared (older events, once for every watch catching up through them), alone "
+            "(one watch's own: a single job's events, or events below one still to commit).", labels=["read"])
+        for read, count in dict(self._watch_reads).items():
+            reads.add_metric([read], count)
+        return [opened, refused, reads]
 
 
 class StoreCollector(Collector):

@@ -179,7 +179,7 @@ class Dispatcher:
         agents_pb2_grpc.add_AgentsServicer_to_server(agents, self.server)
         self.metrics.registry.register(StreamCollector(
             {"watch": jobs.watches, "submit": jobs.submit_streams}, agent_links=lambda: agents.links_open,
-            agents_refused=lambda: admission.refused))
+            agents_refused=lambda: admission.refused, watch_reads=jobs.feed_reads))
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
         schedules_pb2_grpc.add_SchedulesServicer_to_server(SchedulesService(self.sessions, auth), self.server)
         self.health = _Health(self._loop)

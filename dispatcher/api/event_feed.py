@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import itertools
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
 from dispatcher.api import convert, streams
@@ -56,6 +57,14 @@ class Place:
     gaps: frozenset[int]
 
 
+@dataclass(frozen=True)
+class _Block:
+    """Stored rows read for the watches catching up (EventFeed.stored): every row after the id the block
+    follows up to `through` is in `chunk`."""
+    chunk: Chunk
+    through: int
+
+
 class Chunk:
     """The rows one read brought (or the end of them): each with its JobEvent, made once for every watch, and
     the JobEvents messages WatchBatches sends of them all, made once for every watch that takes them all."""
@@ -67,6 +76,10 @@ class Chunk:
         self.lowest_id = min(row.id for row, _ in rows)
         self.highest_id = max(row.id for row, _ in rows)
         self._batches: list[jobs_pb2.JobEvents] | None = None
+
+    @functools.cached_property
+    def ids(self) -> frozenset[int]:
+        return frozenset(row.id for row, _ in self.rows)
 
     @property
     def last(self) -> int:
@@ -103,8 +116,11 @@ class EventFeed:
         self._waiting: set[asyncio.Future] = set()  # the watches waiting for rows (wait())
         self._unsubscribe = None
         self._failed: Exception | None = None
-        self._blocks: OrderedDict[int, Chunk] = OrderedDict()  # stored rows by the id they follow (stored())
+        self._blocks: OrderedDict[int, _Block] = OrderedDict()  # stored rows by the id they follow (stored())
         self._block_reads: dict[int, asyncio.Future] = {}  # the reads of blocks under way
+        # Reads of the store for the watches (/metrics): `tail` follows new events, `shared` reads a block of
+        # older ones for every watch catching up, `alone` one watch's own (a job's events, rows below a gap).
+        self.reads: Counter[str] = Counter(tail=0, shared=0, alone=0)
 
     async def join(self, after: int = 0) -> Place:
         """Follow the feed (leave() when done), from where it still keeps every row after event id `after`,
@@ -191,40 +207,53 @@ class EventFeed:
         most; None when there are none.
 
         The rows of every job are read in blocks of READ, each read once and made into messages once for every
-        watch that catches up through it, and the whole blocks kept (STORED_BLOCKS) while none of their ids can
-        still appear: every id in them is below the feed's oldest gap. Other rows each watch reads alone."""
+        watch that catches up through it, and the blocks kept (STORED_BLOCKS) with the id up to which they
+        hold every row: one below the feed's oldest gap then, as no id under it can still appear. The last block
+        before the feed's head is short; it is kept too, or a thousand watches resuming together would each read
+        and convert it alone. Other rows each watch reads alone."""
         if not job_id:
             start = after - after % READ
             block = self._blocks.get(start)
-            if block is None:
+            if block is None or block.through < min(through, self._settled()):  # a read now would hold more
                 block = await self._block(start)
-            if block is not None and block.highest_id > after:
-                if block.lowest_id > after and block.highest_id <= through:
-                    return block
-                rows = block.rows[bisect.bisect_right(block.rows, after, key=_event_id):
-                                  bisect.bisect_right(block.rows, through, key=_event_id)]
-                return Chunk(0, rows) if rows else None
+            if block is not None:
+                rows = block.chunk.rows
+                if block.chunk.lowest_id > after and block.chunk.highest_id <= through:
+                    return block.chunk
+                rows = rows[bisect.bisect_right(rows, after, key=_event_id):bisect.bisect_right(rows, through,
+                                                                                             key=_event_id)]
+                if rows:
+                    return Chunk(0, rows)
+                if block.through >= through:
+                    return None
+                # The rows above the block's, up to `through`, may still change (below a gap): read alone.
+        self.reads["alone"] += 1
         rows = await blocking(self._read_stored, after, through, job_id)
         return Chunk(0, rows) if rows else None
 
-    async def _block(self, start: int) -> Chunk | None:
+    def _settled(self) -> int:
+        """The highest event id up to which every row is stored for good: below the oldest gap, up to the head."""
+        return min(self._head, min(self._gaps, default=self._head + 1) - 1)
+
+    async def _block(self, start: int) -> _Block | None:
         """The stored rows after event id `start` that can no longer change, READ at most, read once for every
-        watch asking at the same time, and kept if there are READ of them."""
+        watch asking at the same time, and kept."""
         if (reading := self._block_reads.get(start)) is None:
             reading = self._block_reads[start] = asyncio.ensure_future(self._read_block(start))
             reading.add_done_callback(lambda _: self._block_reads.pop(start, None))
         return await asyncio.shield(reading)  # a watch that ends does not end the others' read
 
-    async def _read_block(self, start: int) -> Chunk | None:
-        settled = min(self._head, min(self._gaps, default=self._head + 1) - 1)
+    async def _read_block(self, start: int) -> _Block | None:
+        settled = self._settled()
+        self.reads["shared"] += 1
         rows = await blocking(self._read_stored, start, settled, 0)
         if not rows:
             return None
-        block = Chunk(0, rows)
-        if len(rows) == READ:
-            self._blocks[start] = block
-            while len(self._blocks) > STORED_BLOCKS:
-                self._blocks.popitem(last=False)
+        chunk = Chunk(0, rows)
+        block = self._blocks[start] = _Block(chunk, chunk.highest_id if len(rows) == READ else settled)
+        self._blocks.move_to_end(start)
+        while len(self._blocks) > STORED_BLOCKS:
+            self._blocks.popitem(last=False)
         return block
 
     def _read_stored(self, after: int, through: int, job_id: int) -> list[tuple[object, jobs_pb2.JobEvent]]:
@@ -255,6 +284,7 @@ class EventFeed:
         try:
             while self._watching > 0:
                 self._woken.clear()
+                self.reads["tail"] += 1
                 rows = await blocking(self._read, self._head, list(self._gaps))
                 before = self.place()
                 now = time.monotonic()

@@ -59,6 +59,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         self.watches = watches or StreamLimits("watch streams", per_user=0, total=0)
         self._feed = EventFeed(sessions, notifier, keep=feed_rows)
         auth.on_revocation(self._feed.wake_soon)  # every watch checks its token
+        self.feed_reads = self._feed.reads  # for /metrics
 
     @translated
     def Submit(self, request, context):
@@ -288,7 +289,8 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 behind = None
                 while cursor < head and (chunk := await self._feed.stored(cursor, head, job_id)) is not None:
                     cursor = sent_through = max(sent_through, chunk.highest_id)
-                    skip.update(row.id for row, _ in chunk.rows if row.id in gaps)
+                    if gaps:
+                        skip.update(gaps.intersection(chunk.ids))
                     if not scoped:
                         yield chunk.batches()
                     elif rows := await seen([row for row, _ in chunk.rows]):

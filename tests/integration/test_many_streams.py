@@ -230,6 +230,40 @@ def test_watches_resuming_together_on_a_restarted_dispatcher_each_get_every_late
         client.close()
 
 
+def test_watches_resuming_together_read_the_short_last_block_of_stored_events_once_for_all(serve):
+    """Forty watches resume in four waves on a restarted dispatcher, each from an event id in the last block of
+    stored events (shorter than a whole block, as after every restart): each gets every later event once, in
+    order, and the store is read for that block once for all of them, not once a watch or a wave
+    (sluice_watch_event_reads_total). Each watch reading and converting it alone kept a restarted dispatcher's
+    loop busy while its agents dialled in."""
+    first = serve()
+    client = Client(ClientConfig(first.address, first.admin, timeout_s=60, insecure=True))
+    try:
+        client.submit([job_doc(name=f"old-{n}") for n in range(1500)])
+        with first.sessions() as session:
+            stored = [tuple(r) for r in session.execute(text("SELECT id, job_id FROM job_events ORDER BY id"))]
+        last = stored[-1][0]
+        start = last - last % 1000  # the block the watches resume in (api.event_feed.READ)
+        assert last - start >= 100, "the last block must hold enough events to resume among"
+        restarted = serve(metrics_listen="127.0.0.1:0")
+        afters = list(range(start + 1, last - 1, max(1, (last - start) // 40)))[:40]
+        for wave in range(4):
+            watches = {after: _watch(restarted, restarted.admin, after=after) for after in afters[wave::4]}
+            for after, call in watches.items():
+                seen: list[tuple[int, int]] = []
+                for message in call:
+                    seen += [(e.id, e.job_id) for e in message.events]
+                    if seen[-1][0] >= last:
+                        break
+                assert seen == [e for e in stored if e[0] > after], after
+                call.cancel()
+        reads = {dict(k)["read"]: v for k, v in samples(scrape(restarted.metrics_port),
+                                                        "sluice_watch_event_reads_total").items()}
+        assert (reads["shared"], reads["alone"]) == (1, 0), reads
+    finally:
+        client.close()
+
+
 def test_an_event_committed_late_below_where_a_new_feed_began_still_reaches_its_watch(serve):
     """An event id taken by a transaction still open when a dispatcher's first watch starts its feed, below the
     newest event then, comes when that transaction commits: the feed waits for the ids missing below where it
