@@ -64,6 +64,11 @@ class _Block:
     chunk: Chunk
     through: int
 
+    @property
+    def whole(self) -> bool:
+        """READ rows: a read again would bring the same."""
+        return len(self.chunk.rows) == READ
+
 
 class Chunk:
     """The rows one read brought (or the end of them): each with its JobEvent, made once for every watch, and
@@ -214,7 +219,7 @@ class EventFeed:
         if not job_id:
             start = after - after % READ
             block = self._blocks.get(start)
-            if block is None or block.through < min(through, self._settled()):  # a read now would hold more
+            if block is None or not block.whole and block.through < min(through, self._settled()):  # would hold more
                 block = await self._block(start)
             if block is not None:
                 rows = block.chunk.rows
