@@ -70,6 +70,7 @@ class _Agents:
         self.address, self.tokens, self.config = address, tokens, config
         self.ca = pathlib.Path(ca).read_bytes() if ca else None
         self.welcomed: set[str] = set()
+        self.dialling: set[str] = set()  # a call open and no welcome yet: waiting for the dispatcher, not backing off
         self.created: collections.Counter = collections.Counter()  # job id -> dispatches applied (attempts)
         self.errors: collections.Counter = collections.Counter()  # status code -> links that ended with it
         self.heartbeats = 0
@@ -87,7 +88,8 @@ class _Agents:
         pipe.send(self._counts())
 
     def _counts(self) -> dict:
-        return {"welcomed": len(self.welcomed), "created": dict(self.created), "errors": dict(self.errors),
+        return {"welcomed": len(self.welcomed), "dialling": len(self.dialling), "created": dict(self.created),
+                "errors": dict(self.errors),
                 "heartbeats": self.heartbeats}
 
     async def _agent(self, name: str, token: str) -> None:
@@ -159,6 +161,7 @@ class _Agents:
                        else grpc.aio.insecure_channel(self.address))
             beating: asyncio.Task | None = None
             try:
+                self.dialling.add(name)
                 call = agents_pb2_grpc.AgentsStub(channel).Connect(
                     requests(), metadata=[("authorization", f"Bearer {token}")])
                 async for message in call:
@@ -166,6 +169,7 @@ class _Agents:
                         kind = one.WhichOneof("kind")
                         if kind == "welcome":
                             self.welcomed.add(name)
+                            self.dialling.discard(name)
                             backoff = backoff_initial_s
                             beating = asyncio.create_task(heartbeats())
                         elif kind == "status_ack":
@@ -191,6 +195,7 @@ class _Agents:
                 raise
             finally:
                 self.welcomed.discard(name)
+                self.dialling.discard(name)
                 if beating is not None:
                     beating.cancel()
                 queue.put_nowait(None)
@@ -396,13 +401,16 @@ def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pi
     killed = time.monotonic()
     system.kill_and_restart_serving()
     serving_s = time.monotonic() - killed
-    every_10s: list[int] = []  # agents welcomed again at 10 s, 20 s, ... after the kill
-    while (welcomed := sum(c["welcomed"] for c in _ask(pipes))) < config.clusters:
+    every_10s: list[str] = []  # agents welcomed again (and dialling) at 10 s, 20 s, ... after the kill
+    while True:
+        counts = _ask(pipes)
+        if (welcomed := sum(c["welcomed"] for c in counts)) >= config.clusters:
+            break
         since = time.monotonic() - killed
         if since > config.back_s * 2:
             break
         if since >= 10 * (len(every_10s) + 1):
-            every_10s.append(welcomed)
+            every_10s.append(f"{welcomed} ({sum(c['dialling'] for c in counts)})")
         time.sleep(0.5)
     back_s = time.monotonic() - killed
     failed = _links_failed(pipes) - failed_before
@@ -412,7 +420,8 @@ def _kill_and_restart(system: systems.System, config: SwarmConfig, run_: Run, pi
                     Target("<=", config.back_s),
                     note=f"from the kill; {welcomed:,} of {config.clusters:,} welcomed again; the restarted "
                          f"process served after {serving_s:.1f}s; killed with {killed_with:,} jobs SUCCEEDED; "
-                         f"{watching:,} of {config.watchers:,} watches open again; welcomed every 10 s: "
+                         f"{watching:,} of {config.watchers:,} watches open again; welcomed every 10 s (and "
+                         "dialling, a call open but not yet welcomed): "
                          f"{', '.join(map(str, every_10s)) or '-'}; links failed meanwhile: "
                          f"{', '.join(f'{n:,} {code}' for code, n in failed.most_common()) or 'none'}"))
 
