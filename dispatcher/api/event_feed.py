@@ -262,10 +262,7 @@ class EventFeed:
         return block
 
     def _read_stored(self, after: int, through: int, job_id: int) -> list[tuple[object, jobs_pb2.JobEvent]]:
-        with self._one_statement() as session:
-            rows = job_reads.events(session, job_id=job_id, after_id=after, through_id=through, with_owner=True,
-                                    limit=READ)
-        return [(row, convert.event(row)) for row in rows]
+        return self._events(job_id=job_id, after_id=after, through_id=through)
 
     def _start(self) -> tuple[int, list[int]]:
         """The newest event id, and the ids below it no event has yet: a transaction still open may commit one
@@ -274,12 +271,18 @@ class EventFeed:
             head = job_reads.last_event_id(session)
             return head, job_reads.missing_event_ids(session, head, MAX_GAPS)
 
-    def _read(self, after: int, also: list[int]) -> list:
-        with self._one_statement() as session:
-            return job_reads.events(session, after_id=after, also=also, with_owner=True, limit=READ)
+    def _read(self, after: int, also: list[int]) -> list[tuple[object, jobs_pb2.JobEvent]]:
+        return self._events(after_id=after, also=also)
 
-    def _add(self, rows: list, before: Place) -> None:
-        self._chunks.append(Chunk(self._seq + 1, [(row, convert.event(row)) for row in rows], before))
+    def _events(self, **query) -> list[tuple[object, jobs_pb2.JobEvent]]:
+        """READ rows of job_reads.events at most, each with its JobEvent: made here, on a stream thread, as a
+        thousand made on the loop would hold it for tens of milliseconds, and every call waiting to be taken up."""
+        with self._one_statement() as session:
+            rows = job_reads.events(session, with_owner=True, limit=READ, **query)
+        return [(row, convert.event(row)) for row in rows]
+
+    def _add(self, rows: list[tuple[object, jobs_pb2.JobEvent]], before: Place) -> None:
+        self._chunks.append(Chunk(self._seq + 1, rows, before))
         self._seq += len(rows)
         self._kept += len(rows)
         while self._kept - len(self._chunks[0].rows) >= self._keep:
@@ -293,7 +296,7 @@ class EventFeed:
                 rows = await blocking(self._read, self._head, list(self._gaps))
                 before = self.place()
                 now = time.monotonic()
-                for row in rows:
+                for row, _ in rows:
                     if row.id in self._gaps:
                         del self._gaps[row.id]
                     else:
