@@ -87,6 +87,8 @@ class Scheduler:
                         self._stop.wait(self._settings.leader_retry_s)
                     else:
                         return
+                    # The term begins with the lock: an agent heard from once the lock is held is back.
+                    takeover = Takeover(datetime.now(UTC), self._settings)
                     waiting = False
                     log.info("became the scheduling leader", extra={"backend_pid": lock.backend_pid})
                     # An earlier term's holds and depths (on this replica) describe a past others moved on from.
@@ -96,7 +98,7 @@ class Scheduler:
                     self.is_leader.set()
                     self._leadership(True)
                     try:
-                        self._lead(lock)
+                        self._lead(lock, takeover)
                     finally:
                         self.is_leader.clear()
                         self._leadership(False)
@@ -164,9 +166,8 @@ class Scheduler:
             except Exception:  # leader-only side work must not stop scheduling (or keep a dead term alive)
                 log.exception("leadership callback failed", extra={"leading": leading})
 
-    def _lead(self, lock: LeaderLock) -> None:
+    def _lead(self, lock: LeaderLock, takeover: Takeover) -> None:
         settings = self._settings
-        takeover = Takeover(datetime.now(UTC), settings)
         reasons_at = 0.0
         due_at = {"release": 0.0, "schedules": 0.0, "prune": time.monotonic() + settings.outbox_prune_interval_s}
 
