@@ -69,6 +69,11 @@ class ServerSettings:
     # hold none: they wait on the event loop, and their database work runs on `stream_workers` threads.
     workers: int = 64
     stream_workers: int = 32
+    # gRPC servers sharing each port on the one event loop (SO_REUSEPORT: the kernel spreads the connections over
+    # them). A grpc.aio server takes up one new call at a time, a turn or two of a loop that a thousand streams keep
+    # busy; N servers take up N at once, so a storm of calls (every agent redialling a restarted dispatcher) is
+    # not queued behind one (ADR 0004). They share every service, so which one a connection lands on is invisible.
+    listeners: int = 4
     # Submit streams (Jobs.SubmitStream) open at once; a client keeps one only while it submits again and
     # again (sluice.client). One more is refused, and its client submits by unary calls. 0: none.
     submit_streams: int = 256
@@ -163,27 +168,30 @@ class Dispatcher:
         self._loop.set_default_executor(self._stream_pool)
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="rpc-loop", daemon=True)
         self._loop_thread.start()
-        self.server = self._on_loop(_aio_server(settings.workers))
+        self._unary_pool = futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="rpc")
+        self.servers = [self._on_loop(_aio_server(self._unary_pool)) for _ in range(max(1, settings.listeners))]
         self.watch_streams = StreamLimits("watch streams", per_user=settings.watch_streams_per_user,
                                           total=settings.watch_streams)
         logs = LogRelay()  # Logs calls ask the agents connected here
         jobs = JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
                            submit_streams=settings.submit_streams, watches=self.watch_streams,
                            feed_rows=settings.watch_feed_rows, metrics=self.metrics, logs=logs)
-        jobs_pb2_grpc.add_JobsServicer_to_server(jobs, self.server)
         admission = AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
                                   burst=max(1, int(settings.agent_admissions_per_s)),
                                   max_wait_s=settings.agent_admission_wait_s)
         agents = AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
                                metrics=self.metrics, admission=admission, logs=logs)
-        agents_pb2_grpc.add_AgentsServicer_to_server(agents, self.server)
         self.metrics.registry.register(StreamCollector(
             {"watch": jobs.watches, "submit": jobs.submit_streams}, agent_links=lambda: agents.links_open,
             agents_refused=lambda: admission.refused, watch_reads=jobs.feed_reads))
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.sessions, auth), self.server)
-        schedules_pb2_grpc.add_SchedulesServicer_to_server(SchedulesService(self.sessions, auth), self.server)
+        admin, schedules = AdminService(self.sessions, auth), SchedulesService(self.sessions, auth)
         self.health = _Health(self._loop)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health.on_loop, self.server)
+        for server in self.servers:
+            jobs_pb2_grpc.add_JobsServicer_to_server(jobs, server)
+            agents_pb2_grpc.add_AgentsServicer_to_server(agents, server)
+            admin_pb2_grpc.add_AdminServicer_to_server(admin, server)
+            schedules_pb2_grpc.add_SchedulesServicer_to_server(schedules, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health.on_loop, server)
         self.health_server: grpc.Server | None = None
         self._console_dir: pathlib.Path | None = None
         self._gateway: Gateway | None = None
@@ -198,7 +206,7 @@ class Dispatcher:
                 self.metrics_server = MetricsServer(settings.metrics_listen, self.metrics.registry, settings.tls,
                                                     app=console)
         except OSError:
-            self._on_loop(self.server.stop(None))
+            self._on_loop(self._stop_servers(None))
             self._close_loop()
             if self.health_server is not None:
                 self.health_server.stop(None)
@@ -211,22 +219,30 @@ class Dispatcher:
         self._watch = threading.Thread(target=self._watch_store, name="store-watch", daemon=True)
 
     def _listen(self, listen: str, *, agents: bool = False) -> int:
-        """Add a gRPC port: TLS when the settings have it (agents: the mTLS agent port), else plaintext,
-        on loopback only."""
+        """Add a gRPC port to every server: TLS when the settings have it (agents: the mTLS agent port), else
+        plaintext, on loopback only. The first server binds it (port 0: a free one), the others the same port."""
         tls = self.settings.tls
         if tls is None:
             if agents:
                 raise OSError(f"refusing plaintext on {listen}: the agent port needs TLS with a client CA")
             refuse_plaintext_off_loopback(listen)
-        return _bound(listen, lambda: self.server.add_secure_port(listen, grpc_credentials(tls, agents=agents))
-                      if tls else self.server.add_insecure_port(listen))
+
+        def add(server: grpc.aio.Server, address: str) -> int:  # credentials of its own: gRPC takes them over
+            return (server.add_secure_port(address, grpc_credentials(tls, agents=agents)) if tls
+                    else server.add_insecure_port(address))
+
+        port = _bound(listen, lambda: add(self.servers[0], listen))
+        same = f"{listen.rsplit(':', 1)[0]}:{port}"
+        for server in self.servers[1:]:
+            _bound(same, lambda server=server: add(server, same))
+        return port
 
     def _serve_gateway(self) -> Gateway:
         """The console's way in: plaintext gRPC on a Unix socket that only this user can reach (mkdtemp makes
         its directory 0700), so a token sent on it never leaves the process's host or user."""
         self._console_dir = pathlib.Path(tempfile.mkdtemp(prefix="sluice-console-"))
         target = f"unix:{self._console_dir / 'grpc.sock'}"
-        _bound(target, lambda: self.server.add_insecure_port(target))
+        _bound(target, lambda: self.servers[0].add_insecure_port(target))
         self._gateway = Gateway(target)
         return self._gateway
 
@@ -244,7 +260,8 @@ class Dispatcher:
     def start(self) -> Dispatcher:
         tune_interpreter(self.settings.gil_switch_interval_s, self.settings.gc_thresholds)
         self.notifier.start()
-        self._on_loop(self.server.start())
+        for server in self.servers:
+            self._on_loop(server.start())
         if self.health_server is not None:
             self.health_server.start()
         if self.scheduler is not None:
@@ -289,7 +306,7 @@ class Dispatcher:
             self._watch.join(2 * self.settings.database.connect_timeout_s + 5)
         if self.scheduler is not None:
             self.scheduler.stop()
-        self._on_loop(self.server.stop(grace))
+        self._on_loop(self._stop_servers(grace))
         self._close_loop()
         if self.health_server is not None:
             self.health_server.stop(None)
@@ -298,6 +315,9 @@ class Dispatcher:
             self.metrics_server.stop()
         self._close_gateway()
         self.db.close()
+
+    async def _stop_servers(self, grace: float | None) -> None:
+        await asyncio.gather(*(server.stop(grace) for server in self.servers))
 
     def _on_loop(self, coroutine, timeout_s: float | None = 60.0):
         """Run a coroutine on the server's event loop and wait for its result."""
@@ -312,6 +332,7 @@ class Dispatcher:
         self._loop_thread.join(10)
         self._loop.close()
         self._stream_pool.shutdown(wait=False, cancel_futures=True)
+        self._unary_pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def _cancel_tasks() -> None:
@@ -322,16 +343,18 @@ async def _cancel_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _aio_server(workers: int) -> grpc.aio.Server:
-    """The gRPC server, made on the loop that will run it."""
-    return grpc.aio.server(migration_thread_pool=futures.ThreadPoolExecutor(max_workers=workers,
-                                                                            thread_name_prefix="rpc"),
+async def _aio_server(unary_pool: futures.ThreadPoolExecutor) -> grpc.aio.Server:
+    """A gRPC server, made on the loop that will run it; its unary handlers run on `unary_pool`."""
+    return grpc.aio.server(migration_thread_pool=unary_pool,
                            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                     # A call waits this long (s) for the server to take it up before gRPC
                                     # cancels it (30 by default): a storm of streams dialling at once must
                                     # all be taken up (ADR 0004).
-                                    ("grpc.server_max_unrequested_time_in_server", 300)])
+                                    ("grpc.server_max_unrequested_time_in_server", 300),
+                                    # Every listener binds the same port (gRPC's default on Linux, stated here
+                                    # because ServerSettings.listeners depends on it).
+                                    ("grpc.so_reuseport", 1)])
 
 
 class _Health:

@@ -69,10 +69,12 @@ class ScriptedAgent:
     """A hand-driven agent: every message is sent by the test; replies are collected."""
 
     def __init__(self, address: str, token: str, cluster: str, capacity=CPU8, applied_through=0, inventory=(),
-                 reads_batches=False, credentials: grpc.ChannelCredentials | None = None):
+                 reads_batches=False, credentials: grpc.ChannelCredentials | None = None, own_connection=False):
         """credentials: TLS (with the agent's client certificate, on the agent port) instead of plaintext;
-        token "": none sent."""
-        options = [("grpc.max_receive_message_length", 64 << 20)]
+        token "": none sent. own_connection: a TCP connection of its own (gRPC otherwise shares one among the
+        process's channels to the same address)."""
+        options = [("grpc.max_receive_message_length", 64 << 20),
+                   ("grpc.use_local_subchannel_pool", int(own_connection))]
         self.channel = (grpc.secure_channel(address, credentials, options=options) if credentials
                         else grpc.insecure_channel(address, options=options))
         self.outgoing: queue.Queue = queue.Queue()

@@ -101,6 +101,38 @@ def test_unary_calls_and_new_agents_are_served_while_hundreds_of_streams_are_ope
             link.close()
 
 
+def test_connections_spread_over_the_listeners_share_every_stream_and_call(serve):
+    """ServerSettings.listeners: gRPC servers sharing one port, the kernel spreading connections over them. Twelve
+    watches and twelve agents, each on a connection of its own (so they land on different listeners): every watch
+    sees the job submitted on yet another connection, every agent is welcomed, a health check is answered on each
+    connection, and the counts of open streams are the dispatcher's, not a listener's."""
+    d = serve(listeners=4, watch_streams_per_user=0)
+    channels = [grpc.insecure_channel(d.address, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(12)]
+    watches = [jobs_pb2_grpc.JobsStub(c).WatchBatches(jobs_pb2.WatchRequest(), metadata=_bearer(d.admin))
+               for c in channels]
+    links = [ScriptedAgent(d.address, d.agent_tokens[c], c, own_connection=True) for c in CLUSTERS[:12]]
+    client = Client(ClientConfig(d.address, d.users[0], timeout_s=10, insecure=True))
+    try:
+        for link in links:
+            link.next("welcome")
+        wait_for(lambda: d.watch_streams.open() == 12)
+        [job_id] = client.submit([job_doc(name="over-listeners")])
+        for call in watches:
+            assert next(call).events[0].job_id == job_id
+        for channel in channels:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+        for call in watches:
+            call.cancel()
+        wait_for(lambda: d.watch_streams.open() == 0)
+    finally:
+        client.close()
+        for link in links:
+            link.close()
+        for channel in channels:
+            channel.close()
+
+
 def _streams(d: Dispatcher) -> tuple[dict, dict]:
     """/metrics: sluice_streams_open by kind, sluice_streams_refused_total by (kind, limit)."""
     shown = scrape(d.metrics_port)
