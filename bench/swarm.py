@@ -157,8 +157,9 @@ class _Agents:
                     yield message
 
             credentials = grpc.ssl_channel_credentials(self.ca) if self.ca else None
-            channel = (grpc.aio.secure_channel(self.address, credentials) if credentials
-                       else grpc.aio.insecure_channel(self.address))
+            own = [("grpc.use_local_subchannel_pool", 1)]  # a connection of its own, as a real agent's
+            channel = (grpc.aio.secure_channel(self.address, credentials, own) if credentials
+                       else grpc.aio.insecure_channel(self.address, own))
             beating: asyncio.Task | None = None
             try:
                 self.dialling.add(name)
@@ -217,14 +218,18 @@ async def _watch_all(pipe, address: str, ca: str | None, token: str, count: int)
 
     from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 
-    credentials = grpc.ssl_channel_credentials(pathlib.Path(ca).read_bytes()) if ca else None
-    channel = grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
-    stub = jobs_pb2_grpc.JobsStub(channel)
+    root = pathlib.Path(ca).read_bytes() if ca else None
+    # Each watcher's connection of its own, as a thousand users' `sluice watch` would have: gRPC otherwise shares
+    # one among a process's channels to the same address.
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(root), options) if root
+                else grpc.aio.insecure_channel(address, options) for _ in range(count)]
     counts = {"open": 0, "events": 0, "errors": collections.Counter()}
 
-    async def watch() -> None:
+    async def watch(channel) -> None:
         """One `sluice watch` user: after the stream ends (a dispatcher restart), it watches again from the last
         event it saw, after a jittered wait, as a user's script would."""
+        stub = jobs_pb2_grpc.JobsStub(channel)
         after, backoff = 0, 0.5
         while True:
             call = stub.WatchBatches(jobs_pb2.WatchRequest(after_event_id=after),
@@ -242,14 +247,14 @@ async def _watch_all(pipe, address: str, ca: str | None, token: str, count: int)
             await asyncio.sleep(random.uniform(0, backoff))
             backoff = min(backoff * 2, 10.0)
 
-    tasks = [asyncio.create_task(watch()) for _ in range(count)]
+    tasks = [asyncio.create_task(watch(channel)) for channel in channels]
     loop = asyncio.get_running_loop()
     while await loop.run_in_executor(None, pipe.recv) != "stop":
         pipe.send({**counts, "errors": dict(counts["errors"])})
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await channel.close()
+    await asyncio.gather(*(channel.close() for channel in channels))
     pipe.send({**counts, "errors": dict(counts["errors"])})
 
 
@@ -283,7 +288,7 @@ def _probe(system: systems.System, config: SwarmConfig) -> tuple[list[float], li
 
 def run(pg: Postgres, config: SwarmConfig, run_: Run) -> None:
     run_.configs["swarm"] = {**asdict(config), "agents": "asyncio tasks on grpc.aio, a connection each",
-                             "watchers": "WatchBatches streams of the admin, one process"}
+                             "watchers": "WatchBatches streams of the admin, a connection each, one process"}
     objs = [*workload.CLASSES, *systems.objects(config.clusters, 1)[len(workload.CLASSES):]]
     # The watchers are one admin's: no limit per user. Agents are told to heartbeat as the swarm's do, and a
     # cluster is unreachable after three heartbeats missed, as a deployment with this interval would set it.
