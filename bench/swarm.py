@@ -72,7 +72,7 @@ class _Agents:
         self.welcomed: set[str] = set()
         self.dialling: set[str] = set()  # a call open and no welcome yet: waiting for the dispatcher, not backing off
         self.created: collections.Counter = collections.Counter()  # job id -> dispatches applied (attempts)
-        self.errors: collections.Counter = collections.Counter()  # status code -> links that ended with it
+        self.errors: collections.Counter = collections.Counter()  # status code (details) -> links that ended with it
         self.heartbeats = 0
         self.stop = asyncio.Event()
 
@@ -188,8 +188,9 @@ class _Agents:
                                     task = asyncio.create_task(report(*key))
                                     reports.add(task)
                                     task.add_done_callback(reports.discard)
-            except grpc.aio.AioRpcError as exc:
-                self.errors[exc.code().name] += 1
+            except grpc.aio.AioRpcError as exc:  # a dispatcher going away: UNAVAILABLE; anything else says what
+                unusual = exc.code() != grpc.StatusCode.UNAVAILABLE
+                self.errors[f"{exc.code().name} ({exc.details()[:60]})" if unusual else exc.code().name] += 1
             except asyncio.CancelledError:
                 for task in reports:
                     task.cancel()
