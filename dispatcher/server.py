@@ -43,7 +43,7 @@ from dispatcher.store.database import DatabaseSettings
 from dispatcher.store.listening import Notifier, libpq_url
 from dispatcher.tls import grpc_credentials
 from sluice.process import tune_interpreter
-from sluice.serving import MetricsServer, ServerTls, refuse_plaintext_off_loopback
+from sluice.serving import MetricsServer, ServerTls, refuse_plaintext_off_loopback, refuse_port_in_use
 from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc, schedules_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -226,6 +226,7 @@ class Dispatcher:
             if agents:
                 raise OSError(f"refusing plaintext on {listen}: the agent port needs TLS with a client CA")
             refuse_plaintext_off_loopback(listen)
+        refuse_port_in_use(listen)
 
         def add(server: grpc.aio.Server, address: str) -> int:  # credentials of its own: gRPC takes them over
             return (server.add_secure_port(address, grpc_credentials(tls, agents=agents)) if tls
@@ -255,6 +256,7 @@ class Dispatcher:
     def _serve_health(self, listen: str) -> int:
         self.health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
         health_pb2_grpc.add_HealthServicer_to_server(self.health.threaded, self.health_server)
+        refuse_port_in_use(listen)
         return _bound(listen, lambda: self.health_server.add_insecure_port(listen))
 
     def start(self) -> Dispatcher:

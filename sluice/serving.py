@@ -12,6 +12,7 @@ the network in clear. The dispatcher serves its gRPC ports with these files (dis
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pathlib
@@ -52,6 +53,28 @@ def refuse_plaintext_off_loopback(listen: str) -> None:
     if not is_loopback(listen):
         raise OSError(f"refusing plaintext on {listen}: not a loopback address; give a TLS certificate and key "
                       "(--tls-cert, --tls-key)")
+
+
+def refuse_port_in_use(listen: str) -> None:
+    """Raise OSError if a socket listens on HOST:PORT already. gRPC binds with SO_REUSEPORT, so a server started on
+    a port that another process serves would bind it too, and the kernel would split the connections between the
+    two; a probe bound without SO_REUSEPORT finds the port taken. Port 0 (a free one) is never taken."""
+    port = listen.rsplit(":", 1)[-1]
+    if not port.isdigit() or int(port) == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host_of(listen) or None, int(port), type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # not an address: the server's own bind says so
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is no user
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise OSError(f"cannot listen on {listen}: address in use (another server listens there)") from None
 
 
 def _stamp(path: pathlib.Path) -> tuple:

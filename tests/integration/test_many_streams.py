@@ -133,6 +133,23 @@ def test_connections_spread_over_the_listeners_share_every_stream_and_call(serve
             channel.close()
 
 
+def test_a_second_server_on_a_port_a_dispatcher_serves_is_refused_in_words(serve, db_url, tmp_path):
+    """gRPC binds with SO_REUSEPORT (so the listeners share a port), which would let a second dispatcher bind a port
+    that one serves and take part of its connections; it is refused instead, on the health port too."""
+    d = serve(health_listen="127.0.0.1:0")
+    for settings in ({"listen": d.address}, {"listen": "127.0.0.1:0", "health_listen": f"127.0.0.1:{d.health_port}"}):
+        with pytest.raises(OSError, match="cannot listen on 127.0.0.1:[0-9]+: address in use"):
+            Dispatcher(ServerSettings(metrics_listen=None, schedule=False, database=DatabaseSettings(url=db_url),
+                                      **settings))
+    url = db_url.replace("postgresql+psycopg://", "postgresql://")
+    refused = run_sluice(base_env(tmp_path), "dispatcher", "serve", "--database-url", url, "--insecure",
+                         "--listen", d.address, "--metrics-listen", "")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"cannot listen on {d.address}: address in use (another server listens there)" in refused.stderr
+    assert health_pb2_grpc.HealthStub(d.channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status == (
+        health_pb2.HealthCheckResponse.SERVING)
+
+
 def _streams(d: Dispatcher) -> tuple[dict, dict]:
     """/metrics: sluice_streams_open by kind, sluice_streams_refused_total by (kind, limit)."""
     shown = scrape(d.metrics_port)
