@@ -44,7 +44,7 @@ from dispatcher.store.listening import Notifier, libpq_url
 from dispatcher.tls import grpc_credentials
 from sluice.process import tune_interpreter
 from sluice.serving import MetricsServer, ServerTls, refuse_plaintext_off_loopback, refuse_port_in_use
-from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, jobs_pb2_grpc, schedules_pb2_grpc
+from sluice.v1 import admin_pb2_grpc, agents_pb2_grpc, schedules_pb2_grpc
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 << 20  # one Submit call; each job document is limited separately
@@ -187,7 +187,7 @@ class Dispatcher:
         admin, schedules = AdminService(self.sessions, auth), SchedulesService(self.sessions, auth)
         self.health = _Health(self._loop)
         for server in self.servers:
-            jobs_pb2_grpc.add_JobsServicer_to_server(jobs, server)
+            jobs.add_to(server)
             agents_pb2_grpc.add_AgentsServicer_to_server(agents, server)
             admin_pb2_grpc.add_AdminServicer_to_server(admin, server)
             schedules_pb2_grpc.add_SchedulesServicer_to_server(schedules, server)

@@ -81,6 +81,7 @@ class Chunk:
         self.lowest_id = min(row.id for row, _ in rows)
         self.highest_id = max(row.id for row, _ in rows)
         self._batches: list[jobs_pb2.JobEvents] | None = None
+        self._wire: list[bytes] | None = None
 
     @functools.cached_property
     def ids(self) -> frozenset[int]:
@@ -94,6 +95,13 @@ class Chunk:
         if self._batches is None:
             self._batches = batched([event for _, event in self.rows])
         return self._batches
+
+    def wire(self) -> list[bytes]:
+        """The batches serialized, once for every WatchBatches that sends them all: gRPC would serialize each
+        message again for each watch, a thousand times a read, on the loop (jobs.add_to_server)."""
+        if self._wire is None:
+            self._wire = [batch.SerializeToString() for batch in self.batches()]
+        return self._wire
 
 
 def batched(events: list[jobs_pb2.JobEvent]) -> list[jobs_pb2.JobEvents]:

@@ -6,6 +6,8 @@ import time
 from datetime import UTC, datetime
 from functools import reduce
 
+import grpc
+
 from dispatcher.api import convert
 from dispatcher.api.admission import StreamLimits
 from dispatcher.api.asynchronous import Coalescer, blocking
@@ -34,6 +36,7 @@ from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from sluice.wire import STREAM_MARK
 
 READERS = ("admin", "user")
+SERVICE = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"].full_name
 MAX_LIST = 1000
 MAX_FILTER_CHARS = 253  # a List filter's text: no queue, user, cluster or job name is longer
 MAX_SINCE_S = 100 * 365 * 86400.0  # the longest usage window a call may ask for (0 asks for all time)
@@ -234,6 +237,23 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             jobs = reports.cancel(session, ids, who)
             return jobs_pb2.CancelResponse(jobs=[convert.job(j, with_spec=False) for j in jobs])
 
+    def add_to(self, server) -> None:
+        """This service on a gRPC server, its WatchBatches sending as they are the runs that the event feed
+        serialized once for every watch (Chunk.wire), and serializing a watch's own selection as usual."""
+        handlers: dict = {}
+
+        class Registered:  # what the generated code registers, taken before it reaches the server
+            def add_generic_rpc_handlers(self, _generic):
+                pass
+
+            def add_registered_method_handlers(self, _service, methods):
+                handlers.update(methods)
+
+        jobs_pb2_grpc.add_JobsServicer_to_server(self, Registered())
+        handlers["WatchBatches"] = handlers["WatchBatches"]._replace(response_serializer=_serialized)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        server.add_registered_method_handlers(SERVICE, handlers)
+
     @translated
     async def Watch(self, request, context):
         async for batches in self._watched(request, context):
@@ -243,14 +263,15 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
 
     @translated
     async def WatchBatches(self, request, context):
-        async for batches in self._watched(request, context):
+        async for batches in self._watched(request, context, wire=True):
             for batch in batches:
                 yield batch
 
-    async def _watched(self, request, context):
+    async def _watched(self, request, context, *, wire: bool = False):
         """The events after request.after_event_id (of request.job_id, or every job the caller may see), as
         JobEvents messages (in runs of up to streams.RUN_BYTES), each time the feed (api.event_feed) brings
         some, for as long as the stream is open. Watch sends them one message an event; WatchBatches one a run.
+        wire: a run of every row of a feed's chunk comes as the bytes serialized once for every watch.
         At most `watch_streams` are open at once, and `watch_streams_per_user` for one subject."""
         who = await self._auth.require_on_loop(context, *READERS)
         if request.job_id:
@@ -258,12 +279,12 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         with self.watches.admitted(who.subject):
             place = await self._feed.join(request.after_event_id)
             try:
-                async for batches in self._following(request, context, who, place):
+                async for batches in self._following(request, context, who, place, wire):
                     yield batches
             finally:
                 self._feed.leave()
 
-    async def _following(self, request, context, who, place):
+    async def _following(self, request, context, who, place, wire: bool):
         job_id, floor = request.job_id, request.after_event_id  # the client has every event up to floor
         # A user watching every job gets the events of the jobs they may see (services.scoping); the queues
         # they belong to are read again at most every RECHECK_S while events come (a member added sees soon).
@@ -292,7 +313,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                     if gaps:
                         skip.update(gaps.intersection(chunk.ids))
                     if not scoped:
-                        yield chunk.batches()
+                        yield chunk.wire() if wire else chunk.batches()
                     elif rows := await seen([row for row, _ in chunk.rows]):
                         allowed = {id(row) for row in rows}
                         yield batched([event for row, event in chunk.rows if id(row) in allowed])
@@ -305,7 +326,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
             for chunk in chunks:
                 sent_through = max(sent_through, chunk.highest_id)
                 if not (job_id or scoped or skip) and chunk.lowest_id > floor:
-                    batches += chunk.batches()  # every row of it, as every such watch sends it
+                    batches += chunk.wire() if wire else chunk.batches()  # every row, as every such watch sends
                     continue
                 rows = []
                 for row, event in chunk.rows:
@@ -415,3 +436,8 @@ def _job_with_reason(session, job) -> tuple[jobs_pb2.Job, int]:
     if job.state == states.QUEUED and job.reason == lifecycle.SUBMITTED:
         message.reason = f"waiting behind {position - 1} jobs in queue {job.queue}"
     return message, position
+
+
+
+def _serialized(message: jobs_pb2.JobEvents | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
