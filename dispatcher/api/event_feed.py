@@ -98,7 +98,7 @@ class Chunk:
 
     def wire(self) -> list[bytes]:
         """The batches serialized, once for every WatchBatches that sends them all: gRPC would serialize each
-        message again for each watch, a thousand times a read, on the loop (jobs.add_to_server)."""
+        message again for each watch, a thousand times a read, on the loop (JobsService.add_to)."""
         if self._wire is None:
             self._wire = [batch.SerializeToString() for batch in self.batches()]
         return self._wire

@@ -438,6 +438,5 @@ def _job_with_reason(session, job) -> tuple[jobs_pb2.Job, int]:
     return message, position
 
 
-
 def _serialized(message: jobs_pb2.JobEvents | bytes) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
