@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import pathlib
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -139,8 +141,53 @@ def _start(target, args: tuple, name: str, timeout_s: float = 120.0):
     return process, pipe, pipe.recv()
 
 
+def _serve_command(data_dir: str, url: str, schedule: bool, tls: bool, server: dict | None, listen: str) -> list[str]:
+    """`sluice dispatcher serve` as _serve runs its Dispatcher (split): the same database, certificates and
+    settings. A setting no flag states is refused here rather than left at its default unsaid."""
+    from dispatcher.scheduler.settings import SchedulerSettings
+    command = [sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url",
+               url.replace("postgresql+psycopg://", "postgresql://"), "--listen", listen, "--metrics-listen", "",
+               "--schedule" if schedule else "--no-schedule"]
+    certs = pathlib.Path(data_dir) / "certs"
+    command += ["--tls-cert", str(certs / "dispatcher.crt"), "--tls-key", str(certs / "dispatcher.key")] if tls \
+        else ["--insecure"]
+    flags = {"heartbeat_s": "--heartbeat-s", "watch_streams": "--watch-streams",
+             "watch_streams_per_user": "--watch-streams-per-user", "agent_admissions_per_s": "--agent-admissions-per-s"}
+    for name, value in (server or {}).items():
+        if name == "scheduler" and value == SchedulerSettings(unreachable_after_s=value.unreachable_after_s):
+            command += ["--unreachable-after-s", f"{value.unreachable_after_s:g}"]
+        elif name in flags:
+            command += [flags[name], f"{value:g}"]
+        else:
+            raise ValueError(f"`sluice dispatcher serve` has no flag for the setting {name}={value!r}")
+    return command
+
+
+def _serving(command: list[str], log: pathlib.Path, timeout_s: float = 120.0) -> subprocess.Popen:
+    """A `sluice dispatcher serve` process, once it says it serves (its output goes to `log`)."""
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while "serving on" not in log.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop(process, None)
+            raise RuntimeError(f"`sluice dispatcher serve` did not serve (exit code {process.returncode}): "
+                               f"{log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return process
+
+
 def _stop(process, pipe):
-    """Stop the child; what it said last (None if nothing)."""
+    """Stop the child (a `sluice dispatcher serve` process: with SIGINT, as Ctrl-C); what it said last (None if
+    nothing)."""
+    if isinstance(process, subprocess.Popen):
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        return None
     said = None
     if process.is_alive():
         try:
@@ -229,17 +276,17 @@ class System:
             return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
 
     def kill_and_restart_serving(self) -> None:
-        """kill -9 of the dispatcher process the agents and clients call, then the same one started again on
-        its address (split only), as `kill -9` and a restart of `sluice dispatcher serve` would."""
+        """kill -9 of the dispatcher process the agents and clients call, then `sluice dispatcher serve` on its
+        address with its settings (split only), as a service manager would restart it; returns once it serves."""
         index, args = self._serving
         process, pipe = self._children[index]
         os.kill(process.pid, signal.SIGKILL)
         process.join(10)
         # The objects and tokens are in the database already: a restarted `serve` applies and makes none.
-        data_dir, url, _objs, _cordon, *rest = args
-        process, pipe, _ = _start(_serve, (data_dir, url, [], False, *rest, self.address),
-                                  "bench-dispatcher-restarted")
-        self._children[index] = (process, pipe)
+        data_dir, url, _objs, _cordon, _split, schedule, tls, server = args
+        process = _serving(_serve_command(data_dir, url, schedule, tls, server, self.address),
+                           pathlib.Path(data_dir) / "restarted.log")
+        self._children[index] = (process, None)
         self.serving_pid = process.pid
         if index == 0:
             self.pid = process.pid

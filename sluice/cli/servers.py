@@ -194,6 +194,13 @@ def dispatcher_serve(
                                                min=0, envvar="SLUICE_AGENT_ADMISSIONS_PER_S",
                                                help="Agent connections admitted a second, after a burst of as "
                                                     "many (0: no limit)"),
+        heartbeat_s: int = typer.Option(1, "--heartbeat-s", min=1, envvar="SLUICE_HEARTBEAT_S",
+                                        help="Seconds between an agent's capacity reports (told to each agent "
+                                             "when it connects); longer with many clusters: 5 for a thousand"),
+        unreachable_after_s: float | None = typer.Option(
+            None, "--unreachable-after-s", min=0.1, envvar="SLUICE_UNREACHABLE_AFTER_S",
+            help="A cluster whose agent sent nothing this long takes no new jobs [default: three heartbeats, "
+                 "5 s at least]"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Serve the API and run the scheduler (when this replica is the leader).
 
@@ -201,6 +208,7 @@ def dispatcher_serve(
     for plaintext on loopback. Changed certificate files are picked up without a restart."""
     _logging(verbose)
     from dispatcher.api.oidc import OidcSettings
+    from dispatcher.scheduler.settings import SchedulerSettings
     from dispatcher.server import Dispatcher, ServerSettings
     from dispatcher.store.database import DatabaseSettings
     from sluice.serving import ServerTls
@@ -216,6 +224,11 @@ def dispatcher_serve(
         raise typer.BadParameter("the other --oidc-* options need --oidc-issuer")
     if problems := identity.problems():
         raise typer.BadParameter("; ".join(problems))
+    unreachable_after_s = unreachable_after_s or max(SchedulerSettings.unreachable_after_s, 3.0 * heartbeat_s)
+    if unreachable_after_s < 2 * heartbeat_s:
+        raise typer.BadParameter(f"--unreachable-after-s {unreachable_after_s:g} is less than two heartbeats "
+                                 f"(--heartbeat-s {heartbeat_s}): every cluster would be unreachable between two of "
+                                 f"its heartbeats")
     if not insecure and not (tls_cert and tls_key):
         raise Failed("dispatcher serve", "no TLS certificate: give --tls-cert and --tls-key (`sluice dispatcher "
                                          "certs` makes them), or --insecure for plaintext on a loopback address")
@@ -224,7 +237,9 @@ def dispatcher_serve(
                               tls=tls, agent_listen=agent_listen or None, health_listen=health_listen or None,
                               database=DatabaseSettings(url=database_url, data_dir=_data_dir(data_dir)),
                               identity=identity, watch_streams=watch_streams,
-                              watch_streams_per_user=watch_streams_per_user, agent_admissions_per_s=agent_admissions)
+                              watch_streams_per_user=watch_streams_per_user, agent_admissions_per_s=agent_admissions,
+                              heartbeat_s=heartbeat_s,
+                              scheduler=SchedulerSettings(unreachable_after_s=unreachable_after_s))
     server = _start("dispatcher serve", lambda: Dispatcher(settings).start())
     metrics = f", metrics on {server.metrics_server.address}" if server.metrics_server else ""
     agents = f", agents with certificates on port {server.agent_port}" if server.agent_port else ""

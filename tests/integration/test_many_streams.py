@@ -8,6 +8,9 @@ say when a call that would hang counts as failed.
 from __future__ import annotations
 
 import queue
+import signal
+import subprocess
+import sys
 import time
 
 import grpc
@@ -24,7 +27,7 @@ from sluice.config import ClientConfig
 from sluice.objects import load_objects
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_agent_link import OBJECTS, ScriptedAgent, wait_for
-from tests.integration.test_cli import base_env, run_sluice
+from tests.integration.test_cli import REPO, base_env, free_port, run_sluice
 from tests.integration.test_dispatcher_metrics import samples, scrape
 from tests.integration.test_spine import job_doc
 
@@ -148,6 +151,39 @@ def test_a_second_server_on_a_port_a_dispatcher_serves_is_refused_in_words(serve
     assert f"cannot listen on {d.address}: address in use (another server listens there)" in refused.stderr
     assert health_pb2_grpc.HealthStub(d.channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status == (
         health_pb2.HealthCheckResponse.SERVING)
+
+
+def test_dispatcher_serve_tells_agents_its_heartbeat_and_a_silent_cluster_goes_unreachable_when_told(
+        serve, db_url, tmp_path):
+    """`--heartbeat-s` reaches every agent in its welcome (a thousand clusters beat every 5 s: docs/scaling.md), and
+    `--unreachable-after-s` is when a silent cluster takes no more jobs; fewer than two heartbeats is refused."""
+    d = serve()
+    url, env = db_url.replace("postgresql+psycopg://", "postgresql://"), base_env(tmp_path)
+    flags = ["dispatcher", "serve", "--database-url", url, "--insecure", "--metrics-listen", ""]
+    short = run_sluice(env, *flags, "--listen", "127.0.0.1:0", "--heartbeat-s", "5", "--unreachable-after-s", "9")
+    assert short.returncode == 2 and "--unreachable-after-s 9 is less than two heartbeats (--heartbeat-s 5)" in (
+        " ".join(short.stderr.split())), short.stderr
+    port = free_port()
+    served = subprocess.Popen([sys.executable, "-m", "sluice", *flags, "--listen", f"127.0.0.1:{port}", "--no-schedule",
+                               "--heartbeat-s", "2", "--unreachable-after-s", "4"],
+                              env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    agent = None
+    try:
+        assert served.stderr.readline().startswith(f"serving on 127.0.0.1:{port}")
+        agent = ScriptedAgent(f"127.0.0.1:{port}", d.agent_tokens["site-00"], "site-00")
+        assert agent.next("welcome").heartbeat_seconds == 2
+        client = Client(ClientConfig(f"127.0.0.1:{port}", d.admin, timeout_s=10, insecure=True))
+
+        def state() -> str:
+            return next(c["state"] for c in client.clusters() if c["name"] == "site-00")
+        assert state() == "active"  # the hello was heard; then nothing for 4 s
+        wait_for(lambda: state() == "unreachable", timeout=15)
+        client.close()
+    finally:
+        if agent is not None:
+            agent.close()
+        served.send_signal(signal.SIGINT)
+        assert served.wait(15) == 0
 
 
 def _streams(d: Dispatcher) -> tuple[dict, dict]:
