@@ -33,6 +33,7 @@ from dispatcher.api.jobs import JobsService
 from dispatcher.api.logs import LogRelay
 from dispatcher.api.oidc import IdentityProvider, OidcSettings
 from dispatcher.api.schedules import SchedulesService
+from dispatcher.api.wakeups import drain_wakeups
 from dispatcher.console.app import Console
 from dispatcher.console.gateway import Gateway
 from dispatcher.metrics import DispatcherMetrics, StoreCollector, StreamCollector
@@ -170,6 +171,7 @@ class Dispatcher:
         self._loop_thread.start()
         self._unary_pool = futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="rpc")
         self.servers = [self._on_loop(_aio_server(self._unary_pool)) for _ in range(max(1, settings.listeners))]
+        self.wakeups_drained = self._on_loop(_drain_wakeups())  # gRPC's poller then never waits on the loop
         self.watch_streams = StreamLimits("watch streams", per_user=settings.watch_streams_per_user,
                                           total=settings.watch_streams)
         logs = LogRelay()  # Logs calls ask the agents connected here
@@ -357,6 +359,10 @@ async def _aio_server(unary_pool: futures.ThreadPoolExecutor) -> grpc.aio.Server
                                     # Every listener binds the same port (gRPC's default on Linux, stated here
                                     # because ServerSettings.listeners depends on it).
                                     ("grpc.so_reuseport", 1)])
+
+
+async def _drain_wakeups() -> bool:
+    return drain_wakeups(asyncio.get_running_loop())
 
 
 class _Health:

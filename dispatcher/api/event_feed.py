@@ -45,6 +45,7 @@ PACE_BUSY_PER_WATCH_S = 0.005
 PACE_BUSY_MOST_S = 5.0
 WAKE_AT_ONCE = 20  # watches woken in one turn of the event loop...
 WAKE_SPREAD = 0.5  # ...in groups spread over this part of the pause between two reads
+_EVENTS_FIELD = b"\x0a"  # JobEvents.events: field 1, length-delimited
 STORED_BLOCKS = 20  # blocks of READ stored rows kept for the watches catching up (as many rows as `keep`)
 
 
@@ -72,24 +73,46 @@ class _Block:
 
 class Chunk:
     """The rows one read brought (or the end of them): each with its JobEvent, made once for every watch, and
-    the JobEvents messages WatchBatches sends of them all, made once for every watch that takes them all."""
+    the messages WatchBatches sends of them, made once for every watch too, whichever of the rows it takes."""
 
-    def __init__(self, first: int, rows: list[tuple[object, jobs_pb2.JobEvent]], before: Place | None = None):
+    def __init__(self, first: int, rows: list[tuple[object, jobs_pb2.JobEvent]], before: Place | None = None,
+                 *, source: tuple[Chunk, int] | None = None):
         self.first = first  # the feed's seq of the first row
         self.rows = rows
         self.before = before  # where a watch joined just before this read (the feed's chunks only)
-        self.lowest_id = min(row.id for row, _ in rows)
-        self.highest_id = max(row.id for row, _ in rows)
+        self._source = source  # the chunk these rows were cut from, and where: what is made of them is theirs
         self._batches: list[jobs_pb2.JobEvents] | None = None
+        self._serialized_events: list[bytes] | None = None
         self._wire: list[bytes] | None = None
 
     @functools.cached_property
+    def event_ids(self) -> list[int]:
+        """Each row's event id, in order."""
+        if self._source is not None:
+            whole, start = self._source
+            return whole.event_ids[start:start + len(self.rows)]
+        return [row.id for row, _ in self.rows]
+
+    @functools.cached_property
+    def lowest_id(self) -> int:
+        return min(self.event_ids)
+
+    @functools.cached_property
+    def highest_id(self) -> int:
+        return max(self.event_ids)
+
+    @functools.cached_property
     def ids(self) -> frozenset[int]:
-        return frozenset(row.id for row, _ in self.rows)
+        return frozenset(self.event_ids)
 
     @property
     def last(self) -> int:
         return self.first + len(self.rows) - 1
+
+    def cut(self, start: int, stop: int | None = None, first: int = 0) -> Chunk:
+        """rows[start:stop] as a chunk (`first`: the feed's seq of its first row) sharing this one's serialized
+        events: after a restart a thousand watches resume each from its own event, and each cut made its own."""
+        return Chunk(first, self.rows[start:stop], source=(self, start))
 
     def batches(self) -> list[jobs_pb2.JobEvents]:
         if self._batches is None:
@@ -97,16 +120,54 @@ class Chunk:
         return self._batches
 
     def wire(self) -> list[bytes]:
-        """The batches serialized, once for every WatchBatches that sends them all: gRPC would serialize each
-        message again for each watch, a thousand times a read, on the loop (JobsService.add_to)."""
+        """Every row's event as JobEvents messages already serialized, made once for every WatchBatches that sends
+        them all: gRPC would serialize each message again for each watch, a thousand times a read, on the loop
+        (JobsService.add_to)."""
         if self._wire is None:
-            self._wire = [batch.SerializeToString() for batch in self.batches()]
+            self._wire = _joined(self._serialized())
         return self._wire
+
+    def of(self, keep: list[int], *, wire: bool) -> list:
+        """The messages of the rows at the indices `keep` alone (a watch of one job, of a user's queues): as
+        wire() makes them, of the same serialized events, or as JobEvents."""
+        if not wire:
+            return batched([self.rows[i][1] for i in keep])
+        framed = self._serialized()
+        return _joined([framed[i] for i in keep])
+
+    def _serialized(self) -> list[bytes]:
+        """Each row's event framed as inside a JobEvents message, serialized once for every watch and cut."""
+        if self._serialized_events is None:
+            if self._source is not None:
+                whole, start = self._source
+                self._serialized_events = whole._serialized()[start:start + len(self.rows)]
+            else:
+                self._serialized_events = [_framed_event(event) for _, event in self.rows]
+        return self._serialized_events
 
 
 def batched(events: list[jobs_pb2.JobEvent]) -> list[jobs_pb2.JobEvents]:
     """Events as WatchBatches sends them: in runs of up to streams.RUN_BYTES, one message a run."""
     return [jobs_pb2.JobEvents(events=run) for run in streams.runs(events)]
+
+
+def _framed_event(event: jobs_pb2.JobEvent) -> bytes:
+    """The event as it is inside a serialized JobEvents message (field 1, length-delimited). A JobEvents has no
+    other field, so its serialization is its events' so framed, one after another: any run of them is joined."""
+    body = event.SerializeToString()
+    size, length = len(body), bytearray()
+    while size > 0x7F:  # the length as a varint
+        length.append(size & 0x7F | 0x80)
+        size >>= 7
+    length.append(size)
+    return _EVENTS_FIELD + bytes(length) + body
+
+
+def _joined(framed_events: list[bytes]) -> list[bytes]:
+    """Framed events as serialized JobEvents messages, in runs of up to streams.RUN_BYTES, as batched() makes them."""
+    if sum(map(len, framed_events)) <= streams.RUN_BYTES:  # one message (the usual): no loop in Python per event
+        return [b"".join(framed_events)] if framed_events else []
+    return [b"".join(run) for run in streams.runs(framed_events, size=len)]
 
 
 class EventFeed:
@@ -182,7 +243,7 @@ class EventFeed:
         new = list(itertools.takewhile(lambda chunk: chunk.last > seq, reversed(self._chunks)))  # newest back
         new.reverse()
         if new and new[0].first <= seq:
-            new[0] = Chunk(seq + 1, new[0].rows[seq + 1 - new[0].first:])
+            new[0] = new[0].cut(seq + 1 - new[0].first, first=seq + 1)
         return new, self._seq, lost
 
     async def wait(self, timeout_s: float) -> None:
@@ -233,10 +294,10 @@ class EventFeed:
                 rows = block.chunk.rows
                 if block.chunk.lowest_id > after and block.chunk.highest_id <= through:
                     return block.chunk
-                rows = rows[bisect.bisect_right(rows, after, key=_event_id):bisect.bisect_right(rows, through,
-                                                                                             key=_event_id)]
-                if rows:
-                    return Chunk(0, rows)
+                start, stop = (bisect.bisect_right(rows, after, key=_event_id),
+                               bisect.bisect_right(rows, through, key=_event_id))
+                if start < stop:
+                    return block.chunk.cut(start, stop)
                 if block.through >= through:
                     return None
                 # The rows above the block's, up to `through`, may still change (below a gap): read alone.

@@ -13,7 +13,7 @@ from dispatcher.api.admission import StreamLimits
 from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, outcome_of, translated
-from dispatcher.api.event_feed import EventFeed, batched
+from dispatcher.api.event_feed import EventFeed
 from dispatcher.api.logs import LogRelay
 from dispatcher.capacity import snapshot
 from dispatcher.errors import InvalidRequest, NotFound, ResourceExhausted
@@ -316,7 +316,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                         yield chunk.wire() if wire else chunk.batches()
                     elif rows := await seen([row for row, _ in chunk.rows]):
                         allowed = {id(row) for row in rows}
-                        yield batched([event for row, event in chunk.rows if id(row) in allowed])
+                        yield chunk.of([i for i, (row, _) in enumerate(chunk.rows) if id(row) in allowed], wire=wire)
             chunks, seq, lost = self._feed.since(seq)
             if lost:
                 behind = self._feed.place()
@@ -328,17 +328,17 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
                 if not (job_id or scoped or skip) and chunk.lowest_id > floor:
                     batches += chunk.wire() if wire else chunk.batches()  # every row, as every such watch sends
                     continue
-                rows = []
-                for row, event in chunk.rows:
+                keep = []  # the indices of the rows this watch sends
+                for i, (row, _) in enumerate(chunk.rows):
                     if row.id in skip:
                         skip.discard(row.id)
                     elif row.id > floor and (not job_id or row.job_id == job_id):
-                        rows.append((row, event))
-                if scoped and rows:
-                    allowed = {id(r) for r in await seen([r for r, _ in rows])}
-                    rows = [(r, e) for r, e in rows if id(r) in allowed]
-                if rows:
-                    batches += batched([event for _, event in rows])
+                        keep.append(i)
+                if scoped and keep:
+                    allowed = {id(r) for r in await seen([chunk.rows[i][0] for i in keep])}
+                    keep = [i for i in keep if id(chunk.rows[i][0]) in allowed]
+                if keep:
+                    batches += chunk.of(keep, wire=wire)
             if batches:
                 yield batches
             elif self._auth.revocations == revocations:  # else a revocation came while this watch read the store
