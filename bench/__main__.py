@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import replace
 
-from bench import arrays, dispatching, figures, simulating, swarm, systems
+from bench import arrays, dispatching, figures, latency, simulating, swarm, systems
 from bench.postgres import Postgres
 from sluice import process
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             dispatching.run(pg, config, run, wanted, profile_path=args.profile)
         if "latency" in wanted:
             section({"latency"}, "latency")
-            systems.latency(pg, over(systems.LatencyConfig.quick() if args.quick else systems.LatencyConfig()), run)
+            latency.latency(pg, over(latency.LatencyConfig.quick() if args.quick else latency.LatencyConfig()), run)
         if "e2e" in wanted:
             section({"e2e"}, "e2e")
             systems.end_to_end(pg, over(systems.EndToEndConfig.quick() if args.quick else systems.EndToEndConfig()),
