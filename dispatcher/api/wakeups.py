@@ -2,9 +2,9 @@
 
 grpc.aio hands every completion (a message sent or received, a call taken up) from a poller thread to the
 loop through a queue, writing one byte to a socket pair per completion. The loop's reader takes them all
-from the queue but reads one byte a turn. The bytes pile up to the socket's buffer (about 280 one-byte writes
-on Linux), and then the poller blocks in write(), delivering one completion a turn of the loop: with a
-thousand streams open every call, every agent redialling after a restart, waits in that line. Reading every
+from the queue but reads one byte a turn. Under load the bytes fill the socket's buffer, and then the poller
+blocks in write(), delivering one completion a turn of the loop: with many streams open every call, every
+agent redialling after a restart, waits in that line (docs/performance.md, issue 26). Reading every
 byte but one before grpc's reader runs keeps the socket near empty, so completions flow as fast as they come.
 """
 from __future__ import annotations

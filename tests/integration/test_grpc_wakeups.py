@@ -1,8 +1,8 @@
 """gRPC's wake-ups of the event loop read all at once (api/wakeups.py), on a real grpc.aio server over loopback.
 
 Left as grpc.aio has them, one byte is written a completion and one read a turn of the loop: after a burst (200
-agents' messages while the loop was busy) the bytes stay piled up, and at about 280 the poller thread blocks,
-handing over one completion a turn. Drained, none stay.
+agents' messages while the loop was busy) the bytes stay piled up, and once they fill the socket the poller
+thread blocks, handing over one completion a turn. Drained, none stay.
 """
 from __future__ import annotations
 

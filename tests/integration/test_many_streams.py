@@ -155,7 +155,7 @@ def test_a_second_server_on_a_port_a_dispatcher_serves_is_refused_in_words(serve
 
 def test_dispatcher_serve_tells_agents_its_heartbeat_and_a_silent_cluster_goes_unreachable_when_told(
         serve, db_url, tmp_path):
-    """`--heartbeat-s` reaches every agent in its welcome (a thousand clusters beat every 5 s: docs/scaling.md), and
+    """`--heartbeat-s` reaches every agent in its welcome (a thousand clusters beat every 5 s: docs/admin-guide.md), and
     `--unreachable-after-s` is when a silent cluster takes no more jobs; fewer than two heartbeats is refused."""
     d = serve()
     url, env = db_url.replace("postgresql+psycopg://", "postgresql://"), base_env(tmp_path)
