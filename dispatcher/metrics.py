@@ -134,14 +134,16 @@ class StreamCollector(Collector):
     store (api.event_feed), counted at scrape time.
 
     limits: per kind of stream ("watch", "submit"), its StreamLimits (open(), refused by "total" and
-    "per_user"), or None where that kind is turned off; agent links are counted by their service; watch_reads,
-    the event feed's reads by kind."""
+    "per_user"), or None where that kind is turned off; agent links are counted by their service; agents_first
+    (api.admission.AgentsFirst), the agents connecting and the watches that waited for them; watch_reads, the
+    event feed's reads by kind."""
 
     def __init__(self, limits: dict, *, agent_links: Callable[[], int], agents_refused: Callable[[], int],
-                 watch_reads: Mapping[str, int]):
+                 agents_first, watch_reads: Mapping[str, int]):
         self._limits = limits
         self._agent_links = agent_links
         self._agents_refused = agents_refused
+        self._agents_first = agents_first
         self._watch_reads = watch_reads
 
     def describe(self) -> Iterable[Metric]:
@@ -166,7 +168,13 @@ class StreamCollector(Collector):
             "(one watch's own: a single job's events, or events below one still to commit).", labels=["read"])
         for read, count in dict(self._watch_reads).items():
             reads.add_metric([read], count)
-        return [opened, refused, reads]
+        connecting = GaugeMetricFamily(
+            "sluice_agent_links_connecting", "Agent links that have called and are not welcomed yet: waiting for "
+            "their turn (agent-admissions-per-s) or in their hello.", value=self._agents_first.connecting_now)
+        waited = CounterMetricFamily(
+            "sluice_watches_waited_for_agents", "Watch streams that waited before their first read because agents "
+            "were connecting (after a restart, every one of them).", value=self._agents_first.waited)
+        return [opened, refused, reads, connecting, waited]
 
 
 class StoreCollector(Collector):

@@ -26,7 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dispatcher.api.admin import AdminService
-from dispatcher.api.admission import AdmissionRate, StreamLimits
+from dispatcher.api.admission import AdmissionRate, AgentsFirst, StreamLimits
 from dispatcher.api.agents import AgentsService
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.jobs import JobsService
@@ -89,6 +89,9 @@ class ServerSettings:
     # refused with RESOURCE_EXHAUSTED and its agent redials after its backoff. 0: no limit.
     agent_admissions_per_s: float = 200.0
     agent_admission_wait_s: float = 20.0
+    # While agents are connecting (every one of them, after a restart), a watch that opens waits up to this long
+    # before it reads: the agents run the jobs, the watches only report them (api/admission.AgentsFirst). 0: no wait.
+    watches_wait_for_agents_s: float = 30.0
     heartbeat_s: float = 1.0  # how often agents report capacity
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -175,17 +178,20 @@ class Dispatcher:
         self.watch_streams = StreamLimits("watch streams", per_user=settings.watch_streams_per_user,
                                           total=settings.watch_streams)
         logs = LogRelay()  # Logs calls ask the agents connected here
+        agents_first = AgentsFirst(max_wait_s=settings.watches_wait_for_agents_s)
         jobs = JobsService(self.sessions, auth, self.notifier, unreachable_after_s=unreachable,
                            submit_streams=settings.submit_streams, watches=self.watch_streams,
-                           feed_rows=settings.watch_feed_rows, metrics=self.metrics, logs=logs)
+                           feed_rows=settings.watch_feed_rows, metrics=self.metrics, logs=logs,
+                           agents_first=agents_first)
         admission = AdmissionRate("agent links", per_s=settings.agent_admissions_per_s,
                                   burst=max(1, int(settings.agent_admissions_per_s)),
                                   max_wait_s=settings.agent_admission_wait_s)
         agents = AgentsService(self.sessions, auth, self.notifier, heartbeat_s=settings.heartbeat_s,
-                               metrics=self.metrics, admission=admission, logs=logs)
+                               metrics=self.metrics, admission=admission, agents_first=agents_first, logs=logs)
         self.metrics.registry.register(StreamCollector(
             {"watch": jobs.watches, "submit": jobs.submit_streams}, agent_links=lambda: agents.links_open,
-            agents_refused=lambda: admission.refused, watch_reads=jobs.feed_reads))
+            agents_refused=lambda: admission.refused, agents_first=agents_first,
+            watch_reads=jobs.feed_reads))
         admin, schedules = AdminService(self.sessions, auth), SchedulesService(self.sessions, auth)
         self.health = _Health(self._loop)
         for server in self.servers:

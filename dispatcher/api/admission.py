@@ -4,6 +4,7 @@ restarted dispatcher is redialled by every agent at once)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import Counter
@@ -78,3 +79,57 @@ class AdmissionRate:
         self._due = due + 1 / self._per_s
         if wait > 0:
             await asyncio.sleep(wait)
+
+
+class AgentsFirst:
+    """While agents are connecting, a watch that opens waits (up to `max_wait_s`) before it reads anything.
+    After a restart every agent and every watch redial at once, and on a busy event loop the watches' catch-up
+    took as much of it as the agents' hellos, holding a thousand agents' jobs up by as long again; a watch only
+    reports what the agents do. Agents count as connecting from their call's arrival to their welcome, and until
+    QUIET_S after the last one: a storm spread by the agents' jittered backoff has gaps. max_wait_s 0: no wait.
+    Everything here runs on the event loop."""
+
+    QUIET_S = 1.0
+
+    def __init__(self, *, max_wait_s: float):
+        self.max_wait_s = max_wait_s
+        self._connecting = 0
+        self._last = -math.inf  # when the last agent stopped connecting (time.monotonic)
+        self._quiet: asyncio.Event | None = None  # set while no agent connects; made on the loop, when first needed
+        self.waited = 0  # watches that waited, for /metrics
+
+    @contextmanager
+    def connecting(self):
+        self._connecting += 1
+        if self._quiet is not None:
+            self._quiet.clear()
+        try:
+            yield
+        finally:
+            self._connecting -= 1
+            self._last = time.monotonic()
+            if not self._connecting and self._quiet is not None:
+                asyncio.get_running_loop().call_later(self.QUIET_S, self._settle)
+
+    @property
+    def connecting_now(self) -> int:
+        return self._connecting
+
+    def _settle(self) -> None:
+        if not self._connecting and time.monotonic() - self._last >= self.QUIET_S - 0.01:
+            self._quiet.set()
+
+    async def wait(self) -> None:
+        """Return once no agent has been connecting for QUIET_S, or after max_wait_s."""
+        if not self.max_wait_s or (not self._connecting and time.monotonic() - self._last >= self.QUIET_S):
+            return
+        if self._quiet is None:
+            self._quiet = asyncio.Event()
+            if not self._connecting:
+                asyncio.get_running_loop().call_later(self.QUIET_S, self._settle)
+        self.waited += 1
+        try:
+            async with asyncio.timeout(self.max_wait_s):
+                await self._quiet.wait()
+        except TimeoutError:
+            pass  # agents still connecting after so long: the watch reads anyway

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import grpc
 
 from dispatcher.api import streams
-from dispatcher.api.admission import AdmissionRate
+from dispatcher.api.admission import AdmissionRate, AgentsFirst
 from dispatcher.api.asynchronous import Coalescer, Rerun, blocking, from_thread
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import translated
@@ -86,7 +86,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
 
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, heartbeat_s: float,
                  metrics: DispatcherMetrics | None = None, admission: AdmissionRate | None = None,
-                 logs: LogRelay | None = None):
+                 agents_first: AgentsFirst | None = None, logs: LogRelay | None = None):
         self._metrics = metrics
         self._logs = logs or LogRelay()
         self._sessions = sessions
@@ -95,6 +95,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         self._notifier = notifier
         self._heartbeat_s = heartbeat_s
         self.admission = admission or AdmissionRate("agent links", per_s=0, burst=1, max_wait_s=0)
+        self._agents_first = agents_first or AgentsFirst(max_wait_s=0)
         self.links_open = 0  # changed on the loop only
         self._outbox = Coalescer(self._pending, name="outbox-reads")
         self._recorder = Coalescer(self._record, name="heartbeats-and-acks")
@@ -105,9 +106,10 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
 
     @translated
     async def Connect(self, request_iterator, context):
-        await self.admission.admit()
-        revocations = self._auth.revocations
-        who, cluster, acked, document, batches = await self._hello(request_iterator, context)
+        with self._agents_first.connecting():  # watches opening meanwhile wait
+            await self.admission.admit()
+            revocations = self._auth.revocations
+            who, cluster, acked, document, batches = await self._hello(request_iterator, context)
         log.info("agent connected", extra={"cluster": cluster})
         loop = self._loop = asyncio.get_running_loop()
         out: asyncio.Queue = asyncio.Queue()

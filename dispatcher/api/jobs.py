@@ -9,7 +9,7 @@ from functools import reduce
 import grpc
 
 from dispatcher.api import convert
-from dispatcher.api.admission import StreamLimits
+from dispatcher.api.admission import AgentsFirst, StreamLimits
 from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.auth import RECHECK_S, Authenticator
 from dispatcher.api.errors import check_request, outcome_of, translated
@@ -48,9 +48,11 @@ PARSE_ON_LOOP_BYTES = 16 << 10
 class JobsService(jobs_pb2_grpc.JobsServicer):
     def __init__(self, sessions: Sessions, auth: Authenticator, notifier: Notifier, *, unreachable_after_s: float,
                  submit_streams: int = 16, watches: StreamLimits | None = None, feed_rows: int = 20_000,
-                 metrics: DispatcherMetrics | None = None, logs: LogRelay | None = None):
+                 metrics: DispatcherMetrics | None = None, logs: LogRelay | None = None,
+                 agents_first: AgentsFirst | None = None):
         self._sessions = sessions
         self._metrics = metrics
+        self._agents_first = agents_first or AgentsFirst(max_wait_s=0)
         self._logs = logs or LogRelay()
         self._one_statement = database.autocommit(sessions)
         self._auth = auth
@@ -277,6 +279,7 @@ class JobsService(jobs_pb2_grpc.JobsServicer):
         if request.job_id:
             await blocking(self._visible, who, request.job_id)
         with self.watches.admitted(who.subject):
+            await self._agents_first.wait()
             place = await self._feed.join(request.after_event_id)
             try:
                 async for batches in self._following(request, context, who, place, wire):

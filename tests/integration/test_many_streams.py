@@ -11,6 +11,7 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
@@ -25,7 +26,7 @@ from dispatcher.store.database import DatabaseSettings
 from sluice.client import Client
 from sluice.config import ClientConfig
 from sluice.objects import load_objects
-from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+from sluice.v1 import agents_pb2, agents_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from tests.integration.test_agent_link import OBJECTS, ScriptedAgent, wait_for
 from tests.integration.test_cli import REPO, base_env, free_port, run_sluice
 from tests.integration.test_dispatcher_metrics import samples, scrape
@@ -248,6 +249,83 @@ def test_agents_dialling_at_once_are_admitted_at_the_bounded_rate_and_the_rest_t
     for link in links.values():
         link.close()
     wait_for(lambda: _streams(d)[0]["agent"] == 0)
+
+
+def _held_agent(d: Dispatcher, cluster: str) -> tuple[queue.Queue, grpc.Channel, object]:
+    """An agent link that has called and sends its hello only when the test puts it on the queue."""
+    channel = grpc.insecure_channel(d.address, options=[("grpc.use_local_subchannel_pool", 1)])
+    outgoing: queue.Queue = queue.Queue()
+    call = agents_pb2_grpc.AgentsStub(channel).Connect(iter(outgoing.get, None),
+                                                       metadata=_bearer(d.agent_tokens[cluster]))
+    return outgoing, channel, call
+
+
+def _first_events(call, into: queue.Queue) -> threading.Thread:
+    """Read a watch on a thread: (seconds since the start, event ids) for its first message with events."""
+    began = time.monotonic()
+
+    def read():
+        for message in call:
+            if message.events:
+                into.put((time.monotonic() - began, [e.id for e in message.events]))
+                return
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader
+
+
+def _metric(d: Dispatcher, name: str) -> float:
+    return samples(scrape(d.metrics_port), name)[()]
+
+
+def test_a_watch_opened_while_an_agent_connects_waits_for_its_welcome_and_a_quiet_second_or_its_bound(serve):
+    """After a restart every agent and every watch redial at once; the agents go first (api.admission.AgentsFirst).
+    A watch opened while an agent has called but not yet said hello reads nothing until that agent is welcomed and
+    no other has called for a second; with a bound of 2 s and an agent that never says hello, the watch reads after
+    2 s. A watch opened with no agent connecting reads at once."""
+    d = serve(watches_wait_for_agents_s=60, metrics_listen="127.0.0.1:0")
+    client = Client(ClientConfig(d.address, d.admin, timeout_s=30, insecure=True))
+    try:
+        client.submit([job_doc(name="seen")])
+        at_once: queue.Queue = queue.Queue()
+        _first_events(_watch(d, d.admin), at_once)
+        assert at_once.get(timeout=10)[0] < 5
+        hello, channel, link = _held_agent(d, "site-00")
+        wait_for(lambda: _metric(d, "sluice_agent_links_connecting") == 1)
+        held: queue.Queue = queue.Queue()
+        watch = _watch(d, d.admin)
+        _first_events(watch, held)
+        wait_for(lambda: _metric(d, "sluice_watches_waited_for_agents_total") == 1)
+        with pytest.raises(queue.Empty):
+            held.get(timeout=2)  # nothing while the agent connects
+        hello.put(agents_pb2.AgentMessage(hello=agents_pb2.Hello(
+            cluster="site-00", capacity=ScriptedAgent.capacity({"cpu": 8000}))))
+        welcomed_at = time.monotonic()
+        assert next(link).WhichOneof("kind") == "welcome"
+        at, ids = held.get(timeout=15)
+        assert ids and time.monotonic() - welcomed_at >= 0.9  # a quiet second after the welcome
+        assert _metric(d, "sluice_agent_links_connecting") == 0
+        watch.cancel()
+        hello.put(None)
+        channel.close()
+    finally:
+        client.close()
+    bounded = serve(watches_wait_for_agents_s=2, metrics_listen="127.0.0.1:0")
+    bounded_client = Client(ClientConfig(bounded.address, bounded.admin, timeout_s=30, insecure=True))
+    try:
+        bounded_client.submit([job_doc(name="seen")])
+        hello, channel, link = _held_agent(bounded, "site-01")
+        wait_for(lambda: _metric(bounded, "sluice_agent_links_connecting") == 1)
+        held = queue.Queue()
+        watch = _watch(bounded, bounded.admin)
+        _first_events(watch, held)
+        at, ids = held.get(timeout=15)
+        assert ids and 1.9 <= at < 10 and _metric(bounded, "sluice_agent_links_connecting") == 1
+        watch.cancel()
+        hello.put(None)
+        channel.close()
+    finally:
+        bounded_client.close()
 
 
 def test_a_watch_that_fell_far_behind_or_resumed_from_an_old_event_gets_every_event_once_in_order(serve):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dispatcher.api.admission import AdmissionRate, StreamLimits
+from dispatcher.api.admission import AdmissionRate, AgentsFirst, StreamLimits
 from dispatcher.api.asynchronous import Coalescer, Rerun
 from dispatcher.errors import ResourceExhausted, StoreUnavailable
 
@@ -49,6 +49,46 @@ def test_admission_rate_lets_a_burst_through_then_spaces_the_rest_and_refuses_pa
     # 5 at once, then one every 50 ms for up to 300 ms of waiting: 5 + 6 admitted, the other 19 refused
     assert len(at) == 11 and refused == 19
     assert all(t < 0.05 for t in at[:5]) and at[-1] >= 0.25
+
+
+def test_watches_wait_while_agents_connect_and_a_quiet_second_after_then_go_on_or_at_their_bound():
+    async def run() -> dict[str, float]:
+        first = AgentsFirst(max_wait_s=5)
+        began, at = time.monotonic(), {}
+
+        async def watch(name: str) -> None:
+            await first.wait()
+            at[name] = time.monotonic() - began
+
+        await watch("before any agent")
+        with first.connecting():
+            waiting = asyncio.create_task(watch("while one connects"))
+            await asyncio.sleep(0.3)
+            with first.connecting():  # a second agent overlaps the first
+                await asyncio.sleep(0.3)
+        await asyncio.sleep(0.5)
+        with first.connecting():  # and one more inside the quiet second: the quiet starts again after it
+            await asyncio.sleep(0.1)
+        await waiting
+        await watch("long after")
+        bounded = AgentsFirst(max_wait_s=0.5)
+        with bounded.connecting():  # an agent that never finishes its hello holds a watch up to the bound only
+            began = time.monotonic()
+            await bounded.wait()
+            at["bounded"] = time.monotonic() - began
+        unbounded = AgentsFirst(max_wait_s=0)
+        with unbounded.connecting():
+            began = time.monotonic()
+            await unbounded.wait()
+            at["no wait"] = time.monotonic() - began
+        at["waited"] = first.waited
+        return at
+    at = asyncio.run(run())
+    assert at["before any agent"] < 0.05
+    # the last agent welcomed at about 1.2 s, then a quiet second
+    assert 2.1 <= at["while one connects"] < 3.0, at
+    assert at["long after"] - at["while one connects"] < 0.05 and at["waited"] == 1
+    assert 0.45 <= at["bounded"] < 0.8 and at["no wait"] < 0.05
 
 
 def test_a_coalescer_does_what_waits_together_in_one_flush_and_a_bad_item_fails_alone():
