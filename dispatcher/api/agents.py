@@ -20,7 +20,14 @@ from dispatcher.api.asynchronous import Coalescer, Rerun, blocking, from_thread
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.errors import translated
 from dispatcher.api.logs import LogRelay
-from dispatcher.errors import DispatcherError, InvalidRequest, PermissionDenied, StoreUnavailable, Unauthenticated
+from dispatcher.errors import (
+    DispatcherError,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    StoreUnavailable,
+    Unauthenticated,
+)
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.services import admin_sync, intake, submitting
 from dispatcher.services import reporting as reports
@@ -38,6 +45,7 @@ log = logging.getLogger(__name__)
 _POLL, _END, _CHECK = object(), object(), object()  # on Connect's queue: read the outbox; link ended; check token
 BATCH = 500  # outbox commands read per query
 READ_BATCH = 100  # agent messages applied in one transaction at most (and the job rows it locks)
+HELLOS_AT_ONCE = 100  # hellos reconciled in one transaction at most (and the clusters whose jobs it locks)
 
 
 def capacity_document(capacity: agents_pb2.Capacity) -> dict:
@@ -99,6 +107,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         self.links_open = 0  # changed on the loop only
         self._outbox = Coalescer(self._pending, name="outbox-reads")
         self._recorder = Coalescer(self._record, name="heartbeats-and-acks")
+        self._hellos = Coalescer(self._reconcile, most=HELLOS_AT_ONCE, name="hellos")
         self._refusing = Rerun(self._refuse_impossible, name="refuse-impossible")
         self._loop: asyncio.AbstractEventLoop | None = None  # the links' (set by the first)
         self._outs: set[asyncio.Queue] = set()  # every open link's `out`, changed on the loop only
@@ -182,28 +191,54 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
         hello = first.hello
         if who.role == "agent" and who.cluster != hello.cluster:
             raise PermissionDenied(f"this token belongs to the agent of cluster {who.cluster!r}, not {hello.cluster!r}")
-        document, acked, first_report = await blocking(self._reconcile, hello)
+        document, acked, first_report = await self._hellos(hello)
         if first_report:  # a scan of the queued jobs and every cluster: off the hello's path, one at a time
             self._refusing.ask()
         return who, hello.cluster, acked, document, hello.reads_batches
 
-    def _reconcile(self, hello: agents_pb2.Hello) -> tuple[dict, int, bool]:
-        """Record a hello's capacity and reconcile its inventory; (the Cluster object's document, the highest
-        command id the cluster acked, whether this is the cluster's first report ever)."""
+    def _reconcile(self, hellos: list[agents_pb2.Hello]) -> list[tuple[dict, int, bool] | DispatcherError]:
+        """Record hellos' capacity and reconcile their inventories, many in one transaction (a restarted
+        dispatcher's every agent says hello at once): for each, (the Cluster object's document, the highest
+        command id the cluster acked, whether this is the cluster's first report ever), or the error it alone
+        meets. Two hellos of one cluster are taken one after the other, as they came."""
+        results: list = [None] * len(hellos)
+        documents: dict[int, dict] = {}
+        for i, hello in enumerate(hellos):
+            try:
+                documents[i] = capacity_document(hello.capacity)
+            except DispatcherError as exc:
+                results[i] = exc
+        rounds: list[dict[str, int]] = []  # each a hello's index by its cluster: one a cluster in a round
+        for i in documents:
+            free = next((r for r in rounds if hellos[i].cluster not in r), None)
+            if free is None:
+                rounds.append(free := {})
+            free[hellos[i].cluster] = i
+        if not rounds:
+            return results
         now = datetime.now(UTC)
         with self._sessions.begin() as session:
-            row = cluster_store.get_cluster(session, hello.cluster)
-            document, first_report = dict(row.spec or {}), row.capacity is None
-            acked = outbox_store.acked_through(session, hello.cluster)
-            # A new agent process reports from scratch: everything it acked before is in its report.
-            cluster_store.record_capacity(session, hello.cluster, capacity_document(hello.capacity),
-                                          max(acked, hello.capacity.applied_through), now, first=True)
-            orphans = reports.reconcile(session, hello.cluster, [report_of(s) for s in hello.inventory],
-                                        self._metrics)
-            for job_id, attempt in orphans:
-                outbox_store.add_cancel(session, hello.cluster, job_id, attempt, "orphan: not a live attempt")
+            for hello_of in rounds:
+                rows = cluster_store.hello_rows(session, list(hello_of))
+                for cluster in [c for c in hello_of if c not in rows]:
+                    results[hello_of.pop(cluster)] = NotFound(f"cluster {cluster!r} not found")
+                if not hello_of:
+                    continue
+                acked = outbox_store.acked_through(session, list(hello_of))
+                # A new agent process reports from scratch: everything it acked before is in its report.
+                cluster_store.record_heartbeats(
+                    session, [(c, documents[i], max(acked[c], hellos[i].capacity.applied_through))
+                              for c, i in hello_of.items()], now, first=True)
+                orphans = reports.reconcile(
+                    session, {c: [report_of(s) for s in hellos[i].inventory] for c, i in hello_of.items()},
+                    self._metrics)
+                for cluster, job_id, attempt in orphans:
+                    outbox_store.add_cancel(session, cluster, job_id, attempt, "orphan: not a live attempt")
+                for cluster, i in hello_of.items():
+                    document, first_report = rows[cluster]
+                    results[i] = (dict(document), acked[cluster], first_report)
             channels.notify(session, channels.WAKE_CHANNEL)
-        return document, acked, first_report
+        return results
 
     def _refuse_impossible(self) -> None:
         """A cluster's first report may make every cluster known: the jobs accepted while it was not, and

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import grpc
 
 from dispatcher import tls
-from dispatcher.api.asynchronous import blocking
+from dispatcher.api.asynchronous import Coalescer, blocking
 from dispatcher.api.oidc import IdentityProvider
 from dispatcher.errors import PermissionDenied, Unauthenticated
 from dispatcher.store import channels, tokens
@@ -47,6 +47,7 @@ class Authenticator:
         self._lock = threading.Lock()
         self.revocations = 0  # how many times the cache was dropped: a stream seeing it move checks its token
         self._on_revocation: list[Callable[[], None]] = []
+        self._lookups = Coalescer(self._sluice_tokens, name="token-lookups")  # the streams' cache misses
         if notifier is not None:  # a revocation on any replica; "" after the listener reconnected
             notifier.subscribe(channels.TOKENS_CHANNEL, lambda _payload: self.forget())
 
@@ -82,20 +83,33 @@ class Authenticator:
             return hit
         if certificate is not None:
             found = self._certified(certificate)
-        elif self._identity is not None and not secret.startswith("sl_"):
-            found = self._identity.principal(secret)
+        elif self._own(secret):
+            found = self._sluice_tokens([secret])[0]
+            if isinstance(found, Unauthenticated):
+                raise found
         else:
-            with self._sessions() as session:
-                found = tokens.authenticate(session, secret)
-            if found is None:
-                raise Unauthenticated(tokens.REFUSED)
+            found = self._identity.principal(secret)
+        return self._remember(secret or certificate, found, now)
+
+    def _own(self, secret: str) -> bool:
+        """Whether a bearer token is one of Sluice's own (looked up in the store), not the identity provider's."""
+        return self._identity is None or secret.startswith("sl_")
+
+    def _sluice_tokens(self, secrets: list[str]) -> list[Principal | Unauthenticated]:
+        """Whom each of Sluice's own tokens names, or the refusal, in one query for all."""
+        with self._sessions() as session:
+            found = tokens.authenticate(session, secrets)
+        return [found.get(secret) or Unauthenticated(tokens.REFUSED) for secret in secrets]
+
+    def _remember(self, key, found: Principal, now: float) -> Principal:
+        """Cache a verified identity until CACHE_SECONDS from `now` or its expiry, whichever comes first."""
         until = now + CACHE_SECONDS
         if found.expires_at is not None:
             until = min(until, now + (found.expires_at - datetime.now(UTC)).total_seconds())
         with self._lock:
             if len(self._cache) >= MAX_CACHED:
                 self._cache.clear()
-            self._cache[secret or certificate] = (until, found)
+            self._cache[key] = (until, found)
         return found
 
     def _certified(self, certificate: AgentIdentity) -> Principal:
@@ -138,8 +152,16 @@ class Authenticator:
         return self._allowed(self.principal(context), roles)
 
     async def require_on_loop(self, context: grpc.ServicerContext, *roles: str) -> Principal:
-        """require() for a stream on the event loop: from the cache at once, else on the executor."""
-        return self.known(context, *roles) or await blocking(self.require, context, *roles)
+        """require() for a stream on the event loop: from the cache at once, else on the executor; Sluice's own
+        tokens missing from the cache together with the other streams' (after a restart every agent and every
+        watch calls at once, each with a token the new process has not seen) in one query."""
+        if (who := self.known(context, *roles)) is not None:
+            return who
+        secret, certificate = self._credentials(context)
+        if certificate is not None or not self._own(secret):
+            return await blocking(self.require, context, *roles)
+        now = time.monotonic()
+        return self._allowed(self._remember(secret, await self._lookups(secret), now), roles)
 
     @staticmethod
     def _allowed(who: Principal, roles: tuple[str, ...]) -> Principal:

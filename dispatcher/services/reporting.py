@@ -105,34 +105,40 @@ def _agent_time(report: AttemptReport) -> datetime | None:
         return None
 
 
-def reconcile(session: Session, cluster: str, inventory: list[AttemptReport],
-              metrics: DispatcherMetrics | None = None) -> list[tuple[int, int]]:
-    """Apply an agent's inventory; return the (job, attempt) pairs it holds that are not live (orphans).
+def reconcile(session: Session, inventories: dict[str, list[AttemptReport]],
+              metrics: DispatcherMetrics | None = None) -> list[tuple[str, int, int]]:
+    """Apply the inventories of agents saying hello, each cluster's by name; return the (cluster, job, attempt)
+    they hold that are not live (orphans). Many clusters at once (a restart's every agent saying hello), with a
+    few statements for all of them besides one per cluster that holds anything.
 
     An attempt whose unacked reports the agent still holds is listed with the earliest of them (agent
     connection.py): when a dispatcher applied RUNNING and SUCCEEDED but died before its ack, the next
     hello says RUNNING for an attempt that has ended. One that ended SUCCEEDED or FAILED, which only
     its cluster's own report does, is therefore no orphan: there is nothing of it left to cancel."""
-    held = {(r.job_id, r.attempt) for r in inventory}
-    apply_many(session, cluster, inventory, metrics)
+    clusters = sorted(inventories)  # jobs locked cluster by cluster in name order, as the lease's expiry does
+    for cluster in clusters:
+        if inventories[cluster]:
+            apply_many(session, cluster, inventories[cluster], metrics)
     # The active jobs before the unacked dispatches: a dispatch the scheduler commits between the two reads
     # (each sees what had committed when it began) is then unacked, not a held job missing from the inventory.
-    active = job_reads.active_on_cluster(session, cluster)
-    unacked = outbox_store.unacked_dispatches(session, cluster)
-    for job in active:
-        key = (job.id, job.attempt)
-        if key not in held and key not in unacked:
-            apply(session, cluster, AttemptReport(job.id, job.attempt, states.LOST, "the cluster no longer holds it"))
-    live = {(j.id, j.attempt) for j in job_reads.active_on_cluster(session, cluster)}
-    orphans = [(r.job_id, r.attempt) for r in inventory
-               if (r.job_id, r.attempt) not in live and r.state not in states.REPORTED_ENDS]
-    known = job_reads.existing_ids(session, sorted({job_id for job_id, _ in orphans}))
-    for job_id, attempt in orphans:
+    active = job_reads.active_attempts(session, clusters)
+    unacked = outbox_store.unacked_dispatches(session, clusters)
+    for cluster in clusters:
+        held = {(r.job_id, r.attempt) for r in inventories[cluster]}
+        gone = [AttemptReport(job_id, attempt, states.LOST, "the cluster no longer holds it")
+                for job_id, attempt in sorted(active[cluster] - held - unacked[cluster])]
+        if gone:
+            apply_many(session, cluster, gone, metrics)
+    live = job_reads.active_attempts(session, clusters)
+    orphans = [(cluster, r.job_id, r.attempt) for cluster in clusters for r in inventories[cluster]
+               if (r.job_id, r.attempt) not in live[cluster] and r.state not in states.REPORTED_ENDS]
+    known = job_reads.existing_ids(session, sorted({job_id for _, job_id, _ in orphans}))
+    for cluster, job_id, attempt in orphans:
         if job_id not in known:  # another installation's, or from before the database was wiped: left alone
             log.warning("the cluster holds objects of a job this dispatcher never had; left in place",
                         extra={"cluster": cluster, "job_id": job_id, "attempt": attempt})
-    reported_done = job_reads.ended_by_report(session, orphans)
-    return [(job_id, attempt) for job_id, attempt in orphans
+    reported_done = job_reads.ended_by_report(session, [(job_id, attempt) for _, job_id, attempt in orphans])
+    return [(cluster, job_id, attempt) for cluster, job_id, attempt in orphans
             if job_id in known and (job_id, attempt) not in reported_done]
 
 

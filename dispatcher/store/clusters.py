@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from dispatcher.errors import NotFound
 from dispatcher.policy import states
-from dispatcher.store.database import driver
+from dispatcher.store.database import driver, named
 from dispatcher.store.models import BurstPolicy, Cluster, Job, Queue, ServiceClass
 from sluice.objects import BurstPolicyObject, ClusterObject, QueueObject, ServiceClassObject
 
@@ -80,6 +80,14 @@ CLUSTER_ROWS = "SELECT {} FROM clusters ORDER BY name".format(
     ", ".join(f"{c.name}::text AS {c.name}" if c.name in AS_TEXT else c.name for c in Cluster.__table__.columns))
 
 
+def hello_rows(session: Session, names: list[str]) -> dict[str, tuple[dict, bool]]:
+    """For each of these clusters that exists: its Cluster object's document, and whether it never reported
+    capacity."""
+    return {row.name: (row.spec or {}, row.first) for row in named(
+        session, "SELECT name, spec, capacity IS NULL AS first FROM clusters WHERE name = ANY(%(names)s)",
+        {"names": list(names)})}
+
+
 def record_capacity(session: Session, name: str, capacity: dict, applied_through: int, now: datetime, *,
                     first: bool = False) -> None:
     """Store an agent's capacity report. Within a connection the watermark only rises; the first
@@ -91,13 +99,14 @@ def record_capacity(session: Session, name: str, capacity: dict, applied_through
         {"capacity": json.dumps(capacity), "now": now, "applied": applied_through, "name": name})
 
 
-def record_heartbeats(session: Session, beats: list[tuple[str, dict, int]], now: datetime) -> None:
+def record_heartbeats(session: Session, beats: list[tuple[str, dict, int]], now: datetime, *,
+                      first: bool = False) -> None:
     """record_capacity() of many clusters' heartbeats (name, capacity, applied_through) in one statement; the
-    rows are locked in name order (two writers of several never deadlock)."""
+    rows are locked in name order (two writers of several never deadlock). first: each a hello's."""
     beats = sorted(beats, key=lambda beat: beat[0])
     driver(session).execute(
-        """UPDATE clusters c SET capacity = b.capacity::jsonb, capacity_at = %(now)s, last_seen_at = %(now)s,
-                  applied_through = greatest(c.applied_through, b.applied)
+        f"""UPDATE clusters c SET capacity = b.capacity::jsonb, capacity_at = %(now)s, last_seen_at = %(now)s,
+                  applied_through = {"b.applied" if first else "greatest(c.applied_through, b.applied)"}
            FROM unnest(%(names)s::text[], %(capacities)s::text[], %(applied)s::bigint[]) AS b(name, capacity, applied)
            WHERE c.name = b.name""",
         {"names": [b[0] for b in beats], "capacities": [json.dumps(b[1]) for b in beats],

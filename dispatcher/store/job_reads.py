@@ -143,6 +143,15 @@ def active_on_cluster(session: Session, cluster: str) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
 
 
+def active_attempts(session: Session, clusters: list[str]) -> dict[str, set[tuple[int, int]]]:
+    """The (job, attempt) live on each of these clusters (every cluster named is in the answer)."""
+    live: dict[str, set[tuple[int, int]]] = {cluster: set() for cluster in clusters}
+    for row in named(session, f"SELECT cluster, id, attempt FROM jobs WHERE cluster = ANY(%(clusters)s) "
+                              f"AND state IN {sql_strings(states.ACTIVE)}", {"clusters": list(clusters)}):
+        live[row.cluster].add((row.id, row.attempt))
+    return live
+
+
 
 def queued_shapes(session: Session) -> list[tuple[dict, dict, dict, list[int]]]:
     """(requests, largest pod, placement, ids) of the queued jobs, one row per distinct shape and placement."""

@@ -1,7 +1,7 @@
 """The outbox: commands for agents, kept until each agent acks them (at-least-once delivery)."""
 from __future__ import annotations
 
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
 from dispatcher.store.channels import OUTBOX_CHANNEL, notify
@@ -72,9 +72,13 @@ def ack(session: Session, cluster: str, command_ids: list[int]) -> None:
                             {"cluster": cluster, "ids": list(command_ids)})
 
 
-def acked_through(session: Session, cluster: str) -> int:
-    return session.scalar(select(func.coalesce(func.max(OutboxCommand.id), 0)).where(
-        OutboxCommand.cluster == cluster, OutboxCommand.acked_at.is_not(None))) or 0
+def acked_through(session: Session, clusters: list[str]) -> dict[str, int]:
+    """The highest command id each of these clusters acked (0: none)."""
+    acked = dict.fromkeys(clusters, 0)
+    for row in named(session, "SELECT cluster, max(id) AS id FROM outbox WHERE cluster = ANY(%(clusters)s) "
+                              "AND acked_at IS NOT NULL GROUP BY cluster", {"clusters": list(clusters)}):
+        acked[row.cluster] = row.id
+    return acked
 
 
 def add_cancel(session: Session, cluster: str, job_id: int, attempt: int, reason: str) -> None:
@@ -90,11 +94,13 @@ def add_cancel(session: Session, cluster: str, job_id: int, attempt: int, reason
     notify(session, OUTBOX_CHANNEL, cluster)
 
 
-def unacked_dispatches(session: Session, cluster: str) -> set[tuple[int, int]]:
-    """(job, attempt) of dispatch commands for the cluster that its agent has not acked yet."""
-    rows = session.execute(select(OutboxCommand.job_id, OutboxCommand.attempt).where(
-        OutboxCommand.cluster == cluster, OutboxCommand.kind == "dispatch", OutboxCommand.acked_at.is_(None)))
-    return {(r.job_id, r.attempt) for r in rows}
+def unacked_dispatches(session: Session, clusters: list[str]) -> dict[str, set[tuple[int, int]]]:
+    """(job, attempt) of the dispatch commands for each of these clusters that its agent has not acked yet."""
+    unacked: dict[str, set[tuple[int, int]]] = {cluster: set() for cluster in clusters}
+    for row in named(session, "SELECT cluster, job_id, attempt FROM outbox WHERE cluster = ANY(%(clusters)s) "
+                              "AND kind = 'dispatch' AND acked_at IS NULL", {"clusters": list(clusters)}):
+        unacked[row.cluster].add((row.job_id, row.attempt))
+    return unacked
 
 
 def unacked_per_cluster(session: Session) -> list:

@@ -77,12 +77,14 @@ def revoke(session: Session, token_id: int) -> tuple[ApiToken, bool]:
     return row, True
 
 
-def authenticate(session: Session, secret: str) -> Principal | None:
-    row = session.scalars(select(ApiToken).where(
-        ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None),
-        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()))).first()
-    return None if row is None else Principal(row.subject, row.role, row.cluster, token_id=row.id,
-                                              expires_at=row.expires_at)
+def authenticate(session: Session, secrets: list[str]) -> dict[str, Principal]:
+    """Whom each of these tokens names, for those that hold (neither revoked nor expired), by secret."""
+    by_hash = {hash_token(secret): secret for secret in secrets}
+    rows = session.scalars(select(ApiToken).where(
+        ApiToken.token_hash.in_(list(by_hash)), ApiToken.revoked_at.is_(None),
+        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now())))
+    return {by_hash[row.token_hash]: Principal(row.subject, row.role, row.cluster, token_id=row.id,
+                                               expires_at=row.expires_at) for row in rows}
 
 
 # A row when the token %(token)s is neither revoked nor expired now, its row then locked (FOR SHARE) until

@@ -96,7 +96,7 @@ def _check_token_files(directory: pathlib.Path, sessions) -> None:
         if why is None and sessions is not None:
             from dispatcher.store import tokens
             with sessions() as session:
-                if tokens.authenticate(session, secret) is None:
+                if secret not in tokens.authenticate(session, [secret]):
                     why = "not a token this dispatcher accepts (corrupted, revoked or expired)"
         if why is not None:
             raise Failed("up", f"{path}: {why}; delete it and `sluice up` makes a new one")

@@ -328,6 +328,63 @@ def test_a_watch_opened_while_an_agent_connects_waits_for_its_welcome_and_a_quie
         bounded_client.close()
 
 
+def test_agents_saying_hello_together_are_each_welcomed_and_one_of_an_unknown_cluster_alone_refused(serve):
+    """Thirty agents dial at once, one more naming a cluster the dispatcher does not have (an admin's token may
+    name any), and two with a revoked token and a made-up one: their tokens are looked up together and their
+    hellos reconciled together; each agent is welcomed with its own cluster's watermark, the stranger alone is
+    told NOT_FOUND and the impostors alone UNAUTHENTICATED."""
+    d = serve()
+    with d.sessions.begin() as session:  # site-07 acked command 5 before: its agent resumes after it
+        session.execute(text("INSERT INTO outbox (id, cluster, kind, job_id, attempt, payload, acked_at) "
+                             "VALUES (5, 'site-07', 'cancel', 1, 1, '{}', now())"))
+    with d.sessions.begin() as session:
+        revoked = tokens.create(session, "agent", "agent-site-09-before", "site-09")
+        tokens.revoke(session, session.execute(text("SELECT max(id) FROM api_tokens")).scalar())
+    links = {c: ScriptedAgent(d.address, d.agent_tokens[c], c, own_connection=True) for c in CLUSTERS}
+    stranger = ScriptedAgent(d.address, d.admin, "nowhere")
+    impostors = [ScriptedAgent(d.address, token, "site-09", own_connection=True)
+                 for token in (revoked, "sl_not-a-token-at-all")]
+    with pytest.raises(grpc.RpcError) as refused:
+        stranger.next("welcome", timeout=30)
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "cluster 'nowhere' not found" in refused.value.details()
+    for impostor in impostors:  # their tokens looked up with the others' (api/auth.py), refused alone
+        with pytest.raises(grpc.RpcError) as refused:
+            impostor.next("welcome", timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.details() == "invalid, expired or revoked token"
+    for cluster, link in links.items():
+        assert link.next("welcome", timeout=30).cluster == cluster
+    with d.sessions() as session:
+        seen = dict(session.execute(text("SELECT name, applied_through FROM clusters WHERE capacity IS NOT NULL"))
+                    .all())
+    assert sorted(seen) == CLUSTERS and seen["site-07"] == 5 and seen["site-08"] == 0
+    for link in [*links.values(), stranger, *impostors]:
+        link.close()
+
+
+def test_hellos_reconciled_in_one_batch_take_two_of_one_cluster_in_turn_and_fail_a_bad_one_alone(serve):
+    """The batch itself (AgentsService._reconcile), as the coalescer hands it over: a cluster the dispatcher does
+    not have and a capacity Postgres cannot store fail their own hello only; two hellos of one cluster are taken
+    one after the other (the second no longer its cluster's first report)."""
+    from dispatcher.api.agents import AgentsService
+    from dispatcher.api.auth import Authenticator
+    from dispatcher.errors import InvalidRequest, NotFound
+    d = serve()
+    service = AgentsService(d.sessions, Authenticator(d.sessions), d.notifier, heartbeat_s=1)
+
+    def hello(cluster: str, cpu: str = "cpu") -> agents_pb2.Hello:
+        return agents_pb2.Hello(cluster=cluster, capacity=ScriptedAgent.capacity({cpu: 8000}))
+    results = service._reconcile([hello("site-00"), hello("nowhere"), hello("site-01", "c\x00pu"), hello("site-00"),
+                                  hello("site-02")])
+    assert [r[2] if isinstance(r, tuple) else type(r) for r in results] == [
+        True, NotFound, InvalidRequest, False, True]  # site-00's first report, then its second
+    assert "NUL character" in str(results[2])
+    with d.sessions() as session:
+        assert session.execute(text("SELECT name FROM clusters WHERE capacity IS NOT NULL ORDER BY name")
+                               ).scalars().all() == ["site-00", "site-02"]
+
+
 def test_a_watch_that_fell_far_behind_or_resumed_from_an_old_event_gets_every_event_once_in_order(serve):
     """The watch is not read while 25,000 events are written (far more than the feed keeps, and than gRPC's
     flow control lets the server send ahead), then read: every event comes, once, in id order. A watch opened

@@ -122,9 +122,29 @@ def test_an_attempt_whose_end_was_applied_but_not_acked_is_no_orphan(sessions):
         reports.apply_many(session, "onprem", [Report(done, 1, "RUNNING"), Report(done, 1, "SUCCEEDED"),
                                                Report(lost, 1, "LOST", "the cluster went silent")])
     with sessions.begin() as session:
-        orphans = reports.reconcile(session, "onprem", [Report(done, 1, "RUNNING"), Report(lost, 1, "RUNNING")])
-    assert orphans == [(lost, 1)]
+        orphans = reports.reconcile(session, {"onprem": [Report(done, 1, "RUNNING"), Report(lost, 1, "RUNNING")]})
+    assert orphans == [("onprem", lost, 1)]
     assert _state(sessions, [done])["jobs"][0][0] == "SUCCEEDED"
+
+
+def test_the_hellos_of_several_clusters_reconciled_together_each_come_out_as_alone(sessions):
+    """A restart's agents say hello together and are reconciled in one transaction: on each cluster, a held
+    attempt stays, an acked one it no longer holds is lost, and one it holds that is not live is its orphan;
+    a cluster holding nothing with nothing live changes nothing."""
+    held_onprem, gone_onprem = _dispatched(sessions, 2, "onprem")
+    held_edge, orphan_edge = _dispatched(sessions, 2, "edge")
+    with sessions.begin() as session:
+        session.execute(text("UPDATE outbox SET acked_at = now() WHERE kind = 'dispatch'"))
+        reports.apply_many(session, "edge", [Report(orphan_edge, 1, "LOST", "the cluster went silent")])
+    with sessions.begin() as session:
+        orphans = reports.reconcile(session, {
+            "onprem": [Report(held_onprem, 1, "RUNNING")],
+            "edge": [Report(held_edge, 1, "RUNNING"), Report(orphan_edge, 1, "RUNNING")], "cloud": []})
+    assert orphans == [("edge", orphan_edge, 1)]
+    jobs = _state(sessions, [held_onprem, gone_onprem, held_edge, orphan_edge])["jobs"]
+    assert [state for state, *_ in jobs] == ["RUNNING", "QUEUED", "RUNNING", "QUEUED"]
+    assert "lost on onprem: the cluster no longer holds it" in jobs[1][1]
+    assert "lost on edge: the cluster went silent" in jobs[3][1]
 
 
 def test_a_job_dispatched_to_the_cluster_while_its_hello_is_reconciled_is_not_lost(sessions, monkeypatch):
@@ -136,17 +156,17 @@ def test_a_job_dispatched_to_the_cluster_while_its_hello_is_reconciled_is_not_lo
     docs = [json.dumps(job_doc(name="during-hello"))]
     with sessions.begin() as session:
         [job_id] = submitting.submit(session, Principal("root", "admin"), submitting.parse(docs))
-    read_active = job_reads.active_on_cluster
+    read_active = job_reads.active_attempts
     dispatched = []
 
-    def dispatch_first(session, cluster):  # the scheduler's commit lands just before the read of active jobs
+    def dispatch_first(session, clusters):  # the scheduler's commit lands just before the read of active jobs
         if not dispatched:
             with sessions.begin() as scheduler:
                 dispatched.extend(lifecycle.dispatch(scheduler, [(job_id, "onprem")]))
-        return read_active(session, cluster)
-    monkeypatch.setattr(job_reads, "active_on_cluster", dispatch_first)
+        return read_active(session, clusters)
+    monkeypatch.setattr(job_reads, "active_attempts", dispatch_first)
     with sessions.begin() as session:
-        assert reports.reconcile(session, "onprem", []) == []
+        assert reports.reconcile(session, {"onprem": []}) == []
     assert len(dispatched) == 1
     assert _state(sessions, [job_id])["jobs"][0][:3] == ("DISPATCHED", "dispatched to onprem", 1)
 
