@@ -236,7 +236,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                     outbox_store.add_cancel(session, cluster, job_id, attempt, "orphan: not a live attempt")
                 for cluster, i in hello_of.items():
                     document, first_report = rows[cluster]
-                    results[i] = (dict(document), acked[cluster], first_report)
+                    results[i] = (document, acked[cluster], first_report)
             channels.notify(session, channels.WAKE_CHANNEL)
         return results
 

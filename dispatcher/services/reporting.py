@@ -197,8 +197,8 @@ def expire_leases(session: Session, now: datetime, clusters: list, *, heard_sinc
         if silent <= lease:
             continue
         reason = f"cluster {name} unreachable for {silent:.0f}s, longer than its lease ({format_duration(lease)})"
-        lost = [AttemptReport(job.id, job.attempt, states.LOST, reason)
-                for job in job_reads.active_on_cluster(session, name)]
+        lost = [AttemptReport(job_id, attempt, states.LOST, reason)
+                for job_id, attempt in sorted(job_reads.active_attempts(session, [name])[name])]
         given_up += apply_many(session, name, lost)
         # The cluster may still run them: its link may be up again (an agent frozen, then resumed), or come back
         # later. The cancel reaches it either way, at once on a live link, and its dispatch, if never sent, is not.

@@ -139,10 +139,6 @@ def job_bursts(session: Session, job_id: int) -> list[tuple[int, dict]]:
         .order_by(Attempt.attempt))]
 
 
-def active_on_cluster(session: Session, cluster: str) -> list[Job]:
-    return list(session.scalars(select(Job).where(Job.cluster == cluster, Job.state.in_(states.ACTIVE))))
-
-
 def active_attempts(session: Session, clusters: list[str]) -> dict[str, set[tuple[int, int]]]:
     """The (job, attempt) live on each of these clusters (every cluster named is in the answer)."""
     live: dict[str, set[tuple[int, int]]] = {cluster: set() for cluster in clusters}
