@@ -12,6 +12,7 @@ import hashlib
 import os
 import pathlib
 import shutil
+import time
 
 import pytest
 from cryptography import x509
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.skipif(
     not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)),
     reason="needs Chromium and its driver: apt-get install chromium chromium-driver (as .ci/run does)")
 WAIT_S = 20.0
+POLL_S = 2.0  # console.js POLL_MS: how often a page redraws
 
 
 def spki_pin(certificate: pathlib.Path) -> str:
@@ -64,9 +66,11 @@ def shots(tmp_path) -> pathlib.Path:
 def test_console_in_a_browser(system, browser, shots):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as seen
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    wait = WebDriverWait(browser, WAIT_S)
+    # Each page redraws every poll, so an element read between two redraws is looked up again, not failed on.
+    wait = WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
     base = f"https://127.0.0.1:{system.dispatcher.metrics_port}"
     done = system.client.submit([job_doc(name=f"train-{n}", cpu="2") for n in range(3)]
                                 + [job_doc(name="eval-1", exit_code="1")])
@@ -76,6 +80,9 @@ def test_console_in_a_browser(system, browser, shots):
 
     def text_of(css: str) -> str:
         return browser.find_element(By.CSS_SELECTOR, css).text
+
+    def click(css: str) -> None:  # found and clicked again when a redraw replaced it in between
+        wait.until(lambda _: browser.find_element(By.CSS_SELECTOR, css).click() or True)
 
     def shot(name: str) -> None:
         browser.save_screenshot(str(shots / f"console-{name}.png"))
@@ -100,17 +107,19 @@ def test_console_in_a_browser(system, browser, shots):
     wait.until(lambda _: "name=sweep" in browser.current_url)
     rows = lambda: browser.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-job]")  # noqa: E731
     wait.until(lambda _: rows() and all("sweep" in r.text and "RUNNING" in r.text for r in rows()))
-    assert str(long) in {r.get_attribute("data-job") for r in rows()}
+    wait.until(lambda _: str(long) in {r.get_attribute("data-job") for r in rows()})
     shot("jobs")
 
-    browser.find_element(By.CSS_SELECTOR, f'#jobs-body tr[data-job="{long}"] a').click()
+    click(f'#jobs-body tr[data-job="{long}"] a')
     wait.until(lambda _: text_of("#job-state") == "RUNNING")
     wait.until(lambda _: "onprem" in text_of("#job"))
     assert "Pod sets" in text_of("#job") and "cpu: 4" in text_of("#job")
     wait.until(lambda _: "started on node-" in text_of("#log-lines"))  # read from the cluster that runs it
     assert f"[{long}-1-" in text_of("#log-lines")
     shot("job")
-    browser.find_element(By.ID, "cancel").click()
+    cancel = browser.find_element(By.ID, "cancel")
+    time.sleep(POLL_S + 0.5)  # the page redraws meanwhile; its buttons stay the same elements, so the click lands
+    cancel.click()
     wait.until(seen.element_to_be_clickable((By.ID, "confirm-cancel"))).click()
     wait.until(lambda _: text_of("#job-state") == "CANCELLED")
     attempt = lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-attempt="1"]').text  # noqa: E731

@@ -177,13 +177,28 @@ function jobsPage() {
 function jobPage(jobId) {
   const status = el("div");
   const content = el("div", { id: "job" });
+  // The buttons outlive each poll's redraw, so a click that lands while the page is redrawn still finds them.
   let confirming = false;
+  let final = false;
+  const actions = el("p", {});
+  const cancel = el("button", { class: "action danger", type: "button", id: "cancel",
+    onclick: () => { confirming = true; showActions(); } }, "Cancel job");
+  const confirm = el("button", { class: "action danger", type: "button", id: "confirm-cancel",
+    onclick: () => jobPage.cancel() }, `Really cancel job ${jobId}`);
+  const keep = el("button", { type: "button", onclick: () => { confirming = false; showActions(); } }, "Keep it");
+  const showActions = () => {
+    const wanted = final ? [] : confirming ? [confirm, keep] : [cancel];
+    if (wanted.length !== actions.children.length || wanted.some((b, i) => actions.children[i] !== b)) {
+      actions.replaceChildren(...wanted.flatMap((b, i) => (i ? [" ", b] : [b])));
+    }
+  };
   const draw = async () => {
     const [job, why] = await Promise.all([api(`/api/v1/jobs/${encodeURIComponent(jobId)}`),
       api(`/api/v1/jobs/${encodeURIComponent(jobId)}/explain`)]);
-    content.replaceChildren(...jobView(job, why, () => confirming, (value) => { confirming = value; redraw(); }));
+    final = FINAL.has(job.state);
+    showActions();
+    content.replaceChildren(...jobView(job, why, actions));
   };
-  const redraw = () => draw().catch((error) => status.replaceChildren(errorBox(error)));
   // Logs are read from the job's cluster when the page opens and when asked, not at every poll.
   const logLines = el("pre", { id: "log-lines" }, "reading…");
   const loadLogs = async () => {
@@ -226,7 +241,7 @@ function attempts(events) {
   return [...found.values()].filter((a) => a.dispatched);
 }
 
-function jobView(job, why, confirming, setConfirming) {
+function jobView(job, why, actions) {
   const fields = [["Name", job.name], ["Queue", job.queue], ["Service class", job.serviceClass],
     ["Priority", job.priority], ["Submitted by", job.submittedBy], ["Cluster", job.cluster],
     ["Attempt", `${job.attempt} (retries allowed: ${job.maxRetries})`],
@@ -235,17 +250,6 @@ function jobView(job, why, confirming, setConfirming) {
     ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ")]];
   const state = el("p", {}, "State: ", el("span", { class: `state state-${job.state}`, id: "job-state" }, job.state),
     job.reason ? el("span", { class: "muted", id: "job-reason" }, ` — ${job.reason}`) : null);
-  const actions = el("p", {});
-  if (!FINAL.has(job.state)) {
-    if (confirming()) {
-      actions.append(el("button", { class: "action danger", type: "button", id: "confirm-cancel",
-        onclick: () => jobPage.cancel() }, `Really cancel job ${job.id}`), " ",
-      el("button", { type: "button", onclick: () => setConfirming(false) }, "Keep it"));
-    } else {
-      actions.append(el("button", { class: "action danger", type: "button", id: "cancel",
-        onclick: () => setConfirming(true) }, "Cancel job"));
-    }
-  }
   const podSets = ((job.spec || {}).spec || {}).podSets || [];
   const requests = (podSet) => {
     const total = {};
