@@ -92,7 +92,10 @@ def subtract(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
 
 def fits(request: dict[str, int], free: dict[str, int]) -> bool:
     """Every requested amount is available (a resource the free map lacks has none)."""
-    return all(amount <= free.get(name, 0) for name, amount in request.items() if amount > 0)
+    for name, amount in request.items():  # a loop, not all(...): placement asks this millions of times a replay
+        if amount > 0 and amount > free.get(name, 0):
+            return False
+    return True
 
 
 def shortfall(request: dict[str, int], free: dict[str, int]) -> list[tuple[str, int, int]]:

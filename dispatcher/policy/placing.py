@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from sluice.packing import expand, first_fit, first_fit_decreasing
 from sluice.quantity import add, fits, format_quantity, shortfall, subtract
@@ -56,6 +57,14 @@ class QueuedJob:
     avoid: tuple[str, ...] = ()  # clusters where its last attempt could not start, left out for a while
     # (count, per-pod requests) per pod set, when the job has more than one pod; () for one pod (or unknown)
     pods: tuple[tuple[int, dict[str, int]], ...] = ()
+
+    @cached_property
+    def shape(self) -> tuple:
+        """All that placement decides by, comparable: jobs of one shape rank the clusters alike. Worked out
+        once per job (a cycle asks it of every head, a replay of the same jobs cycle after cycle)."""
+        return (tuple(sorted(self.requests.items())), tuple(sorted(self.largest_pod.items())),
+                tuple(sorted(self.cluster_selector.items())), self.tiers, self.sites, self.avoid,
+                tuple((n, tuple(sorted(r.items()))) for n, r in self.pods))
 
 
 @dataclass(frozen=True)
@@ -229,12 +238,9 @@ class Clusters(dict):
         return set(self._changes[mark:]), len(self._changes)
 
     def best(self, job: QueuedJob) -> Place | Wait:
-        key = (tuple(sorted(job.requests.items())), tuple(sorted(job.largest_pod.items())),
-               tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid,
-               tuple((n, tuple(sorted(r.items()))) for n, r in job.pods))
-        ranking = self._shapes.get(key)
+        ranking = self._shapes.get(job.shape)
         if ranking is None:
-            ranking = self._shapes[key] = _Ranking(job, [c for c in self.values() if self._include(c)])
+            ranking = self._shapes[job.shape] = _Ranking(job, [c for c in self.values() if self._include(c)])
         else:
             for name in set(self._changes[ranking.seen:]):
                 if self._include(self[name]):
@@ -243,7 +249,7 @@ class Clusters(dict):
         if ranking.order:
             return Place(job.id, ranking.order[0][-1])
         if ranking.reason is None:
-            ranking.reason = _wait_reason(job, [c for c in self.values() if self._include(c)])
+            ranking.reason = _wait_reason(job, [c for c in self.values() if self._include(c)], ranking.why)
         return Wait(job.id, ranking.reason)
 
 
@@ -253,6 +259,7 @@ class _Ranking:
     def __init__(self, job: QueuedJob, clusters: list[ClusterState]):
         self.keys: dict[str, tuple] = {}
         self.order: list[tuple] = []
+        self.why: dict[str, str | None] = {}  # why_not per cluster the shape may use, for its wait reason
         self.reason: str | None = None
         self.seen = 0
         for c in clusters:
@@ -263,7 +270,10 @@ class _Ranking:
         if old is not None:
             del self.order[bisect.bisect_left(self.order, old)]
         self.reason = None
-        if allowed_on(job, cluster) and why_not(job, cluster) is None:
+        if not allowed_on(job, cluster):
+            return
+        why = self.why[cluster.name] = why_not(job, cluster)
+        if why is None:
             new = _preference(job, cluster)
             self.keys[cluster.name] = new
             bisect.insort(self.order, new)
@@ -276,11 +286,13 @@ def _preference(job: QueuedJob, c: ClusterState) -> tuple:
 REASON_CLUSTERS = 5  # a wait reason names this many clusters at most; `sluice explain` lists them all
 
 
-def _wait_reason(job: QueuedJob, clusters: list[ClusterState]) -> str:
+def _wait_reason(job: QueuedJob, clusters: list[ClusterState], known: dict[str, str | None] | None = None) -> str:
+    """known: why_not(job, c) per cluster name, where already asked of these very clusters."""
     candidates = sorted((c for c in clusters if allowed_on(job, c)), key=_rank)
     if not candidates:
         return "no cluster matches its placement" + _placement_text(job)
-    named = "; ".join(f"{c.name}: {why_not(job, c)}" for c in candidates[:REASON_CLUSTERS])
+    named = "; ".join(f"{c.name}: {known[c.name] if known and c.name in known else why_not(job, c)}"
+                      for c in candidates[:REASON_CLUSTERS])
     more = len(candidates) - REASON_CLUSTERS
     return f"no cluster fits: {named}" + (f"; and {more} more clusters (sluice explain lists them)" if more > 0 else "")
 
@@ -318,12 +330,19 @@ def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
         after, slots = first_fit_decreasing(each, nodes)
     if None in slots and drain:
         taken = {s for s in slots if s is not None}
+        ranked: list[int] = []
+        shape = None
         for pod, slot in zip(each, slots):
-            left = [n for n in range(len(after)) if n not in taken]
-            if slot is not None or not left:
+            if slot is not None:
                 continue
+            if pod != shape:  # the nodes by how much of the pod each has free (only the nodes taken change)
+                shape = pod
+                ranked = sorted(range(len(after)), reverse=True,
+                                key=lambda n: (sum(min(after[n].get(r, 0), v) / v for r, v in pod.items() if v), -n))
             # The node with the most of the pod free (the first of those): it fills up for the pod soonest.
-            nearest = max(left, key=lambda n: (sum(min(after[n].get(r, 0), v) / v for r, v in pod.items() if v), -n))
+            nearest = next((n for n in ranked if n not in taken), None)
+            if nearest is None:
+                break
             after[nearest] = subtract(after[nearest], {r: min(after[nearest].get(r, 0), v) for r, v in pod.items()})
             taken.add(nearest)
     if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)

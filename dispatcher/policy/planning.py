@@ -204,24 +204,42 @@ class _Running(dict):
         super().__init__()
         self._more = more
         self.queue_of: dict[int, str] = {}
-        self._holding: dict[tuple, bool] = {}
+        self._holding: dict[tuple, dict[int, bool]] = {}
+        self._by_queue: dict[str, dict[str, list[Active]]] = {}
         self._add(active)
 
     def _add(self, active: list[Active]) -> None:
         for a in active:
             self.setdefault(a.cluster, []).append(a)
             self.queue_of[a.job_id] = a.queue
+        self._by_queue.clear()
 
-    def holds_a_pod(self, victim: Active, shapes: list[dict[str, int]]) -> bool:
-        """Whether one of the victim's pods would hold one of these pods: on several nodes, no other victim
+    def by_queue(self, cluster: str) -> dict[str, list[Active]]:
+        """The cluster's attempts per queue: a search that only reclaims looks at the queues that borrow."""
+        found = self._by_queue.get(cluster)
+        if found is None:
+            found = self._by_queue[cluster] = {}
+            for a in self.get(cluster, ()):
+                found.setdefault(a.queue, []).append(a)
+        return found
+
+    def evict(self, cluster: str, victim: Active) -> None:
+        self[cluster].remove(victim)
+        self._by_queue.pop(cluster, None)
+
+    def holding_a_pod(self, shapes: list[dict[str, int]]) -> Callable[[Active], bool]:
+        """Whether one of a victim's pods would hold one of these pods: on several nodes, no other victim
         counts towards a packing (_packs), so none other is worth evicting. Kept for the cycle: its
         searches ask it of the same attempts for the same few job shapes."""
-        key = (victim.job_id, *(tuple(shape.items()) for shape in shapes))
-        found = self._holding.get(key)
-        if found is None:
-            found = self._holding[key] = any(fits(shape, pod) for _, pod in (victim.pods or ((1, victim.requests),))
-                                             for shape in shapes)
-        return found
+        known = self._holding.setdefault(tuple(tuple(shape.items()) for shape in shapes), {})
+
+        def holds(victim: Active) -> bool:
+            found = known.get(victim.job_id)
+            if found is None:
+                found = known[victim.job_id] = any(fits(shape, pod) for shape in shapes
+                                                   for _, pod in (victim.pods or ((1, victim.requests),)))
+            return found
+        return holds
 
     def victims(self, out: CyclePlan) -> _Running:
         """Every attempt a search may evict, read now if it was not (skipping those seen already, and the
@@ -352,9 +370,9 @@ class _Verdicts:
     """The waits decided so far in a cycle, by all that decides them, while nothing they depend on has
     changed (no place, preemption, burst or hold made or given up since): a deep backlog repeats a few job
     shapes, and a head like one that just had to wait waits for the same reason, without deciding again.
-    What decides a wait: the job's shape (its requests and largest pod, dicts shared per shape as the
-    cycle's reads make them, its placement and maxRuntime), its queue, class and class priority, the job
-    that evicted it, and whether it waited past its class's reservation time. Never used with paid
+    What decides a wait: the job's shape (QueuedJob.shape: its requests, pods and placement) and maxRuntime,
+    its queue, class and class priority, the job that evicted it, and whether it waited past its class's
+    reservation time. Never used with paid
     clusters, where the time waited enters a burst's verdict, nor for a job that holds room itself."""
 
     def __init__(self, on: bool):
@@ -378,9 +396,7 @@ class _Verdicts:
             self._known, self._mark = {}, mark
         job, cls = c.job, classes.get(c.service_class)
         reserves = cls is not None and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s
-        selector = tuple(sorted(job.cluster_selector.items())) if job.cluster_selector else ()
-        self._key = (id(job.requests), id(job.largest_pod), selector, job.tiers, job.sites,
-                     job.avoid, job.max_runtime_s, c.queue, c.service_class, c.class_priority, c.preempted_by,
+        self._key = (job.shape, job.max_runtime_s, c.queue, c.service_class, c.class_priority, c.preempted_by,
                      reserves)
         known = self._known.get(self._key)
         if known is None:
@@ -410,7 +426,7 @@ class _FairOrder:
         self._parent: dict[str, str | None] = {}
         self._heaps: dict[str | None, list] = {None: []}
         self._version: dict[str, int] = {}
-        self._best: dict[str, tuple | None] = {}
+        self._own: dict[str, tuple | None] = {}  # each node's own head's key, as its last rekey made it
         for queue in heads:
             path = tree.path(queue)
             for child, parent in zip(path, path[1:] + [None]):
@@ -456,8 +472,11 @@ class _FairOrder:
 
     def _own_first(self, node: str) -> bool:
         """Whether the node's own head goes before the best head below it."""
-        own, below = self._head_key(node), self._lifted(node)
-        return own is not None and (below is None or own < below)
+        own = self._own[node]  # keyed again whenever its head or its share changes (changed())
+        if own is None:
+            return False
+        below = self._lifted(node)
+        return below is None or own < below
 
     def _top_key(self, node: str | None) -> tuple | None:
         heap = self._heaps.get(node)
@@ -470,7 +489,8 @@ class _FairOrder:
 
     def _rekey(self, name: str) -> None:
         """Put the best head at or below `name`, keyed from name's level, into its parent's heap."""
-        keys = [k for k in (self._head_key(name), self._lifted(name)) if k is not None]
+        own = self._own[name] = self._head_key(name)
+        keys = [k for k in (own, self._lifted(name)) if k is not None]
         version = self._version[name] = self._version.get(name, 0) + 1
         if keys:
             heapq.heappush(self._heaps[self._parent[name]], (min(keys), version, name))
@@ -724,41 +744,32 @@ def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, r
 
     borrowing: dict[str, bool] = {}  # per queue, for this search
 
+    def lends(queue: str) -> bool:
+        """Whether reclaim may take from the queue's attempts."""
+        if not reclaim or queue == c.queue:
+            return False
+        found = borrowing.get(queue)
+        if found is None:
+            found = borrowing[queue] = tree.borrowing(queue)
+        return found
+
     def eligible(a: Active) -> bool:
         if not a.evictable or a.job_id in evicting or a.job_id == c.preempted_by:
             return False
-        if by_class(a):
-            return True
-        if not reclaim or a.queue == c.queue:
-            return False
-        found = borrowing.get(a.queue)
-        if found is None:
-            found = borrowing[a.queue] = tree.borrowing(a.queue)
-        return found
+        return by_class(a) or lends(a.queue)
 
-    borrowed: dict[str, dict[str, int] | None] = {}
-
-    def allowed(victims: list[Active]) -> bool:
-        """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed)."""
-        taken: dict[str, dict[str, int]] = {}
-        for a in victims:
-            if not by_class(a):
-                taken[a.queue] = add(taken.get(a.queue, {}), a.requests)
-        for queue, amounts in taken.items():
-            cap = borrowed[queue] if queue in borrowed else borrowed.setdefault(queue, tree.borrowed(queue))
-            if cap is not None and not fits({r: amounts.get(r, 0) for r in cap}, cap):
-                return False
-        return True
-
+    allowed = _Takings(tree, by_class)
     best: tuple | None = None
     view = views.seen_by(out.holds, c.job, now)  # a job searches holding nothing (above)
     for cluster in matching(c.job, _unpaid(view).values()):
         if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
                 or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
             continue
-        candidates = [a for a in running[cluster.name] if eligible(a)]
+        pool = running[cluster.name] if can_preempt else \
+            [a for queue, jobs in running.by_queue(cluster.name).items() if lends(queue) for a in jobs]
+        candidates = [a for a in pool if eligible(a)]  # in any order: _smallest_set sorts them
         if cluster.node_free and len(cluster.node_free) > 1 and not excess:
-            candidates = [a for a in candidates if running.holds_a_pod(a, shapes)]  # no other victim helps _packs
+            candidates = list(filter(running.holding_a_pod(shapes), candidates))  # no other victim helps _packs
         if not candidates:  # evicting nobody is never chosen
             continue
         chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
@@ -773,7 +784,7 @@ def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, r
     _, cluster, victims = best
     for a in victims:
         tree.charge(a.queue, a.requests, -1)
-        running[cluster].remove(a)
+        running.evict(cluster, a)
         state[cluster] = replace(state[cluster], free=add(state[cluster].free, a.requests))
         out.preemptions.append(Preempt(a.job_id, c.job.id, cluster))
     ids = tuple(a.job_id for a in victims)
@@ -823,7 +834,37 @@ def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victim
     return None not in first_fit_decreasing(pods, bins)[1]
 
 
-def _smallest_set(enough, eligible: list[Active], allowed) -> list[Active] | None:
+class _Takings:
+    """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed): what a set of victims
+    takes from each queue, against that. A victim its class lets be preempted takes nothing from it."""
+
+    def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool]):
+        self._tree, self._by_class = tree, by_class
+        self._caps: dict[str, dict[str, int] | None] = {}
+
+    def adding(self, taken: dict[str, dict[str, int]], victim: Active) -> bool:
+        """Whether a set that takes `taken` (per queue) may take the victim too; if so, it is counted in."""
+        if self._by_class(victim):
+            return True
+        queue = victim.queue
+        if queue not in self._caps:
+            self._caps[queue] = self._tree.borrowed(queue)
+        cap, before = self._caps[queue], taken.get(queue, {})
+        if cap is not None:
+            for resource, limit in cap.items():
+                amount = before.get(resource, 0) + victim.requests.get(resource, 0)
+                if amount > 0 and amount > limit:
+                    return False
+        taken[queue] = add(before, victim.requests)
+        return True
+
+    def allow(self, victims) -> bool:
+        """Whether reclaim may take every one of these victims together."""
+        taken: dict[str, dict[str, int]] = {}
+        return all(self.adding(taken, a) for a in victims)
+
+
+def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
     """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
     in that order (passing over any that the set may not take with the others: `allowed`) and pruned of
     any victim the rest can do without, then replaced by the first smaller set in that order that is
@@ -833,8 +874,9 @@ def _smallest_set(enough, eligible: list[Active], allowed) -> list[Active] | Non
         return []
     order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
     chosen: list[Active] | None = []
+    taken: dict[str, dict[str, int]] = {}  # what the chosen take from each queue (the chosen are allowed)
     for a in order:
-        if not allowed([*chosen, a]):
+        if not allowed.adding(taken, a):
             continue
         chosen.append(a)
         if enough(chosen):
@@ -854,6 +896,6 @@ def _smallest_set(enough, eligible: list[Active], allowed) -> list[Active] | Non
             budget -= 1
             if budget < 0:
                 return chosen
-            if allowed(list(combo)) and enough(list(combo)):
+            if allowed.allow(combo) and enough(list(combo)):
                 return list(combo)
     return chosen

@@ -64,9 +64,9 @@ def shots(tmp_path) -> pathlib.Path:
 
 
 def test_console_in_a_browser(system, browser, shots):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as seen
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     # Each page redraws every poll, so an element read between two redraws is looked up again, not failed on.
