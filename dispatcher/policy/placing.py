@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 
 from sluice.packing import expand, first_fit, first_fit_decreasing
 from sluice.quantity import add, fits, format_quantity, shortfall, subtract
@@ -57,14 +56,6 @@ class QueuedJob:
     avoid: tuple[str, ...] = ()  # clusters where its last attempt could not start, left out for a while
     # (count, per-pod requests) per pod set, when the job has more than one pod; () for one pod (or unknown)
     pods: tuple[tuple[int, dict[str, int]], ...] = ()
-
-    @cached_property
-    def shape(self) -> tuple:
-        """All that placement decides by, comparable: jobs of one shape rank the clusters alike. Worked out
-        once per job (a cycle asks it of every head, a replay of the same jobs cycle after cycle)."""
-        return (tuple(sorted(self.requests.items())), tuple(sorted(self.largest_pod.items())),
-                tuple(sorted(self.cluster_selector.items())), self.tiers, self.sites, self.avoid,
-                tuple((n, tuple(sorted(r.items()))) for n, r in self.pods))
 
 
 @dataclass(frozen=True)
@@ -238,9 +229,12 @@ class Clusters(dict):
         return set(self._changes[mark:]), len(self._changes)
 
     def best(self, job: QueuedJob) -> Place | Wait:
-        ranking = self._shapes.get(job.shape)
+        key = (tuple(sorted(job.requests.items())), tuple(sorted(job.largest_pod.items())),
+               tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid,
+               tuple((n, tuple(sorted(r.items()))) for n, r in job.pods))
+        ranking = self._shapes.get(key)
         if ranking is None:
-            ranking = self._shapes[job.shape] = _Ranking(job, [c for c in self.values() if self._include(c)])
+            ranking = self._shapes[key] = _Ranking(job, [c for c in self.values() if self._include(c)])
         else:
             for name in set(self._changes[ranking.seen:]):
                 if self._include(self[name]):
