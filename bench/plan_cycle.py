@@ -14,7 +14,8 @@ import argparse
 import time
 
 from dispatcher.policy.placing import ClusterState, QueuedJob
-from dispatcher.policy.planning import Active, Candidate, ClassPolicy, plan_cycle
+from dispatcher.policy.planning import plan_cycle
+from dispatcher.policy.plans import Active, Candidate, ClassPolicy
 from dispatcher.policy.quotas import QueueQuota
 
 GI = 2**30 * 1000

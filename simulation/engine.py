@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dispatcher.policy.placing import TIER_ORDER, allowed_on
-from dispatcher.policy.planning import PREEMPTION_HOLD_S, Hold
+from dispatcher.policy.plans import PREEMPTION_HOLD_S, Hold
 from dispatcher.scheduler.cycle import plan_and_apply
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking

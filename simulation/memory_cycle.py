@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 
 from dispatcher.policy import bursting
 from dispatcher.policy.decay import DecayedUsage
-from dispatcher.policy.planning import Active, ActiveNeeds, Candidate, CyclePlan, needed
+from dispatcher.policy.planning import ActiveNeeds, needed
+from dispatcher.policy.plans import Active, Candidate, CyclePlan
 from dispatcher.policy.quotas import QuotaTree
 from dispatcher.scheduler.cycle import DISPATCH_PART, CycleInputs, Dispatched, Heads
 from dispatcher.scheduler.mapping import PolicyConfig

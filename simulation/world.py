@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dispatcher.capacity import snapshot
 from dispatcher.capacity.snapshot import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob
-from dispatcher.policy.planning import Active, ClassPolicy
+from dispatcher.policy.plans import Active, ClassPolicy
 from sluice.objects import ClusterObject
 from sluice.packing import expand, first_fit_decreasing
 from sluice.quantity import add, subtract

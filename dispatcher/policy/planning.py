@@ -28,101 +28,18 @@ below its guarantee while it raises the reclaiming queue's guaranteed use (quota
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from dispatcher.policy import bursting
 from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
+from dispatcher.policy.held import HeldView, job_view, unpaid
 from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, matching, take
+from dispatcher.policy.plans import PREEMPTION_HOLD_S, Active, Candidate, ClassPolicy, CyclePlan, Hold, Holds
+from dispatcher.policy.preempting import RunningAttempts, preempt
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
-from sluice.packing import expand, first_fit_decreasing
 from sluice.quantity import add, fits
-
-PREEMPTION_HOLD_S = 120.0  # how long room freed by preemption stays held for the preemptor
-VICTIM_SEARCH = 500  # victim sets tried, at most, in looking for one smaller than the greedy choice
-
-
-@dataclass(frozen=True)
-class ClassPolicy:
-    name: str
-    priority: int = 0
-    preemptible: bool = False
-    can_preempt: bool = False
-    weight: float = 1.0
-    reservation_after_s: float | None = None
-    burst_allowed: bool = False
-    burst_after_s: float | None = None
-    price_multiplier: float = 1.0
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A queued job at the head of its queue."""
-
-    job: QueuedJob
-    queue: str
-    service_class: str
-    class_priority: int
-    priority: int
-    waited_s: float = 0.0
-    preempted_by: int | None = None  # the job that evicted its last attempt, never evicted back by it
-
-
-@dataclass(frozen=True)
-class Active:
-    """A dispatched or running attempt, holding capacity on its cluster."""
-
-    job_id: int
-    queue: str
-    service_class: str
-    class_priority: int
-    priority: int
-    cluster: str
-    requests: dict[str, int]
-    preemptible: bool = False
-    ends_at: float | None = None  # epoch seconds it is expected to end by (its maxRuntime), when known
-    pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its pod sets (count, per-pod requests); (): one pod
-    evictable: bool = True  # False for an interactive session (policy.sessions): no preemption or reclaim takes it
-
-
-@dataclass(frozen=True)
-class Hold:
-    """Room on one cluster kept for one queued job: a reservation or the room its preemption frees."""
-
-    job_id: int
-    cluster: str
-    requests: dict[str, int]
-    kind: str  # reservation | preemption
-    since: float
-    victims: tuple[int, ...] = ()
-    # A reservation's expected start (epoch seconds), from the expected ends (maxRuntime) of what runs on
-    # its cluster; None when unknown. A job whose maxRuntime ends by then may use the held room; any other
-    # job is kept only from what the reserved job will still need then (`short`: its requests less what
-    # those ends free), as EASY backfill does.
-    starts_by: float | None = None
-    short: dict[str, int] | None = None
-    pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its job's pod sets: the room kept on the nodes
-
-
-@dataclass(frozen=True)
-class Preempt:
-    victim: int
-    by: int
-    cluster: str
-
-
-@dataclass
-class CyclePlan:
-    places: list[Place] = field(default_factory=list)
-    waits: dict[int, str] = field(default_factory=dict)
-    preemptions: list[Preempt] = field(default_factory=list)
-    holds: dict[int, Hold] = field(default_factory=dict)
-    bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
-    # Queues none of whose heads started though an unpaid cluster has room of every kind they all ask for,
-    # which no hold keeps: jobs behind those heads might fit it (the caller may read deeper next time).
-    room_behind: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -195,62 +112,6 @@ def needed(a: Active, needs: ActiveNeeds, *, victims: bool = True) -> bool:
                         or a.queue in needs.queues)
 
 
-class _Running(dict):
-    """Per cluster, the active attempts the cycle sees one by one. Given only those that ETAs and
-    reservations need, it reads the preemption victims (`more`) where the first search for them starts:
-    reading every attempt a search may evict is costly, and most cycles start none."""
-
-    def __init__(self, active: list[Active], more: Callable[[], list[Active]] | None):
-        super().__init__()
-        self._more = more
-        self.queue_of: dict[int, str] = {}
-        self._holding: dict[tuple, dict[int, bool]] = {}
-        self._by_queue: dict[str, dict[str, list[Active]]] = {}
-        self._add(active)
-
-    def _add(self, active: list[Active]) -> None:
-        for a in active:
-            self.setdefault(a.cluster, []).append(a)
-            self.queue_of[a.job_id] = a.queue
-        self._by_queue.clear()
-
-    def by_queue(self, cluster: str) -> dict[str, list[Active]]:
-        """The cluster's attempts per queue: a search that only reclaims looks at the queues that borrow."""
-        found = self._by_queue.get(cluster)
-        if found is None:
-            found = self._by_queue[cluster] = {}
-            for a in self.get(cluster, ()):
-                found.setdefault(a.queue, []).append(a)
-        return found
-
-    def evict(self, cluster: str, victim: Active) -> None:
-        self[cluster].remove(victim)
-        self._by_queue.pop(cluster, None)
-
-    def holding_a_pod(self, shapes: list[dict[str, int]]) -> Callable[[Active], bool]:
-        """Whether one of a victim's pods would hold one of these pods: on several nodes, no other victim
-        counts towards a packing (_packs), so none other is worth evicting. Kept for the cycle: its
-        searches ask it of the same attempts for the same few job shapes."""
-        known = self._holding.setdefault(tuple(tuple(shape.items()) for shape in shapes), {})
-
-        def holds(victim: Active) -> bool:
-            found = known.get(victim.job_id)
-            if found is None:
-                found = known[victim.job_id] = any(fits(shape, pod) for shape in shapes
-                                                   for _, pod in (victim.pods or ((1, victim.requests),)))
-            return found
-        return holds
-
-    def victims(self, out: CyclePlan) -> _Running:
-        """Every attempt a search may evict, read now if it was not (skipping those seen already, and the
-        jobs this plan placed, which a store may show as active once their dispatch is sent ahead)."""
-        if self._more is not None:
-            more, self._more = self._more, None
-            seen = set(self.queue_of) | {p.job_id for p in out.places}
-            self._add([a for a in more() if a.job_id not in seen])
-        return self
-
-
 @dataclass
 class _Burst:
     """The burst policies, and what each (policy, None) and (policy, queue) has committed so far."""
@@ -259,7 +120,7 @@ class _Burst:
     spend: dict[tuple[str, str | None], Spend]
     ends: dict[str, list[Running]]  # per cluster, what runs there and when it is expected to end
     paid: bool = True  # whether any cluster is paid (no cluster changes tier within a cycle)
-    # Victim searches that found nothing, by what decides them, with the cycle's state then (_preempt);
+    # Victim searches that found nothing, by what decides them, with the cycle's state then (preempting.preempt);
     # None: every search runs (the plain definition).
     failed: dict[tuple, tuple] | None = None
 
@@ -290,7 +151,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     for c in clusters:
         capacity = add(capacity, c.allocatable)
     tree = QuotaTree(queues, capacity, history)
-    running = _Running(active, victims)
+    running = RunningAttempts(active, victims)
     if usage is not None:
         for queue, used in usage.items():
             tree.charge(queue, used)
@@ -299,7 +160,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
             tree.charge(a.queue, a.requests)
     state = Clusters(clusters, include=lambda c: not c.paid)
     queued = {c.job.id: c for jobs in heads.values() for c in jobs}
-    out = CyclePlan(holds=_Holds({i: h for i, h in holds.items() if i in queued and h.cluster in state
+    out = CyclePlan(holds=Holds({i: h for i, h in holds.items() if i in queued and h.cluster in state
                                   and (h.kind != "preemption" or now - h.since < PREEMPTION_HOLD_S)}))
     # Room a preemption freed counts against its preemptor's queue (and ancestors) until it starts, so
     # that no other job takes the quota the victims gave back in the meantime.
@@ -315,7 +176,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
             starts_by, short = _expected_start(queued[job_id].job, state[hold.cluster], burst, now)
             out.holds[job_id] = replace(hold, starts_by=starts_by, short=short)
     order = _FairOrder(tree, heads, classes)
-    views = _HeldView(state)
+    views = HeldView(state)
     verdicts = _Verdicts(remember_failed_searches and not burst.paid)
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
@@ -345,25 +206,6 @@ def _room_left(jobs: list[Candidate], room: list[set[str]]) -> bool:
         return True
     common = first.intersection(*({r for r, v in c.job.requests.items() if v > 0} for c in jobs[1:]))
     return any(common <= kinds for kinds in room)
-
-
-class _Holds(dict):
-    """A plan's holds, counting every change (`version`): a cycle asks whether any happened once per head."""
-
-    version = 0
-
-    def __setitem__(self, job_id: int, hold: Hold) -> None:
-        self.version += 1
-        super().__setitem__(job_id, hold)
-
-    def __delitem__(self, job_id: int) -> None:
-        self.version += 1
-        super().__delitem__(job_id)
-
-    def pop(self, job_id: int, *default):
-        if job_id in self:
-            self.version += 1
-        return super().pop(job_id, *default)
 
 
 class _Verdicts:
@@ -441,7 +283,7 @@ class _FairOrder:
     def next(self) -> str | None:
         """The queue whose head goes next, or None when every head has been considered."""
         node = self._top(None)
-        while node is not None and not self._own_first(node):
+        while node is not None and not self._ownhold_order(node):
             node = self._top(node)
         return node
 
@@ -472,7 +314,7 @@ class _FairOrder:
         cp, shares, *rest = below
         return (cp, (self._tree.share(name),) + shares, *rest)
 
-    def _own_first(self, node: str) -> bool:
+    def _ownhold_order(self, node: str) -> bool:
         """Whether the node's own head goes before the best head below it."""
         own = self._own[node]  # keyed again whenever its head or its share changes (changed())
         if own is None:
@@ -498,86 +340,6 @@ class _FairOrder:
             heapq.heappush(self._heaps[self._parent[name]], (min(keys), version, name))
 
 
-def _view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob, now: float
-          ) -> dict[str, ClusterState]:
-    """The clusters as one job sees them: free less what is held for other jobs (but reservations it
-    ends before, _may_use). A job that holds room itself yields only to holds before its own (_first), so
-    the first holder can always start: holds never deadlock."""
-    own = holds.get(job.id)
-    view = dict(state)
-    for hold in holds.values():
-        if hold.job_id == job.id or hold.cluster not in view or _may_use(hold, job, now):
-            continue
-        if own is None or _first(hold) < _first(own):
-            view[hold.cluster] = _less(view[hold.cluster], [hold])
-    return view
-
-
-def _first(hold: Hold) -> tuple:
-    """Which of two holds yields: room freed by preemption goes to the job that evicted for it before any
-    reservation (else the eviction is wasted, and more follow); then the older hold goes first."""
-    return hold.kind != "preemption", hold.since, hold.job_id
-
-
-class _HeldView:
-    """The clusters as every job that holds no room itself sees them (free less every hold), kept in step
-    with the cycle's state: a cycle has a few holds and may consider thousands of jobs, which then share
-    one view and its rankings (Clusters.best) instead of each making its own."""
-
-    def __init__(self, state: Clusters):
-        self._state = state
-        self._holds: tuple = ()
-        self._views: dict[tuple[int, ...], list] = {}  # per set of holds left out: [view, held room, mark]
-
-    def seen_by(self, holds: dict[int, Hold], job: QueuedJob, now: float) -> Clusters:
-        """The clusters as `job`, holding no room itself, sees them (_view): less every hold but those it
-        may use (_may_use)."""
-        return self.view(holds, tuple(i for i, h in holds.items() if _may_use(h, job, now))) if holds else self._state
-
-    def view(self, holds: dict[int, Hold], skip: tuple[int, ...] = ()) -> Clusters:
-        """The clusters less every hold but those of the jobs in `skip` (holds a job may use, _may_use)."""
-        state = self._state
-        key = tuple(map(id, holds.values()))  # holds are frozen: a hold made, moved or given up is a new object
-        if key != self._holds:
-            self._holds, self._views = key, {}
-        found = self._views.get(skip)
-        if found is None:
-            held: dict[str, list[Hold]] = {}
-            for hold in holds.values():
-                if hold.cluster in state and hold.job_id not in skip:
-                    held.setdefault(hold.cluster, []).append(hold)
-            view = Clusters([_less(c, held) for c in state.values()], include=lambda c: not c.paid)
-            self._views[skip] = [view, held, state.changes(0)[1]]
-            return view
-        view, held, mark = found
-        changed, found[2] = state.changes(mark)
-        for name in changed:
-            view[name] = _less(state[name], held)
-        return view
-
-
-def _less(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -> ClusterState:
-    """The cluster less what the holds on it keep, taken off its nodes pod by pod where their pods are
-    known (else the whole job may take every whole node in view, room held for a gang included)."""
-    for hold in held if isinstance(held, list) else held.get(cluster.name, ()):
-        kept = _kept(hold)
-        # Pods that fit no node yet (a reservation's; a preemption's until its victims stop) keep the nodes
-        # nearest to them: a small job admitted there would take what frees up first.
-        cluster = take(cluster, kept, hold.pods if kept is hold.requests else (), drain=True)
-    return cluster
-
-
-def _may_use(hold: Hold, job: QueuedJob, now: float) -> bool:
-    """Whether `job` may use the room `hold` keeps: a reservation whose expected start the job's maxRuntime
-    ends by (it is stopped by then: the reserved job starts no later for it)."""
-    return hold.starts_by is not None and job.max_runtime_s is not None and now + job.max_runtime_s <= hold.starts_by
-
-
-def _kept(hold: Hold) -> dict[str, int]:
-    """What a hold keeps from a job that does not end before it starts (_may_use)."""
-    return hold.requests if hold.short is None else hold.short
-
-
 def _expected_start(job: QueuedJob, cluster: ClusterState, burst: _Burst, now: float
                     ) -> tuple[float | None, dict[str, int] | None]:
     """When the job is expected to fit the cluster, by the expected ends of what runs there, and what of
@@ -592,8 +354,8 @@ def _expected_start(job: QueuedJob, cluster: ClusterState, burst: _Burst, now: f
     return now + eta, {r: max(0, need - freed.get(r, 0)) for r, need in job.requests.items()}
 
 
-def _consider(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
-              running: _Running, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
+def _consider(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
+              running: RunningAttempts, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
               burst: _Burst) -> None:
     own = out.holds.get(c.job.id)
     if own is not None and own.kind == "preemption":
@@ -604,8 +366,8 @@ def _consider(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
         tree.charge(c.queue, own.requests)
 
 
-def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
-            running: _Running, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
+def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
+            running: RunningAttempts, classes: dict[str, ClassPolicy], out: CyclePlan, now: float,
             burst: _Burst) -> None:
     job = c.job
     over = tree.over_max(c.queue, job.requests)
@@ -615,13 +377,13 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
             del out.holds[job.id]  # it could not use the room it reserved: leave that room to others
             held = None
         # A queue within its guarantee may still take back what borrowers hold of an ancestor's maximum.
-        if held is not None or not _preempt(c, tree, state, views, running, classes, out, now, burst.failed,
+        if held is not None or not preempt(c, tree, state, views, running, classes, out, now, burst.failed,
                                                  quota=True):
             out.waits[job.id] = over
         return
     if job.id in out.holds:  # it sees the room it holds itself, and only the older holds of others
-        view = _view(state, out.holds, job, now)
-        decision = decide(job, _unpaid(view))
+        view = job_view(state, out.holds, job, now)
+        decision = decide(job, unpaid(view))
     else:  # every other job sees the same clusters: the fast, shape-ranked choice
         view = views.seen_by(out.holds, job, now)
         decision = view.best(job)
@@ -637,7 +399,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
         # It searches as a job holding nothing, so the younger preemption hold that replaces the
         # reservation never counts on room another hold keeps.
         del out.holds[job.id]
-    if _preempt(c, tree, state, views, running, classes, out, now, burst.failed):
+    if preempt(c, tree, state, views, running, classes, out, now, burst.failed):
         return
     if held is not None:
         out.holds[job.id] = held
@@ -656,7 +418,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
     cls = classes.get(c.service_class)
     if cls and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s:
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
-        target = _reservation_cluster(job, {n: s for n, s in _unpaid(state).items() if n not in taken})
+        target = _reservation_cluster(job, {n: s for n, s in unpaid(state).items() if n not in taken})
         if target is not None:
             starts_by, short = _expected_start(job, state[target], burst, now)
             out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now, starts_by=starts_by,
@@ -670,10 +432,6 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView,
             out.waits[job.id] = f"reserved capacity for job {blocker.job_id} on {blocker.cluster}{note}"
             return
     out.waits[job.id] = decision.reason + note
-
-
-def _unpaid(state: dict[str, ClusterState]) -> dict[str, ClusterState]:
-    return {name: s for name, s in state.items() if not s.paid}
 
 
 def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan) -> None:
@@ -706,198 +464,3 @@ def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str 
         return None
     dominant = max(job.requests, key=lambda r: job.requests[r] / max(1, max(c.allocatable.get(r, 0) for c in possible)))
     return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name
-
-
-def _preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: _HeldView, running: _Running,
-             classes: dict[str, ClassPolicy], out: CyclePlan, now: float, failed: dict[tuple, tuple] | None = None,
-             quota: bool = False) -> bool:
-    """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
-    maxima on its queue's path leave room for it); hold that room for `c`.
-
-    failed: searches that found nothing, kept so that the same search is not run again while nothing it
-    depends on has changed. It depends on the job's requests, pods and placement (with the clusters it
-    avoids), its class priority, whether it may preempt or reclaim, the job that evicted it, its queue
-    (reclaim and maxima only), and on the clusters, holds, running jobs and queue usage, which change only
-    with a placement, a preemption or a hold made or given up (a job that holds a reservation gives it up
-    for the search; a job holding a preemption never searches)."""
-    cls = classes.get(c.service_class)
-    can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
-    reclaim = tree.below_guarantee(c.queue, c.job.requests)
-    if not (can_preempt or reclaim):
-        return False
-    running = running.victims(out)
-    if not any(running.values()):  # nothing runs on any cluster: no victim anywhere
-        return False
-    search = state_then = None
-    if failed is not None and c.job.id not in out.holds:
-        job = c.job
-        search = (tuple(sorted(job.requests.items())), tuple((n, tuple(sorted(pod.items()))) for n, pod in job.pods),
-                  tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid, c.class_priority,
-                  can_preempt, reclaim, quota, c.preempted_by, c.queue if reclaim or quota else None)
-        state_then = (len(out.places), len(out.preemptions), out.holds.version)
-        if failed.get(search) == state_then:
-            return False
-    evicting = {p.victim for p in out.preemptions}
-    excess = tree.excess(c.queue, c.job.requests) if quota else {}
-    shapes = [pod for _, pod in c.job.pods] or [c.job.requests]
-
-    def by_class(a: Active) -> bool:
-        return can_preempt and a.preemptible and a.class_priority < c.class_priority
-
-    borrowing: dict[str, bool] = {}  # per queue, for this search
-
-    def lends(queue: str) -> bool:
-        """Whether reclaim may take from the queue's attempts."""
-        if not reclaim or queue == c.queue:
-            return False
-        found = borrowing.get(queue)
-        if found is None:
-            found = borrowing[queue] = tree.borrowing(queue)
-        return found
-
-    def eligible(a: Active) -> bool:
-        if not a.evictable or a.job_id in evicting or a.job_id == c.preempted_by:
-            return False
-        return by_class(a) or lends(a.queue)
-
-    allowed = _Takings(tree, by_class)
-    best: tuple | None = None
-    view = views.seen_by(out.holds, c.job, now)  # a job searches holding nothing (above)
-    for cluster in matching(c.job, _unpaid(view).values()):
-        if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
-                or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
-            continue
-        pool = running[cluster.name] if can_preempt else \
-            [a for queue, jobs in running.by_queue(cluster.name).items() if lends(queue) for a in jobs]
-        candidates = [a for a in pool if eligible(a)]  # in any order: _smallest_set sorts them
-        if cluster.node_free and len(cluster.node_free) > 1 and not excess:
-            candidates = list(filter(running.holding_a_pod(shapes), candidates))  # no other victim helps _packs
-        if not candidates:  # evicting nobody is never chosen
-            continue
-        chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
-        if chosen is not None and chosen:
-            cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
-            if best is None or cost < best[0]:
-                best = (cost, cluster.name, chosen)
-    if best is None:
-        if search is not None:
-            failed[search] = state_then
-        return False
-    _, cluster, victims = best
-    for a in victims:
-        tree.charge(a.queue, a.requests, -1)
-        running.evict(cluster, a)
-        state[cluster] = replace(state[cluster], free=add(state[cluster].free, a.requests))
-        out.preemptions.append(Preempt(a.job_id, c.job.id, cluster))
-    ids = tuple(a.job_id for a in victims)
-    out.holds[c.job.id] = Hold(c.job.id, cluster, dict(c.job.requests), "preemption", now, ids, pods=c.job.pods)
-    out.waits[c.job.id] = f"preempting jobs {', '.join(map(str, ids))} on {cluster}"
-    return True
-
-
-def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree):
-    """Whether evicting a set of jobs makes the job fit the cluster's free room (and, where the cluster reports
-    its nodes, pack onto them: _packs) and gives back `excess` of each maximum."""
-    need, free = job.requests, cluster.free
-    pods = expand(job.pods) if job.pods else [need]
-
-    def enough(victims: list[Active]) -> bool:
-        room = dict(free)
-        for a in victims:
-            room = add(room, a.requests)
-        if not fits(need, room):
-            return False
-        if cluster.node_free and not _packs(pods, cluster.node_free, victims):
-            return False
-        for name, over in excess.items():
-            freed: dict[str, int] = {}
-            for a in victims:
-                if name in tree.path(a.queue):
-                    freed = add(freed, a.requests)
-            if not fits(over, freed):
-                return False
-        return True
-    return enough
-
-
-def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
-    """Whether the pods surely pack onto the nodes once the victims are gone. On one node, all they free is
-    there. On several, which node a victim runs on is not known: each victim's pods count as room of
-    their own, which is at most what they free beside a node's free room, so a packing found here exists
-    on the real nodes; an eviction that merely frees enough in total could leave the job unable to
-    start, its hold expiring, and more evictions after it."""
-    if len(nodes) == 1:
-        room = dict(nodes[0])
-        for a in victims:
-            room = add(room, a.requests)
-        bins = [room]
-    else:
-        bins = [*nodes, *(pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests]))]
-    return None not in first_fit_decreasing(pods, bins)[1]
-
-
-class _Takings:
-    """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed): what a set of victims
-    takes from each queue, against that. A victim its class lets be preempted takes nothing from it."""
-
-    def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool]):
-        self._tree, self._by_class = tree, by_class
-        self._caps: dict[str, dict[str, int] | None] = {}
-
-    def adding(self, taken: dict[str, dict[str, int]], victim: Active) -> bool:
-        """Whether a set that takes `taken` (per queue) may take the victim too; if so, it is counted in."""
-        if self._by_class(victim):
-            return True
-        queue = victim.queue
-        if queue not in self._caps:
-            self._caps[queue] = self._tree.borrowed(queue)
-        cap, before = self._caps[queue], taken.get(queue, {})
-        if cap is not None:
-            for resource, limit in cap.items():
-                amount = before.get(resource, 0) + victim.requests.get(resource, 0)
-                if amount > 0 and amount > limit:
-                    return False
-        taken[queue] = add(before, victim.requests)
-        return True
-
-    def allow(self, victims) -> bool:
-        """Whether reclaim may take every one of these victims together."""
-        taken: dict[str, dict[str, int]] = {}
-        return all(self.adding(taken, a) for a in victims)
-
-
-def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
-    """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
-    in that order (passing over any that the set may not take with the others: `allowed`) and pruned of
-    any victim the rest can do without, then replaced by the first smaller set in that order that is
-    allowed and enough, while that search stays small (it looks for any set when the greedy one found
-    none). None when no set found is enough."""
-    if enough([]):
-        return []
-    order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
-    chosen: list[Active] | None = []
-    taken: dict[str, dict[str, int]] = {}  # what the chosen take from each queue (the chosen are allowed)
-    for a in order:
-        if not allowed.adding(taken, a):
-            continue
-        chosen.append(a)
-        if enough(chosen):
-            break
-    else:
-        chosen = None
-    if chosen is not None:
-        for a in reversed(list(chosen)):
-            rest = [b for b in chosen if b is not a]
-            if enough(rest):
-                chosen = rest
-    elif not enough(order):  # more victims never make less room: no set of them is enough
-        return None
-    budget = VICTIM_SEARCH
-    for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
-        for combo in itertools.combinations(order, size):
-            budget -= 1
-            if budget < 0:
-                return chosen
-            if allowed.allow(combo) and enough(list(combo)):
-                return list(combo)
-    return chosen

@@ -17,15 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 from dispatcher.capacity import snapshot
 from dispatcher.capacity.snapshot import ClusterCapacity
 from dispatcher.policy.placing import ClusterState
-from dispatcher.policy.planning import (
-    Active,
-    ActiveNeeds,
-    Candidate,
-    CyclePlan,
-    Hold,
-    active_needs,
-    plan_cycle,
-)
+from dispatcher.policy.planning import ActiveNeeds, active_needs, plan_cycle
+from dispatcher.policy.plans import Active, Candidate, CyclePlan, Hold
 from dispatcher.scheduler.mapping import PolicyConfig, active_from_rows, decayed_history, heads_from_rows
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings

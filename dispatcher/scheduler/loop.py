@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from dispatcher.errors import StoreUnavailable
 from dispatcher.metrics import DispatcherMetrics
-from dispatcher.policy.planning import Hold
+from dispatcher.policy.plans import Hold
 from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking

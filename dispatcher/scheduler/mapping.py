@@ -9,7 +9,7 @@ from datetime import datetime
 
 from dispatcher.policy import sessions
 from dispatcher.policy.placing import QueuedJob
-from dispatcher.policy.planning import Active, Candidate, ClassPolicy
+from dispatcher.policy.plans import Active, Candidate, ClassPolicy
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 from dispatcher.services import budgets
 from dispatcher.store import clusters as cluster_store

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import threading
 
-from dispatcher.policy.planning import PREEMPTION_HOLD_S, Candidate, ClassPolicy, Hold
+from dispatcher.policy.plans import PREEMPTION_HOLD_S, Candidate, ClassPolicy, Hold
 from dispatcher.store.channels import ROOM, order_key, parse_wake
 
 

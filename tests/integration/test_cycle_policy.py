@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from dispatcher.policy.decay import decayed_run
-from dispatcher.policy.planning import Hold
+from dispatcher.policy.plans import Hold
 from dispatcher.scheduler.cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import submitting

@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 
 from dispatcher.policy.bursting import BurstRule
 from dispatcher.policy.placing import ClusterState, QueuedJob
-from dispatcher.policy.planning import (
-    Active,
-    Candidate,
-    ClassPolicy,
-    Hold,
-    active_needs,
-    needed,
-    plan_cycle,
-)
+from dispatcher.policy.planning import active_needs, needed, plan_cycle
+from dispatcher.policy.plans import Active, Candidate, ClassPolicy, Hold
 from dispatcher.policy.quotas import QueueQuota
 from sluice.quantity import add
 from tests.unit.test_planning import NOW, borrowed_scenes, heads_of, scenes

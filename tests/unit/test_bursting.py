@@ -25,13 +25,8 @@ from dispatcher.policy.bursting import (
     unpaid_start,
 )
 from dispatcher.policy.placing import ClusterState, Place, QueuedJob
-from dispatcher.policy.planning import (
-    Active,
-    Candidate,
-    ClassPolicy,
-    CyclePlan,
-    plan_cycle,
-)
+from dispatcher.policy.planning import plan_cycle
+from dispatcher.policy.plans import Active, Candidate, ClassPolicy, CyclePlan
 from dispatcher.policy.quotas import QueueQuota
 
 CPU = 1000  # milli-units per core

@@ -11,7 +11,7 @@ import pytest
 
 from dispatcher.capacity.snapshot import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob
-from dispatcher.policy.planning import Candidate, ClassPolicy
+from dispatcher.policy.plans import Candidate, ClassPolicy
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.scheduler.cycle import _PARKING_KEYS, CycleInputs, Heads, plan_and_apply
 from dispatcher.scheduler.mapping import PolicyConfig

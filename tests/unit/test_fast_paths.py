@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, take
-from dispatcher.policy.planning import Candidate, ClassPolicy, plan_cycle
+from dispatcher.policy.planning import plan_cycle
+from dispatcher.policy.plans import Candidate, ClassPolicy
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 
 CPU = 1000
@@ -109,7 +110,7 @@ def test_a_failed_victim_search_is_remembered_only_while_its_answer_holds(scene,
 def test_a_hold_given_up_makes_the_same_search_run_again():
     # A's search fails: x is full and H's hold on it leaves too little even without V. H then starts on y,
     # giving up its hold; B, of A's shape, must search again and evict V.
-    from dispatcher.policy.planning import Active, Hold
+    from dispatcher.policy.plans import Active, Hold
     classes = {"critical": ClassPolicy("critical", 100, can_preempt=True),
                "batch": ClassPolicy("batch", 10, preemptible=True), "standard": ClassPolicy("standard", 50)}
     x = ClusterState("x", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 8 * CPU})
@@ -132,7 +133,8 @@ def test_a_job_neither_preempts_nor_reserves_on_a_cluster_it_avoids():
     # A's last attempt could not start on x: evicting V there, or holding x for A, would free room A
     # cannot take. B, of A's shape and avoiding nothing, evicts V; the remembered search of A (which found
     # nothing) must not stop B's.
-    from dispatcher.policy.planning import Active, _reservation_cluster
+    from dispatcher.policy.planning import _reservation_cluster
+    from dispatcher.policy.plans import Active
     classes = {"critical": ClassPolicy("critical", 100, can_preempt=True),
                "batch": ClassPolicy("batch", 10, preemptible=True)}
     x = ClusterState("x", "onprem", "dc", {}, {"cpu": 0}, {"cpu": 0}, "", {"cpu": 4 * CPU})

@@ -4,7 +4,7 @@ cycle ran is planned after all when that cycle's heads end before it."""
 from __future__ import annotations
 
 from dispatcher.policy.placing import QueuedJob
-from dispatcher.policy.planning import PREEMPTION_HOLD_S, Candidate, Hold
+from dispatcher.policy.plans import PREEMPTION_HOLD_S, Candidate, Hold
 from dispatcher.scheduler.parking import Parking
 from dispatcher.store.channels import ROOM, submit_wake
 

@@ -9,16 +9,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.policy.placing import ClusterState, Place, QueuedJob
-from dispatcher.policy.planning import (
-    PREEMPTION_HOLD_S,
-    Active,
-    Candidate,
-    ClassPolicy,
-    CyclePlan,
-    Hold,
-    Preempt,
-    plan_cycle,
-)
+from dispatcher.policy.planning import plan_cycle
+from dispatcher.policy.plans import PREEMPTION_HOLD_S, Active, Candidate, ClassPolicy, CyclePlan, Hold, Preempt
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 from sluice.quantity import add
 

@@ -1,0 +1,110 @@
+"""What one scheduling cycle reads and decides, as data: the service classes and queued heads it plans,
+the active attempts it sees, the room it holds for jobs, and the plan it returns (planning.py makes it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dispatcher.policy.bursting import BurstDecision
+from dispatcher.policy.placing import Place, QueuedJob
+
+PREEMPTION_HOLD_S = 120.0  # how long room freed by preemption stays held for the preemptor
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    name: str
+    priority: int = 0
+    preemptible: bool = False
+    can_preempt: bool = False
+    weight: float = 1.0
+    reservation_after_s: float | None = None
+    burst_allowed: bool = False
+    burst_after_s: float | None = None
+    price_multiplier: float = 1.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A queued job at the head of its queue."""
+
+    job: QueuedJob
+    queue: str
+    service_class: str
+    class_priority: int
+    priority: int
+    waited_s: float = 0.0
+    preempted_by: int | None = None  # the job that evicted its last attempt, never evicted back by it
+
+
+@dataclass(frozen=True)
+class Active:
+    """A dispatched or running attempt, holding capacity on its cluster."""
+
+    job_id: int
+    queue: str
+    service_class: str
+    class_priority: int
+    priority: int
+    cluster: str
+    requests: dict[str, int]
+    preemptible: bool = False
+    ends_at: float | None = None  # epoch seconds it is expected to end by (its maxRuntime), when known
+    pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its pod sets (count, per-pod requests); (): one pod
+    evictable: bool = True  # False for an interactive session (policy.sessions): no preemption or reclaim takes it
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Room on one cluster kept for one queued job: a reservation or the room its preemption frees."""
+
+    job_id: int
+    cluster: str
+    requests: dict[str, int]
+    kind: str  # reservation | preemption
+    since: float
+    victims: tuple[int, ...] = ()
+    # A reservation's expected start (epoch seconds), from the expected ends (maxRuntime) of what runs on
+    # its cluster; None when unknown. A job whose maxRuntime ends by then may use the held room; any other
+    # job is kept only from what the reserved job will still need then (`short`: its requests less what
+    # those ends free), as EASY backfill does.
+    starts_by: float | None = None
+    short: dict[str, int] | None = None
+    pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its job's pod sets: the room kept on the nodes
+
+
+@dataclass(frozen=True)
+class Preempt:
+    victim: int
+    by: int
+    cluster: str
+
+
+@dataclass
+class CyclePlan:
+    places: list[Place] = field(default_factory=list)
+    waits: dict[int, str] = field(default_factory=dict)
+    preemptions: list[Preempt] = field(default_factory=list)
+    holds: dict[int, Hold] = field(default_factory=dict)
+    bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
+    # Queues none of whose heads started though an unpaid cluster has room of every kind they all ask for,
+    # which no hold keeps: jobs behind those heads might fit it (the caller may read deeper next time).
+    room_behind: set[str] = field(default_factory=set)
+
+
+class Holds(dict):
+    """A plan's holds, counting every change (`version`): a cycle asks whether any happened once per head."""
+
+    version = 0
+
+    def __setitem__(self, job_id: int, hold: Hold) -> None:
+        self.version += 1
+        super().__setitem__(job_id, hold)
+
+    def __delitem__(self, job_id: int) -> None:
+        self.version += 1
+        super().__delitem__(job_id)
+
+    def pop(self, job_id: int, *default):
+        if job_id in self:
+            self.version += 1
+        return super().pop(job_id, *default)

@@ -1,0 +1,268 @@
+"""The victim search: which running attempts one queued job evicts to start, by its class (preemption) or
+its queue's guarantee (reclaim), and the room that frees held for it (planning.py asks it where a job
+cannot start otherwise)."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import replace
+
+from dispatcher.policy.held import HeldView, unpaid
+from dispatcher.policy.placing import Clusters, ClusterState, QueuedJob, matching
+from dispatcher.policy.plans import Active, Candidate, ClassPolicy, CyclePlan, Hold, Preempt
+from dispatcher.policy.quotas import QuotaTree
+from sluice.packing import expand, first_fit_decreasing
+from sluice.quantity import add, fits
+
+VICTIM_SEARCH = 500  # victim sets tried, at most, in looking for one smaller than the greedy choice
+
+
+class RunningAttempts(dict):
+    """Per cluster, the active attempts the cycle sees one by one. Given only those that ETAs and
+    reservations need, it reads the preemption victims (`more`) where the first search for them starts:
+    reading every attempt a search may evict is costly, and most cycles start none."""
+
+    def __init__(self, active: list[Active], more: Callable[[], list[Active]] | None):
+        super().__init__()
+        self._more = more
+        self.queue_of: dict[int, str] = {}
+        self._holding: dict[tuple, dict[int, bool]] = {}
+        self._by_queue: dict[str, dict[str, list[Active]]] = {}
+        self._add(active)
+
+    def _add(self, active: list[Active]) -> None:
+        for a in active:
+            self.setdefault(a.cluster, []).append(a)
+            self.queue_of[a.job_id] = a.queue
+        self._by_queue.clear()
+
+    def by_queue(self, cluster: str) -> dict[str, list[Active]]:
+        """The cluster's attempts per queue: a search that only reclaims looks at the queues that borrow."""
+        found = self._by_queue.get(cluster)
+        if found is None:
+            found = self._by_queue[cluster] = {}
+            for a in self.get(cluster, ()):
+                found.setdefault(a.queue, []).append(a)
+        return found
+
+    def evict(self, cluster: str, victim: Active) -> None:
+        self[cluster].remove(victim)
+        self._by_queue.pop(cluster, None)
+
+    def holding_a_pod(self, shapes: list[dict[str, int]]) -> Callable[[Active], bool]:
+        """Whether one of a victim's pods would hold one of these pods: on several nodes, no other victim
+        counts towards a packing (_packs), so none other is worth evicting. Kept for the cycle: its
+        searches ask it of the same attempts for the same few job shapes."""
+        known = self._holding.setdefault(tuple(tuple(shape.items()) for shape in shapes), {})
+
+        def holds(victim: Active) -> bool:
+            found = known.get(victim.job_id)
+            if found is None:
+                found = known[victim.job_id] = any(fits(shape, pod) for shape in shapes
+                                                   for _, pod in (victim.pods or ((1, victim.requests),)))
+            return found
+        return holds
+
+    def victims(self, out: CyclePlan) -> RunningAttempts:
+        """Every attempt a search may evict, read now if it was not (skipping those seen already, and the
+        jobs this plan placed, which a store may show as active once their dispatch is sent ahead)."""
+        if self._more is not None:
+            more, self._more = self._more, None
+            seen = set(self.queue_of) | {p.job_id for p in out.places}
+            self._add([a for a in more() if a.job_id not in seen])
+        return self
+
+
+def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, running: RunningAttempts,
+             classes: dict[str, ClassPolicy], out: CyclePlan, now: float, failed: dict[tuple, tuple] | None = None,
+             quota: bool = False) -> bool:
+    """Evict the fewest eligible jobs on one cluster so that `c` fits there (and, with quota, so that the
+    maxima on its queue's path leave room for it); hold that room for `c`.
+
+    failed: searches that found nothing, kept so that the same search is not run again while nothing it
+    depends on has changed. It depends on the job's requests, pods and placement (with the clusters it
+    avoids), its class priority, whether it may preempt or reclaim, the job that evicted it, its queue
+    (reclaim and maxima only), and on the clusters, holds, running jobs and queue usage, which change only
+    with a placement, a preemption or a hold made or given up (a job that holds a reservation gives it up
+    for the search; a job holding a preemption never searches)."""
+    cls = classes.get(c.service_class)
+    can_preempt = bool(cls and cls.can_preempt) and not quota  # no class preempts its way past a maximum
+    reclaim = tree.below_guarantee(c.queue, c.job.requests)
+    if not (can_preempt or reclaim):
+        return False
+    running = running.victims(out)
+    if not any(running.values()):  # nothing runs on any cluster: no victim anywhere
+        return False
+    search = state_then = None
+    if failed is not None and c.job.id not in out.holds:
+        job = c.job
+        search = (tuple(sorted(job.requests.items())), tuple((n, tuple(sorted(pod.items()))) for n, pod in job.pods),
+                  tuple(sorted(job.cluster_selector.items())), job.tiers, job.sites, job.avoid, c.class_priority,
+                  can_preempt, reclaim, quota, c.preempted_by, c.queue if reclaim or quota else None)
+        state_then = (len(out.places), len(out.preemptions), out.holds.version)
+        if failed.get(search) == state_then:
+            return False
+    evicting = {p.victim for p in out.preemptions}
+    excess = tree.excess(c.queue, c.job.requests) if quota else {}
+    shapes = [pod for _, pod in c.job.pods] or [c.job.requests]
+
+    def by_class(a: Active) -> bool:
+        return can_preempt and a.preemptible and a.class_priority < c.class_priority
+
+    borrowing: dict[str, bool] = {}  # per queue, for this search
+
+    def lends(queue: str) -> bool:
+        """Whether reclaim may take from the queue's attempts."""
+        if not reclaim or queue == c.queue:
+            return False
+        found = borrowing.get(queue)
+        if found is None:
+            found = borrowing[queue] = tree.borrowing(queue)
+        return found
+
+    def eligible(a: Active) -> bool:
+        if not a.evictable or a.job_id in evicting or a.job_id == c.preempted_by:
+            return False
+        return by_class(a) or lends(a.queue)
+
+    allowed = _Takings(tree, by_class)
+    best: tuple | None = None
+    view = views.seen_by(out.holds, c.job, now)  # a job searches holding nothing (above)
+    for cluster in matching(c.job, unpaid(view).values()):
+        if cluster.unavailable or cluster.name in c.job.avoid or not running.get(cluster.name) \
+                or not fits(c.job.requests, cluster.allocatable):  # an avoided cluster would not take it after
+            continue
+        pool = running[cluster.name] if can_preempt else \
+            [a for queue, jobs in running.by_queue(cluster.name).items() if lends(queue) for a in jobs]
+        candidates = [a for a in pool if eligible(a)]  # in any order: _smallest_set sorts them
+        if cluster.node_free and len(cluster.node_free) > 1 and not excess:
+            candidates = list(filter(running.holding_a_pod(shapes), candidates))  # no other victim helps _packs
+        if not candidates:  # evicting nobody is never chosen
+            continue
+        chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
+        if chosen is not None and chosen:
+            cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
+            if best is None or cost < best[0]:
+                best = (cost, cluster.name, chosen)
+    if best is None:
+        if search is not None:
+            failed[search] = state_then
+        return False
+    _, cluster, victims = best
+    for a in victims:
+        tree.charge(a.queue, a.requests, -1)
+        running.evict(cluster, a)
+        state[cluster] = replace(state[cluster], free=add(state[cluster].free, a.requests))
+        out.preemptions.append(Preempt(a.job_id, c.job.id, cluster))
+    ids = tuple(a.job_id for a in victims)
+    out.holds[c.job.id] = Hold(c.job.id, cluster, dict(c.job.requests), "preemption", now, ids, pods=c.job.pods)
+    out.waits[c.job.id] = f"preempting jobs {', '.join(map(str, ids))} on {cluster}"
+    return True
+
+
+def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree):
+    """Whether evicting a set of jobs makes the job fit the cluster's free room (and, where the cluster reports
+    its nodes, pack onto them: _packs) and gives back `excess` of each maximum."""
+    need, free = job.requests, cluster.free
+    pods = expand(job.pods) if job.pods else [need]
+
+    def enough(victims: list[Active]) -> bool:
+        room = dict(free)
+        for a in victims:
+            room = add(room, a.requests)
+        if not fits(need, room):
+            return False
+        if cluster.node_free and not _packs(pods, cluster.node_free, victims):
+            return False
+        for name, over in excess.items():
+            freed: dict[str, int] = {}
+            for a in victims:
+                if name in tree.path(a.queue):
+                    freed = add(freed, a.requests)
+            if not fits(over, freed):
+                return False
+        return True
+    return enough
+
+
+def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
+    """Whether the pods surely pack onto the nodes once the victims are gone. On one node, all they free is
+    there. On several, which node a victim runs on is not known: each victim's pods count as room of
+    their own, which is at most what they free beside a node's free room, so a packing found here exists
+    on the real nodes; an eviction that merely frees enough in total could leave the job unable to
+    start, its hold expiring, and more evictions after it."""
+    if len(nodes) == 1:
+        room = dict(nodes[0])
+        for a in victims:
+            room = add(room, a.requests)
+        bins = [room]
+    else:
+        bins = [*nodes, *(pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests]))]
+    return None not in first_fit_decreasing(pods, bins)[1]
+
+
+class _Takings:
+    """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed): what a set of victims
+    takes from each queue, against that. A victim its class lets be preempted takes nothing from it."""
+
+    def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool]):
+        self._tree, self._by_class = tree, by_class
+        self._caps: dict[str, dict[str, int] | None] = {}
+
+    def adding(self, taken: dict[str, dict[str, int]], victim: Active) -> bool:
+        """Whether a set that takes `taken` (per queue) may take the victim too; if so, it is counted in."""
+        if self._by_class(victim):
+            return True
+        queue = victim.queue
+        if queue not in self._caps:
+            self._caps[queue] = self._tree.borrowed(queue)
+        cap, before = self._caps[queue], taken.get(queue, {})
+        if cap is not None:
+            for resource, limit in cap.items():
+                amount = before.get(resource, 0) + victim.requests.get(resource, 0)
+                if amount > 0 and amount > limit:
+                    return False
+        taken[queue] = add(before, victim.requests)
+        return True
+
+    def allow(self, victims) -> bool:
+        """Whether reclaim may take every one of these victims together."""
+        taken: dict[str, dict[str, int]] = {}
+        return all(self.adding(taken, a) for a in victims)
+
+
+def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
+    """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
+    in that order (passing over any that the set may not take with the others: `allowed`) and pruned of
+    any victim the rest can do without, then replaced by the first smaller set in that order that is
+    allowed and enough, while that search stays small (it looks for any set when the greedy one found
+    none). None when no set found is enough."""
+    if enough([]):
+        return []
+    order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
+    chosen: list[Active] | None = []
+    taken: dict[str, dict[str, int]] = {}  # what the chosen take from each queue (the chosen are allowed)
+    for a in order:
+        if not allowed.adding(taken, a):
+            continue
+        chosen.append(a)
+        if enough(chosen):
+            break
+    else:
+        chosen = None
+    if chosen is not None:
+        for a in reversed(list(chosen)):
+            rest = [b for b in chosen if b is not a]
+            if enough(rest):
+                chosen = rest
+    elif not enough(order):  # more victims never make less room: no set of them is enough
+        return None
+    budget = VICTIM_SEARCH
+    for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
+        for combo in itertools.combinations(order, size):
+            budget -= 1
+            if budget < 0:
+                return chosen
+            if allowed.allow(combo) and enough(list(combo)):
+                return list(combo)
+    return chosen
