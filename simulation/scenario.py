@@ -136,9 +136,14 @@ def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[
     priorities = {name: c.priority for name, c in scene.policy.classes.items()}
     out = []
     shared: dict[tuple, dict[str, int]] = {}  # one dict per distinct amount, as the cycle's reads share them
+    pod_sets: dict[tuple, tuple] = {}  # and one tuple per distinct set of pods
 
     def one(amounts: dict[str, int]) -> dict[str, int]:
         return shared.setdefault(tuple(sorted(amounts.items())), amounts)
+
+    def one_set(pods) -> tuple[tuple[int, dict[str, int]], ...]:
+        return pod_sets.setdefault(tuple((n, tuple(sorted(pod.items()))) for n, pod in pods),
+                                   tuple((n, one(pod)) for n, pod in pods))
 
     ids = {j.id: i for i, j in enumerate(trace.jobs, start=1)} if any(j.depends_on for j in trace.jobs) else {}
     for i, j in enumerate(trace.jobs, start=1):
@@ -152,7 +157,7 @@ def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[
                 requests[r] = requests.get(r, 0) + amount * count
                 largest[r] = max(largest.get(r, 0), amount)
         run = j.run_s if j.requested_s is None else min(j.run_s, j.requested_s)  # killed at its limit
-        out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], tuple(j.pods),
+        out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], one_set(j.pods),
                           one(requests), one(largest), j.requested_s if j.requested_s else run, j.requested_s,
                           trace_id=j.id, checkpoint_s=checkpoint_s))
         if j.waits:

@@ -212,7 +212,7 @@ class _Verdicts:
     """The waits decided so far in a cycle, by all that decides them, while nothing they depend on has
     changed (no place, preemption, burst or hold made or given up since): a deep backlog repeats a few job
     shapes, and a head like one that just had to wait waits for the same reason, without deciding again.
-    What decides a wait: the job's shape (its requests and largest pod, dicts shared per shape as the
+    What decides a wait: the job's shape (its requests, largest pod and pod sets, shared per shape as the
     cycle's reads make them, its placement and maxRuntime), its queue, class and class priority, the job
     that evicted it, and whether it waited past its class's reservation time. Never used with paid
     clusters, where the time waited enters a burst's verdict, nor for a job that holds room itself."""
@@ -239,9 +239,9 @@ class _Verdicts:
         job, cls = c.job, classes.get(c.service_class)
         reserves = cls is not None and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s
         selector = tuple(sorted(job.cluster_selector.items())) if job.cluster_selector else ()
-        self._key = (id(job.requests), id(job.largest_pod), selector, job.tiers, job.sites,
-                     job.avoid, job.max_runtime_s, c.queue, c.service_class, c.class_priority, c.preempted_by,
-                     reserves)
+        self._key = (id(job.requests), id(job.largest_pod), id(job.pods) if job.pods else (), selector, job.tiers,
+                     job.sites, job.avoid, job.max_runtime_s, c.queue, c.service_class, c.class_priority,
+                     c.preempted_by, reserves)
         known = self._known.get(self._key)
         if known is None:
             return False

@@ -117,3 +117,21 @@ def test_the_simulated_cluster_reports_each_usable_nodes_free_capacity():
     assert sim.capacity().node_free == ({"cpu": 3 * CPU}, {"cpu": 8 * CPU})
     sim.set_node("node-1", schedulable=False)
     assert sim.capacity().node_free == ({"cpu": 3 * CPU},)
+
+
+def test_two_gangs_of_one_total_and_largest_pod_but_other_pods_are_each_decided_on_their_own():
+    """A cycle repeats a wait for a head of the same shape without deciding again; pods are part of that
+    shape, though the cycle's reads share the requests and largest-pod dicts of both jobs."""
+    from dispatcher.policy.planning import plan_cycle
+    from dispatcher.policy.plans import Candidate, ClassPolicy
+    from dispatcher.policy.quotas import QueueQuota
+
+    total, largest = {"cpu": 16 * CPU}, {"cpu": 8 * CPU}  # shared, as heads_from_rows shares them
+    two_of_8 = QueuedJob(1, total, largest, pods=((2, {"cpu": 8 * CPU}),))
+    one_of_8_two_of_4 = QueuedJob(2, total, largest, pods=((1, {"cpu": 8 * CPU}), (2, {"cpu": 4 * CPU})))
+    cluster = replace(nodes_cluster("c", 8, 4, 4), allocatable={"cpu": 16 * CPU})
+    heads = {"q": [Candidate(two_of_8, "q", "batch", 0, 0), Candidate(one_of_8_two_of_4, "q", "batch", 0, 0)]}
+    plan = plan_cycle(heads, [], [cluster], [QueueQuota("q", None, {}, {}, 1.0)], {"batch": ClassPolicy("batch")},
+                      {}, 0.0)
+    assert plan.places == [Place(2, "c")]
+    assert "only 1 fit on its nodes" in plan.waits[1]
