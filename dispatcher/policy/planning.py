@@ -9,8 +9,9 @@ queue. A job that cannot start:
 - over a queue maximum: waits, naming the queue, resource and numbers; unless its queue is below its
   guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
 - no room, and its class may preempt (or its queue is below its guarantee and others borrow): evicts
-  the smallest set of eligible jobs on one cluster (reclaim taking no more from a queue than it borrows;
-  where the cluster reports its nodes, only victims whose own room surely packs the job) and holds that
+  the smallest set of eligible jobs on one cluster (reclaim taking no more from a queue than it borrows,
+  or less than one victim more where the job's guarantee holds it whole: preempting.py; where the
+  cluster reports its nodes, only victims whose own room surely packs the job) and holds that
   room for itself (on the cluster and its nodes, and in its queue's quota, until it starts or the hold
   expires); a job that holds a reservation tries this too (the preemption hold replaces the
   reservation), one that holds a preemption waits for its victims;
@@ -22,8 +23,8 @@ queue. A job that cannot start:
 - otherwise waits with the reason placement gave (and why it does not burst, where it might).
 Preemption and reservations use only the unpaid clusters: free capacity is taken before money is spent,
 and evicting work is tried before paying for more.
-No preemption loops: a victim never evicts the job that evicted it, and reclaim never takes a queue
-below its guarantee while it raises the reclaiming queue's guaranteed use (quotas.py).
+No preemption loops: a victim never evicts the job that evicted it, and every reclaim raises the queues'
+guaranteed use, the sum per resource of each queue's use up to its guarantee (preempting.py).
 """
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
             return False
         return by_class(a) or lends(a.queue)
 
-    allowed = _Takings(tree, by_class)
+    allowed = _Takings(tree, by_class, c.queue, c.job.requests)
     best: tuple | None = None
     view = views.seen_by(out.holds, c.job, now)  # a job searches holding nothing (above)
     for cluster in matching(c.job, unpaid(view).values()):
@@ -201,33 +201,64 @@ def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victim
     return None not in first_fit_decreasing(pods, bins)[1]
 
 
-class _Takings:
-    """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed): what a set of victims
-    takes from each queue, against that. A victim its class lets be preempted takes nothing from it."""
+class _Taken:
+    """What a set of victims takes from each queue, and from guarantees (_Takings)."""
 
-    def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool]):
+    def __init__(self) -> None:
+        self.by_queue: dict[str, dict[str, int]] = {}
+        self.largest: dict[str, dict[str, int]] = {}  # per queue, its largest victim in each resource
+        self.below: dict[str, dict[str, int]] = {}  # per queue, how far it is taken below its guarantee
+        self.into: dict[str, int] = {}  # the sum of `below`
+
+
+class _Takings:
+    """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed). For a job whose own
+    queue's guarantee still holds it whole, a borrower's last victim may go into the borrower's guarantee,
+    leaving it below by less than that victim, as long as what the victims take from guarantees in all is
+    less than the job adds to its own guaranteed use, in each resource: every reclaim then raises the
+    queues' guaranteed use (the sum, per resource, of each queue's use up to its guarantee), which no
+    round of reclaims can do for ever. A victim its class lets be preempted takes nothing from anyone."""
+
+    def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool], queue: str, requests: dict[str, int]):
         self._tree, self._by_class = tree, by_class
         self._caps: dict[str, dict[str, int] | None] = {}
+        guaranteed = tree.queues[queue].guaranteed if queue in tree.queues else {}
+        # What the job adds to its queue's guaranteed use, when its guarantee holds it whole; else None.
+        self._gain = {r: requests.get(r, 0) for r in guaranteed} if tree.holds_whole(queue, requests) else None
 
-    def adding(self, taken: dict[str, dict[str, int]], victim: Active) -> bool:
-        """Whether a set that takes `taken` (per queue) may take the victim too; if so, it is counted in."""
+    def adding(self, taken: _Taken, victim: Active) -> bool:
+        """Whether a set that takes `taken` may take the victim too; if so, it is counted in."""
         if self._by_class(victim):
             return True
         queue = victim.queue
         if queue not in self._caps:
             self._caps[queue] = self._tree.borrowed(queue)
-        cap, before = self._caps[queue], taken.get(queue, {})
+        cap, before = self._caps[queue], taken.by_queue.get(queue, {})
+        after = add(before, victim.requests)
+        below: dict[str, int] = {}
         if cap is not None:
-            for resource, limit in cap.items():
-                amount = before.get(resource, 0) + victim.requests.get(resource, 0)
-                if amount > 0 and amount > limit:
-                    return False
-        taken[queue] = add(before, victim.requests)
+            below = {r: after.get(r, 0) - limit for r, limit in cap.items() if after.get(r, 0) > max(limit, 0)}
+        largest = taken.largest.get(queue, {})
+        largest = {r: max(largest.get(r, 0), victim.requests.get(r, 0)) for r in set(largest) | set(victim.requests)}
+        if below:
+            if self._gain is None:
+                return False
+            if any(amount >= largest[r] for r, amount in below.items()):
+                return False  # the queue would go below its guarantee by a whole victim
+            into = dict(taken.into)
+            for r, amount in taken.below.get(queue, {}).items():
+                into[r] -= amount
+            for r, amount in below.items():
+                into[r] = into.get(r, 0) + amount
+            if any(amount > 0 and amount >= self._gain.get(r, 0) for r, amount in into.items()):
+                return False
+            taken.into = into
+        taken.by_queue[queue], taken.largest[queue], taken.below[queue] = after, largest, below
         return True
 
     def allow(self, victims) -> bool:
         """Whether reclaim may take every one of these victims together."""
-        taken: dict[str, dict[str, int]] = {}
+        taken = _Taken()
         return all(self.adding(taken, a) for a in victims)
 
 
@@ -241,7 +272,7 @@ def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Act
         return []
     order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
     chosen: list[Active] | None = []
-    taken: dict[str, dict[str, int]] = {}  # what the chosen take from each queue (the chosen are allowed)
+    taken = _Taken()  # what the chosen take (the chosen are allowed)
     for a in order:
         if not allowed.adding(taken, a):
             continue

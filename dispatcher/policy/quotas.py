@@ -150,6 +150,16 @@ class QuotaTree:
         return bool(named) and within(quota.guaranteed, used) and all(
             used.get(r, 0) < quota.guaranteed[r] for r in named)
 
+    def holds_whole(self, queue: str, requests: dict[str, int]) -> bool:
+        """The queue's guarantee holds `requests` whole on top of what it uses: it stays within it in every
+        resource the guarantee names (and `requests` ask for one of them)."""
+        quota = self.queues.get(queue)
+        if quota is None or not quota.guaranteed:
+            return False
+        used = self.used(queue)
+        return any(need > 0 and r in quota.guaranteed for r, need in requests.items()) and all(
+            used.get(r, 0) + requests.get(r, 0) <= limit for r, limit in quota.guaranteed.items())
+
     def borrowed(self, queue: str) -> dict[str, int] | None:
         """What reclaim may take from the queue, per resource its guarantee names: what it uses beyond it;
         None: no limit (a queue with no guarantee borrows all it uses)."""

@@ -698,6 +698,41 @@ def test_a_reclaimer_within_its_guarantee_gets_the_parents_max_back_from_a_borro
     assert nxt.waits[1].startswith("queue research (parent of nlp): nvidia.com/gpu 16/16 in use")
 
 
+def borrower_scene(a_guaranteed: int = 8):
+    """On x (16 cpu, 4 free): b, guaranteed 4, borrows 1 with a 1-cpu and a 4-cpu job; c uses 7 of its 8."""
+    queues = [QueueQuota("a", guaranteed=res(cpu=a_guaranteed * CPU)), QueueQuota("b", guaranteed=res(cpu=4 * CPU)),
+              QueueQuota("c", guaranteed=res(cpu=8 * CPU))]
+    act = [running(1, "b", "x", cpu=1 * CPU), running(2, "b", "x", cpu=4 * CPU), running(3, "c", "x", cpu=7 * CPU)]
+    return queues, act, [cluster("x", act, cpu=16 * CPU)]
+
+
+def test_a_job_its_guarantee_holds_whole_may_take_a_borrowers_last_job_into_its_guarantee():
+    # b borrows only 1 cpu, with jobs of 1 and 4: its 4-cpu job is the one whose room lets a's 8-cpu job
+    # start, and a stays within its guarantee of 8. b is left 3 below its guarantee: less than that job.
+    queues, act, clusters = borrower_scene()
+    plan = run([head(10, "a", cpu=8 * CPU)], act, clusters, queues)
+    assert victims(plan) == [2] and plan.waits[10] == "preempting jobs 2 on x"
+
+
+def test_a_job_that_would_take_its_queue_past_its_guarantee_takes_only_what_others_borrow():
+    queues, act, clusters = borrower_scene(a_guaranteed=6)
+    plan = run([head(10, "a", cpu=8 * CPU)], act, clusters, queues)
+    assert plan.preemptions == [] and plan.waits[10] == "no cluster fits: x: needs 8 cpu, 4 free"
+
+
+def test_reclaim_never_takes_more_from_guarantees_than_the_job_adds_to_its_own():
+    # a's 2-cpu job would start by evicting b's 4-cpu job, 3 of which are b's guaranteed part: more than
+    # the 2 a gains. A round of such reclaims could go on for ever; this one waits.
+    queues, act, _ = borrower_scene()
+    full = [cluster("x", act, cpu=12 * CPU)]
+    plan = run([head(10, "a", cpu=2 * CPU)], act, full, queues)
+    assert plan.preemptions == [] and plan.waits[10] == "no cluster fits: x: needs 2 cpu, 0 free"
+    # Nor a queue below its guarantee by a whole victim: a's 6-cpu job would start with both of b's jobs
+    # gone (1 cpu free), which leaves b 4 below its guarantee: as much as its larger job.
+    plan = run([head(10, "a", cpu=6 * CPU)], act, [cluster("x", act, cpu=13 * CPU)], queues)
+    assert plan.preemptions == [] and plan.waits[10] == "no cluster fits: x: needs 6 cpu, 1 free"
+
+
 def test_a_guarantee_that_does_not_name_memory_still_reclaims_for_a_job_asking_memory():
     queues = [QueueQuota("a", guaranteed=res(cpu=6 * CPU)), QueueQuota("b")]
     act = [running(1, "b", "x", cpu=4 * CPU, memory=4 * GI), running(2, "b", "x", cpu=4 * CPU, memory=4 * GI)]
@@ -875,7 +910,7 @@ def check_preemptions_are_sound(classes, active, candidates, plan):
         assert hold.kind == "preemption" and hold.cluster == p.cluster and p.victim in hold.victims
 
 
-def check_reclaim_takes_only_what_is_borrowed(queues, classes, active, candidates, plan):
+def check_reclaim_takes_what_is_borrowed_and_less_than_a_victim_more(queues, classes, active, candidates, plan):
     by_id, running_on = {c.job.id: c for c in candidates}, {a.job_id: a for a in active}
     tree = QuotaTree(queues, {})  # a queue's use is its own jobs' and its descendants'
     for a in active:
@@ -884,14 +919,18 @@ def check_reclaim_takes_only_what_is_borrowed(queues, classes, active, candidate
     for job_id in [p.job_id for p in plan.places] + [i for i, h in plan.holds.items() if h.kind == "preemption"]:
         tree.charge(by_id[job_id].queue, by_id[job_id].job.requests)
     taken: dict[str, dict[str, int]] = {}
+    largest: dict[str, dict[str, int]] = {}
     for p in plan.preemptions:
         victim, by = running_on[p.victim], by_id[p.by]
         if not (victim.preemptible and victim.class_priority < by.class_priority
                 and classes[by.service_class].can_preempt):
             taken[victim.queue] = add(taken.get(victim.queue, {}), victim.requests)
-    for queue, amounts in taken.items():
+            largest[victim.queue] = {r: max(largest.get(victim.queue, {}).get(r, 0), v)
+                                     for r, v in victim.requests.items()}
+    for queue, amounts in taken.items():  # below its guarantee by less than one of its victims, if at all
         borrowed = tree.borrowed(queue)
-        assert borrowed is None or all(amounts.get(r, 0) <= most for r, most in borrowed.items()), queue
+        assert borrowed is None or all(amounts.get(r, 0) - most < max(1, largest[queue].get(r, 0))
+                                       for r, most in borrowed.items()), queue
 
 
 def check_holds_belong_to_waiting_jobs(clusters, plan):
@@ -927,7 +966,7 @@ def test_plan_invariants_over_random_queues_clusters_and_jobs(scene):
     check_every_candidate_gets_exactly_one_outcome(candidates, plan)
     check_placed_jobs_go_to_one_cluster_they_allow(clusters, candidates, plan)
     check_preemptions_are_sound(classes, active, candidates, plan)
-    check_reclaim_takes_only_what_is_borrowed(queues, classes, active, candidates, plan)
+    check_reclaim_takes_what_is_borrowed_and_less_than_a_victim_more(queues, classes, active, candidates, plan)
     check_holds_belong_to_waiting_jobs(clusters, plan)
     check_quota_reasons_name_a_queue_on_the_path(queues, candidates, plan)
 
