@@ -10,7 +10,7 @@ queue. A job that cannot start:
   guarantee and borrowers fill an ancestor's maximum: then it reclaims from them, as below;
 - no room, and its class may preempt (or its queue is below its guarantee and others borrow): evicts
   the smallest set of eligible jobs on one cluster (reclaim taking no more from a queue than it borrows,
-  or less than one victim more where the job's guarantee holds it whole: preempting.py; where the
+  or its last job where the job's guarantee holds it whole: preempting.py; where the
   cluster reports its nodes, only victims whose own room surely packs the job) and holds that
   room for itself (on the cluster and its nodes, and in its queue's quota, until it starts or the hold
   expires); a job that holds a reservation tries this too (the preemption hold replaces the
@@ -24,7 +24,8 @@ queue. A job that cannot start:
 Preemption and reservations use only the unpaid clusters: free capacity is taken before money is spent,
 and evicting work is tried before paying for more.
 No preemption loops: a victim never evicts the job that evicted it, and every reclaim raises the queues'
-guaranteed use, the sum per resource of each queue's use up to its guarantee (preempting.py).
+guaranteed use (the sum per resource of each queue's use up to its guarantee) or keeps it and lowers what
+they borrow (preempting.py).
 """
 from __future__ import annotations
 

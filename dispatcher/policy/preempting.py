@@ -213,11 +213,12 @@ class _Taken:
 
 class _Takings:
     """Reclaim takes from each queue no more than it borrows (QuotaTree.borrowed). For a job whose own
-    queue's guarantee still holds it whole, a borrower's last victim may go into the borrower's guarantee,
-    leaving it below by less than that victim, as long as what the victims take from guarantees in all is
-    less than the job adds to its own guaranteed use, in each resource: every reclaim then raises the
-    queues' guaranteed use (the sum, per resource, of each queue's use up to its guarantee), which no
-    round of reclaims can do for ever. A victim its class lets be preempted takes nothing from anyone."""
+    queue's guarantee still holds it whole, a borrower's last victim may go into the borrower's guarantee:
+    the borrower still borrowed, before the last of its victims, some of a resource they take, and what
+    the victims take from guarantees is, in each resource, no more than the job adds to its own queue's
+    guaranteed use. Every reclaim then raises the queues' guaranteed use (per resource, each queue's use
+    up to its guarantee, summed) or keeps it and lowers what they borrow, which no round of reclaims can
+    do for ever. A victim its class lets be preempted takes nothing from anyone."""
 
     def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool], queue: str, requests: dict[str, int]):
         self._tree, self._by_class = tree, by_class
@@ -241,16 +242,14 @@ class _Takings:
         largest = taken.largest.get(queue, {})
         largest = {r: max(largest.get(r, 0), victim.requests.get(r, 0)) for r in set(largest) | set(victim.requests)}
         if below:
-            if self._gain is None:
+            if self._gain is None or not _borrowed_before_the_last(cap, after, largest):
                 return False
-            if any(amount >= largest[r] for r, amount in below.items()):
-                return False  # the queue would go below its guarantee by a whole victim
             into = dict(taken.into)
             for r, amount in taken.below.get(queue, {}).items():
                 into[r] -= amount
             for r, amount in below.items():
                 into[r] = into.get(r, 0) + amount
-            if any(amount > 0 and amount >= self._gain.get(r, 0) for r, amount in into.items()):
+            if any(amount > self._gain.get(r, 0) for r, amount in into.items()):
                 return False
             taken.into = into
         taken.by_queue[queue], taken.largest[queue], taken.below[queue] = after, largest, below
@@ -260,6 +259,12 @@ class _Takings:
         """Whether reclaim may take every one of these victims together."""
         taken = _Taken()
         return all(self.adding(taken, a) for a in victims)
+
+
+def _borrowed_before_the_last(borrowed: dict[str, int], taken: dict[str, int], largest: dict[str, int]) -> bool:
+    """Whether a queue that victims take `taken` from (`largest`: the largest of them, per resource) still
+    borrowed some of a resource they take before the last of them went, whichever went last."""
+    return any(limit > 0 and taken.get(r, 0) > 0 and taken[r] - largest[r] < limit for r, limit in borrowed.items())
 
 
 def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
@@ -284,7 +289,7 @@ def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Act
     if chosen is not None:
         for a in reversed(list(chosen)):
             rest = [b for b in chosen if b is not a]
-            if enough(rest):
+            if enough(rest) and allowed.allow(rest):  # a victim gone may leave the rest none of what it borrows
                 chosen = rest
     elif not enough(order):  # more victims never make less room: no set of them is enough
         return None
