@@ -373,3 +373,22 @@ def test_queue_within_its_guarantee_reclaims_capacity_from_a_borrower(sluice):
     c.cancel(borrowers)
     print(f"\nreclaim: g's job {mine} evicted borrowers {victims}; its reasons {sorted(mine_reasons)}; "
           f"victims showed {sorted(victim_reasons)}")
+
+
+def test_a_job_its_guarantee_holds_whole_takes_a_borrowers_last_job(sluice):
+    # h borrows 1 cpu (5 of its 4), with a 1-cpu and a 4-cpu job; 3 cpu are free. g's 5-cpu job stays
+    # within g's guarantee of 6: it may take h's 4-cpu job, though h then runs 1 cpu, below its own 4.
+    s = sluice(CLASSES + queue("g", guaranteed={"cpu": "6", "memory": "8Gi"})
+               + queue("h", guaranteed={"cpu": "4", "memory": "8Gi"}) + cluster("c1", 8))
+    c = s.client
+    [small] = c.submit([job("h", "1", "300s", name="small")])
+    wait_for(lambda: c.get(small)["state"] == "RUNNING", 10, "h's small job runs")
+    [large] = c.submit([job("h", "4", "300s", name="large")])
+    wait_for(lambda: c.get(large)["state"] == "RUNNING", 10, "h's large job runs")
+    [mine] = c.submit([job("g", "5", "30s", name="mine")])
+    wait_for(lambda: c.get(mine)["state"] in ("RUNNING", *FINAL), 20, "g's job runs")
+    assert preempted_by(c, large) == [mine] and preempted_by(c, small) == []
+    # h, now below its guarantee, may not take it back from g, which is within its own.
+    wait_for(lambda: c.get(large)["reason"].startswith("no cluster fits"), 10, "h's job waits for room")
+    assert c.get(mine)["state"] == "RUNNING" and preempted_by(c, mine) == []
+    c.cancel([small, large, mine])
