@@ -13,10 +13,10 @@ for one): the job may take the queue past its guarantee, as jobs come in whole p
 guaranteed 31 GPUs that runs 8-GPU jobs could never reclaim its fourth. What reclaim takes from a queue
 is no more than it borrows (`borrowed`), or, for a job its own queue's guarantee holds whole
 (`holds_whole`), a borrower's last job, taking from guarantees no more than the job adds to its own
-queue's guaranteed use (policy/preempting.py): every reclaim raises the guaranteed use that is served,
-or keeps it and lowers what is borrowed, so reclaims never loop. What it asks of unnamed resources is
-not limited by the guarantee. To count every use of, say, GPUs as borrowed, name them at 0
-(`nvidia.com/gpu: 0`).
+queue's guaranteed use, and less where the borrower borrowed (policy/preempting.py): every reclaim
+raises the guaranteed use that is served, or keeps it and lowers what is borrowed, so reclaims never
+loop. What it asks of unnamed resources is not limited by the guarantee. To count every use of, say,
+GPUs as borrowed, name them at 0 (`nvidia.com/gpu: 0`).
 
 A root queue's usageHalfLife H gives its whole tree memory: each queue's share adds, to its current
 dominant share, the dominant share of its decayed history (decayed resource-seconds / (H/ln2) /
