@@ -217,11 +217,11 @@ class _Takings:
     queue's guarantee still holds it whole, a borrower's last victim may go into the borrower's guarantee:
     the borrower still borrowed, before the last of its victims, some of a resource they take, and what
     the victims take from guarantees is, in each resource, no more than the job adds to its own queue's
-    guaranteed use, and less in a resource a victim's queue borrowed (an even swap there only moves
-    the shortfall from queue to queue, and on Philly's trace more than quadrupled the hours short of
-    a fair share). Every reclaim then raises the queues' guaranteed use (per resource, each queue's use
-    up to its guarantee, summed) or keeps it and lowers what they borrow, which no round of reclaims can
-    do for ever. A victim its class lets be preempted takes nothing from anyone."""
+    guaranteed use, and less in a resource a victim's queue borrowed (an even swap there only moves the
+    shortfall from queue to queue: docs/simulate.md has what it did to Philly's fair share). Every reclaim
+    then raises the queues' guaranteed use (per resource, each queue's use up to its guarantee, summed)
+    or keeps it and lowers what they borrow, which no round of reclaims can do for ever. A victim its
+    class lets be preempted takes nothing from anyone."""
 
     def __init__(self, tree: QuotaTree, by_class: Callable[[Active], bool], queue: str, requests: dict[str, int]):
         self._tree, self._by_class = tree, by_class
