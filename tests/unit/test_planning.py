@@ -730,8 +730,8 @@ def test_reclaim_never_takes_more_from_guarantees_than_the_job_adds_to_its_own()
     # Nor as much: 3 of b's cpu for 3 of a's only moves the shortfall from b to a, in what b borrowed.
     assert run([head(10, "a", cpu=3 * CPU)], act, full, queues).preemptions == []
     assert victims(run([head(10, "a", cpu=4 * CPU)], act, full, queues)) == [2]
-    # Nor a queue below its guarantee by a whole victim: a's 6-cpu job would start with both of b's jobs
-    # gone (1 cpu free), which leaves b 4 below its guarantee: as much as its larger job.
+    # Nor both of a borrower's jobs: a's 6-cpu job would start with both of b's gone (1 cpu free), but b
+    # borrows 1 cpu, so whichever of them went last, b borrowed nothing before it.
     plan = run([head(10, "a", cpu=6 * CPU)], act, [cluster("x", act, cpu=13 * CPU)], queues)
     assert plan.preemptions == [] and plan.waits[10] == "no cluster fits: x: needs 6 cpu, 1 free"
 
