@@ -966,8 +966,30 @@ def check_quota_reasons_name_a_queue_on_the_path(queues, candidates, plan):
             assert reason.startswith(f"queue {name}: " if name == c.queue else f"queue {name} (parent of {c.queue}): ")
 
 
+@st.composite
+def reclaim_scenes(draw):
+    """One cluster full of jobs of queues with guarantees, some borrowing with jobs larger than what they
+    borrow, and jobs of every queue waiting: where reclaim has the most to do."""
+    guarantees = draw(st.lists(st.integers(1, 8), min_size=2, max_size=4))
+    queues = [QueueQuota(f"q{n}", None, {"cpu": g * CPU}) for n, g in enumerate(guarantees)]
+    names = [q.name for q in queues]
+    capacity = (sum(guarantees) + draw(st.integers(0, 2))) * CPU  # guarantees that nearly fill it
+    active, used = [], 0
+    for n, size in enumerate(draw(st.lists(st.integers(1, 8), max_size=12))):
+        size = min(size * CPU, capacity - used)  # the last one fills it
+        if size > 0:
+            used += size
+            active.append(Active(1 + n, draw(st.sampled_from(names)), "std", 0, 0, "c", {"cpu": size}))
+    free = {"cpu": capacity - used}
+    c = ClusterState("c", "onprem", "dc1", {}, free, free, "", {"cpu": capacity})
+    candidates = [Candidate(QueuedJob(100 + n, {"cpu": size * CPU}, {"cpu": size * CPU}), queue, "std", 0, 0)
+                  for n, (queue, size) in enumerate(draw(st.lists(st.tuples(st.sampled_from(names),
+                                                                              st.integers(1, 8)), max_size=10)))]
+    return queues, {"std": ClassPolicy("std")}, [c], active, candidates, {}
+
+
 @settings(max_examples=150, deadline=None)
-@given(scenes())
+@given(st.one_of(scenes(), reclaim_scenes()))
 def test_plan_invariants_over_random_queues_clusters_and_jobs(scene):
     queues, classes, clusters, active, candidates, holds = scene
     before = repr(scene)
@@ -1089,27 +1111,6 @@ def test_an_interactive_session_is_never_evicted_and_comes_before_batch_work_of_
     queued = [head(20, "a", priority=1000, cpu=8 * CPU), head(21, "a", priority=order_priority(-5, True), cpu=8 * CPU)]
     plan = run(queued, [], [cluster("c", [], cpu=8 * CPU)])
     assert [p.job_id for p in plan.places] == [21]
-
-
-@st.composite
-def reclaim_scenes(draw):
-    """One cluster full of jobs of queues with guarantees, some borrowing with jobs larger than what they
-    borrow, and jobs of every queue waiting: where reclaim has the most to do."""
-    guarantees = draw(st.lists(st.integers(1, 8), min_size=2, max_size=4))
-    queues = [QueueQuota(f"q{n}", None, {"cpu": g * CPU}) for n, g in enumerate(guarantees)]
-    names = [q.name for q in queues]
-    capacity = (sum(guarantees) + draw(st.integers(0, 2))) * CPU  # guarantees that nearly fill it
-    active, used = [], 0
-    for n, size in enumerate(draw(st.lists(st.integers(1, 8), max_size=12))):
-        size = min(size * CPU, capacity - used)  # the last one fills it
-        if size > 0:
-            used += size
-            active.append(Active(1 + n, draw(st.sampled_from(names)), "std", 0, 0, "c", {"cpu": size}))
-    c = ClusterState("c", "onprem", "dc1", {}, {}, {}, "", {"cpu": capacity})
-    candidates = [Candidate(QueuedJob(100 + n, {"cpu": size * CPU}, {"cpu": size * CPU}), queue, "std", 0, 0)
-                  for n, (queue, size) in enumerate(draw(st.lists(st.tuples(st.sampled_from(names),
-                                                                              st.integers(1, 8)), max_size=10)))]
-    return queues, {"std": ClassPolicy("std")}, [c], active, candidates, {}
 
 
 @settings(max_examples=300, deadline=None)
