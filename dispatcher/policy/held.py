@@ -8,7 +8,7 @@ from dispatcher.policy.plans import Hold
 
 
 def job_view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob, now: float
-          ) -> dict[str, ClusterState]:
+             ) -> dict[str, ClusterState]:
     """The clusters as one job sees them: free less what is held for other jobs (but reservations it
     ends before, may_use). A job that holds room itself yields only to holds before its own (hold_order), so
     the first holder can always start: holds never deadlock."""

@@ -208,8 +208,6 @@ class _Taken:
         self.by_queue: dict[str, dict[str, int]] = {}
         self.largest: dict[str, dict[str, int]] = {}  # per queue, its largest victim in each resource
         self.below: dict[str, dict[str, int]] = {}  # per queue, how far it is taken below its guarantee
-        self.into: dict[str, int] = {}  # the sum of `below`
-        self.borrowed: set[str] = set()  # resources taken into a guarantee from a queue that borrowed them
 
 
 class _Takings:
@@ -247,16 +245,16 @@ class _Takings:
         if below:
             if self._gain is None or not _borrowed_before_the_last(cap, after, largest):
                 return False
-            into = dict(taken.into)
-            for r, amount in taken.below.get(queue, {}).items():
-                into[r] -= amount
-            for r, amount in below.items():
-                into[r] = into.get(r, 0) + amount
-            borrowed = taken.borrowed | {r for r in below if cap.get(r, 0) > 0}
+            into: dict[str, int] = {}  # what the set takes from guarantees, per resource
+            borrowed: set[str] = set()  # of those, the resources taken from a queue that borrowed them
+            for name, amounts in {**taken.below, queue: below}.items():
+                for r, amount in amounts.items():
+                    into[r] = into.get(r, 0) + amount
+                    if self._caps[name].get(r, 0) > 0:
+                        borrowed.add(r)
             if any(amount > self._gain.get(r, 0) or (amount == self._gain.get(r, 0) and r in borrowed)
                    for r, amount in into.items() if amount > 0):
                 return False
-            taken.into, taken.borrowed = into, borrowed
         taken.by_queue[queue], taken.largest[queue], taken.below[queue] = after, largest, below
         return True
 
