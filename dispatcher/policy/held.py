@@ -3,8 +3,9 @@ others. A reservation keeps room from every job but one that ends before it star
 holds room itself yields only to holds before its own (hold_order), so the first holder can always start."""
 from __future__ import annotations
 
-from dispatcher.policy.placing import Clusters, ClusterState, QueuedJob, take
+from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, matching, take
 from dispatcher.policy.plans import Hold
+from sluice.quantity import fits
 
 
 def job_view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob, now: float
@@ -65,6 +66,18 @@ class HeldView:
         return view
 
 
+def held_back(job: QueuedJob, state: Clusters, holds: dict[int, Hold]) -> str | None:
+    """Why a job that fits nowhere in its view waits, where it is the room held for another job: it would
+    start on a cluster but for that job's hold there (state: the clusters as no hold keeps them)."""
+    if not holds:
+        return None
+    unheld = state.best(job)
+    if not isinstance(unheld, Place):
+        return None
+    blocker = next((h for h in holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
+    return None if blocker is None else f"reserved capacity for job {blocker.job_id} on {blocker.cluster}"
+
+
 def less_held(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -> ClusterState:
     """The cluster less what the holds on it keep, taken off its nodes pod by pod where their pods are
     known (else the whole job may take every whole node in view, room held for a gang included)."""
@@ -89,3 +102,14 @@ def kept(hold: Hold) -> dict[str, int]:
 
 def unpaid(state: dict[str, ClusterState]) -> dict[str, ClusterState]:
     return {name: s for name, s in state.items() if not s.paid}
+
+
+def reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str | None:
+    """Where a starving job should wait: a cluster with no reservation yet that could hold it empty, with
+    the most room now. One reservation per cluster: the jobs behind it wait their turn, not pile up."""
+    possible = [c for c in matching(job, state.values())
+                if not c.unavailable and c.name not in job.avoid and fits(job.requests, c.allocatable)]
+    if not possible:
+        return None
+    dominant = max(job.requests, key=lambda r: job.requests[r] / max(1, max(c.allocatable.get(r, 0) for c in possible)))
+    return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name

@@ -114,6 +114,15 @@ def why_not(job: QueuedJob, cluster: ClusterState) -> str | None:
     return None
 
 
+def may_fit(job: QueuedJob, cluster: ClusterState) -> bool:
+    """Placement's aggregate checks alone (its total, its largest pod on the largest free node, or the
+    cluster grown): False means why_not(job, cluster) is not None, found without packing any pod."""
+    if cluster.unavailable or cluster.name in job.avoid or not allowed_on(job, cluster):
+        return False
+    return (fits(job.requests, cluster.free) and fits(job.largest_pod, cluster.largest_free_node)) \
+        or _grows_for(job, cluster)
+
+
 def _unpacked(job: QueuedJob, cluster: ClusterState, grow: bool = True) -> str | None:
     """Why the job's pods do not all fit the cluster's nodes at once (the aggregate checks passed), or None;
     with `grow`, the pods that do not fit may go to an elastic cluster's new nodes.
@@ -278,17 +287,18 @@ def _preference(job: QueuedJob, c: ClusterState) -> tuple:
 
 
 REASON_CLUSTERS = 5  # a wait reason names this many clusters at most; `sluice explain` lists them all
+NO_MATCH, NO_FIT = "no cluster matches its placement", "no cluster fits:"  # how a wait for room begins
 
 
 def _wait_reason(job: QueuedJob, clusters: list[ClusterState], known: dict[str, str | None] | None = None) -> str:
     """known: why_not(job, c) per cluster name, where already asked of these very clusters."""
     candidates = sorted((c for c in clusters if allowed_on(job, c)), key=_rank)
     if not candidates:
-        return "no cluster matches its placement" + _placement_text(job)
+        return NO_MATCH + _placement_text(job)
     named = "; ".join(f"{c.name}: {known[c.name] if known and c.name in known else why_not(job, c)}"
                       for c in candidates[:REASON_CLUSTERS])
     more = len(candidates) - REASON_CLUSTERS
-    return f"no cluster fits: {named}" + (f"; and {more} more clusters (sluice explain lists them)" if more > 0 else "")
+    return f"{NO_FIT} {named}" + (f"; and {more} more clusters (sluice explain lists them)" if more > 0 else "")
 
 
 def take(cluster: ClusterState, requests: dict[str, int],

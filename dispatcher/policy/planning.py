@@ -26,9 +26,12 @@ and evicting work is tried before paying for more.
 No preemption loops: a victim never evicts the job that evicted it, and every reclaim raises the queues'
 guaranteed use (the sum per resource of each queue's use up to its guarantee) or keeps it and lowers what
 they borrow (preempting.py).
+A head that cannot start whatever the cycle does before its turn, and whose stored reason already says
+what stops it, takes no turn: its reason stands (out_of_reach.py; the plan is the same).
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Callable
@@ -36,12 +39,13 @@ from dataclasses import dataclass, replace
 
 from dispatcher.policy import bursting
 from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
-from dispatcher.policy.held import HeldView, job_view, unpaid
-from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, matching, take
+from dispatcher.policy.held import HeldView, held_back, job_view, reservation_cluster, unpaid
+from dispatcher.policy.out_of_reach import OutOfReach, Replan
+from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, take
 from dispatcher.policy.plans import PREEMPTION_HOLD_S, Active, Candidate, ClassPolicy, CyclePlan, Hold, Holds
 from dispatcher.policy.preempting import RunningAttempts, preempt
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
-from sluice.quantity import add, fits
+from sluice.quantity import add
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
                spend: dict[tuple[str, str | None], Spend] | None = None, *,
                usage: dict[str, dict[str, int]] | None = None, history: dict[str, dict[str, float]] | None = None,
                victims: Callable[[], list[Active]] | None = None,
-               remember_failed_searches: bool = True,
+               remember_failed_searches: bool = True, reasons: dict[int, str] | None = None,
                placed: Callable[[list[Place], dict[int, BurstDecision]], None] | None = None) -> CyclePlan:
     """spend: per (policy, None) and (policy, queue), what running and today's bursts commit already.
 
@@ -146,9 +150,43 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
     remember_failed_searches=False: every head that may preempt searches for victims, even one whose
     search is known to fail (the same search found nothing since the last change), and every head is
     decided afresh, even one like a head that just had to wait (_Verdicts): the plain definition.
+    reasons: the heads' reasons as stored; the plan may leave out the heads it cannot start whatever it
+    does before their turn and whose reason says what stops them (out_of_reach.py), with the same places,
+    preemptions and holds, and tells them nothing (their reasons stand). Never with paid clusters, where
+    time alone moves a burst's verdict, nor with remember_failed_searches=False.
     placed: called with the places and bursts so far after each head is considered (a place is never
     taken back later in the cycle), so that the caller may write them while the rest is planned.
     """
+    if victims is not None:
+        victims = _read_once(victims)
+    plan = functools.partial(_plan, heads, active, clusters, queues, classes, holds, now, rules, spend, usage,
+                             history, victims, remember_failed_searches, placed)
+    if reasons and remember_failed_searches and not any(c.paid for c in clusters):
+        try:
+            return plan(reasons)
+        except Replan:  # the places so far begin the plan made again: it decides them alike
+            pass
+    return plan(None)
+
+
+def _read_once(read: Callable[[], list[Active]]) -> Callable[[], list[Active]]:
+    """read(), asked at most once: a plan made again sees the attempts the first one read."""
+    found: list[list[Active]] = []
+
+    def once() -> list[Active]:
+        if not found:
+            found.append(read())
+        return found[0]
+    return once
+
+
+def _plan(heads: dict[str, list[Candidate]], active: list[Active], clusters: list[ClusterState],
+          queues: list[QueueQuota], classes: dict[str, ClassPolicy], holds: dict[int, Hold], now: float,
+          rules: list[BurstRule], spend: dict[tuple[str, str | None], Spend] | None,
+          usage: dict[str, dict[str, int]] | None, history: dict[str, dict[str, float]] | None,
+          victims: Callable[[], list[Active]] | None, remember_failed_searches: bool,
+          placed: Callable[[list[Place], dict[int, BurstDecision]], None] | None, reasons: dict[int, str] | None
+          ) -> CyclePlan:
     capacity: dict[str, int] = {}
     for c in clusters:
         capacity = add(capacity, c.allocatable)
@@ -177,8 +215,9 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         if hold.kind == "reservation":
             starts_by, short = _expected_start(queued[job_id].job, state[hold.cluster], burst, now)
             out.holds[job_id] = replace(hold, starts_by=starts_by, short=short)
-    order = _FairOrder(tree, heads, classes)
     views = HeldView(state)
+    left_out = OutOfReach(tree, state, views, classes, out, now, reasons) if reasons else None
+    order = _FairOrder(tree, left_out.leave_out(heads) if left_out else heads, classes)
     verdicts = _Verdicts(remember_failed_searches and not burst.paid)
     while (queue := order.next()) is not None:
         evicted = len(out.preemptions)
@@ -186,6 +225,8 @@ def plan_cycle(heads: dict[str, list[Candidate]], active: list[Active], clusters
         if not verdicts.recall(c, out, classes):
             _consider(c, tree, state, views, running, classes, out, now, burst)
             verdicts.learn(c, out)
+            if left_out is not None:
+                left_out.check()
             if placed is not None:
                 placed(out.places, out.bursts)
         order.changed(queue)
@@ -420,20 +461,14 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
     cls = classes.get(c.service_class)
     if cls and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s:
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
-        target = _reservation_cluster(job, {n: s for n, s in unpaid(state).items() if n not in taken})
+        target = reservation_cluster(job, {n: s for n, s in unpaid(state).items() if n not in taken})
         if target is not None:
             starts_by, short = _expected_start(job, state[target], burst, now)
             out.holds[job.id] = Hold(job.id, target, dict(job.requests), "reservation", now, starts_by=starts_by,
                                      short=short, pods=job.pods)
             out.waits[job.id] = f"reserved capacity on {target} (waited past {cls.reservation_after_s:g}s){note}"
             return
-    unheld = state.best(job) if out.holds else decision
-    if isinstance(unheld, Place):  # it would fit, but for someone's hold on that cluster
-        blocker = next((h for h in out.holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
-        if blocker is not None:
-            out.waits[job.id] = f"reserved capacity for job {blocker.job_id} on {blocker.cluster}{note}"
-            return
-    out.waits[job.id] = decision.reason + note
+    out.waits[job.id] = (held_back(job, state, out.holds) or decision.reason) + note
 
 
 def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan) -> None:
@@ -455,14 +490,3 @@ def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], classes
         class_after_s=cls.burst_after_s if cls else None, multiplier=cls.price_multiplier if cls else 1.0,
         waited_s=c.waited_s, unpaid_eta_s=eta, clusters=list(view.values()), rules=burst.rules,
         spend=burst.spend)
-
-
-def _reservation_cluster(job: QueuedJob, state: dict[str, ClusterState]) -> str | None:
-    """Where a starving job should wait: a cluster with no reservation yet that could hold it empty, with
-    the most room now. One reservation per cluster: the jobs behind it wait their turn, not pile up."""
-    possible = [c for c in matching(job, state.values())
-                if not c.unavailable and c.name not in job.avoid and fits(job.requests, c.allocatable)]
-    if not possible:
-        return None
-    dominant = max(job.requests, key=lambda r: job.requests[r] / max(1, max(c.allocatable.get(r, 0) for c in possible)))
-    return max(possible, key=lambda c: (c.free.get(dominant, 0), c.name)).name

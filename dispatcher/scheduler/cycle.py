@@ -151,7 +151,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
             plan = plan_cycle(heads.by_queue, active, clusters, policy.quotas, policy.classes, holds or {},
                               now.timestamp(), policy.rules, inputs.spend, usage=usage, history=inputs.history,
                               victims=(lambda: store.active(needs, victims=True)) if needs.victims else None,
-                              placed=ahead.placed)
+                              reasons=heads.reasons, placed=ahead.placed)
             dispatched = ahead.end()
         finally:
             ahead.close()
@@ -166,7 +166,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
     # The queues read to their limit: more may wait behind their last head.
     full = {q for q, n in heads.per_queue.items()
             if n >= (settings.backfill_per_queue if q in deeper else settings.per_queue)}
-    waiting = len(plan.waits)
+    waiting = heads.count - len(plan.places)  # the heads plan_cycle left out wait too, their reasons standing
     if parking is not None:
         # Holds kept as they came (none made, moved or given up) leave the next cycle's plan as this one's.
         quiet = not (plan.places or plan.preemptions or plan.holds != (holds or {}) or needs.timed

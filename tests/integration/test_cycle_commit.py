@@ -99,3 +99,25 @@ def test_a_cycle_in_a_transaction_it_did_not_begin_leaves_the_commit_to_its_owne
         outer.rollback()
     assert world.jobs()[job][0] == "QUEUED"
     assert world.count("attempts") == 0 and world.count("outbox") == 0
+
+
+def test_a_job_that_still_cannot_start_keeps_its_reason_and_explain_tells_what_is_free_now(world):
+    from dispatcher.scheduler.explaining import explain
+
+    def free(cpu: int) -> None:
+        room = {"cpu": cpu, "memory": NODE["memory"]}
+        with world.sessions.begin() as session:
+            cluster_store.record_capacity(session, "c0", {"allocatable": NODE, "free": room, "largestFreeNode": room},
+                                          0, world.now)
+    [job] = world.submit("6")
+    free(2000)
+    run_cycle(world.sessions, SchedulerSettings(), world.now)
+    told = world.jobs()[job][1]
+    assert told == "no cluster fits: c0: needs 6 cpu, 2 free"
+    free(4000)  # still too little: the cycle leaves the job out, and its reason stands
+    assert run_cycle(world.sessions, SchedulerSettings(), world.now).waiting == 1
+    assert world.jobs()[job] == ("QUEUED", told)
+    with world.sessions() as session:
+        assert explain(session, job, world.now, unreachable_after_s=60).clusters == [("c0", "needs 6 cpu, 4 free")]
+    free(8000)
+    assert run_cycle(world.sessions, SchedulerSettings(), world.now).dispatched == 1

@@ -133,7 +133,7 @@ def test_a_job_neither_preempts_nor_reserves_on_a_cluster_it_avoids():
     # A's last attempt could not start on x: evicting V there, or holding x for A, would free room A
     # cannot take. B, of A's shape and avoiding nothing, evicts V; the remembered search of A (which found
     # nothing) must not stop B's.
-    from dispatcher.policy.planning import _reservation_cluster
+    from dispatcher.policy.held import reservation_cluster as _reservation_cluster
     from dispatcher.policy.plans import Active
     classes = {"critical": ClassPolicy("critical", 100, can_preempt=True),
                "batch": ClassPolicy("batch", 10, preemptible=True)}
@@ -162,3 +162,86 @@ def test_a_failed_search_is_not_taken_for_a_job_of_the_same_total_in_other_pods(
     plan = run([a, b], small, [two_nodes])
     assert plan.holds[11].victims and len(plan.holds[11].victims) == 4
     assert plan.waits[10].startswith("no cluster fits")
+
+
+# -- heads that cannot start are left out, their stored reasons standing (out_of_reach.py) --------------
+
+from tests.unit.test_planning import reclaim_scenes, scenes  # noqa: E402
+
+STALE = ("no cluster fits: c0: needs 1 cpu, 0 free", "no cluster matches its placement", "queue q0: cpu 1/1 in use",
+         "queue q1 (parent of q2): cpu 9/9 in use", "reserved capacity for job 100 on c0", "preempted by job 3", "")
+
+
+@st.composite
+def given_up_scenes(draw):
+    """Clusters whose room is reserved for heads that may start elsewhere instead, giving that room up in
+    the cycle to heads that could not use it at its start; some heads only go to c0."""
+    from dispatcher.policy.plans import Hold
+    clusters = [ClusterState(f"c{i}", "onprem", "dc", {"zone": f"c{i}"}, {"cpu": free * CPU}, {"cpu": free * CPU}, "",
+                             {"cpu": 8 * CPU})
+                for i, free in enumerate(draw(st.lists(st.integers(0, 8), min_size=2, max_size=3)))]
+    candidates = [Candidate(QueuedJob(100 + n, {"cpu": cpu * CPU}, {"cpu": cpu * CPU}, selector),
+                            draw(st.sampled_from("ab")), "high", 100, draw(st.integers(0, 3)))
+                  for n, (cpu, selector) in enumerate(draw(st.lists(
+                      st.tuples(st.integers(1, 6), st.sampled_from(({}, {"zone": "c0"}))), min_size=2, max_size=8)))]
+    holds = {}
+    for c in draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=2, unique_by=lambda c: c.job.id)):
+        holds[c.job.id] = Hold(c.job.id, draw(st.sampled_from(("c0", "c0", "c1"))), dict(c.job.requests),
+                               "reservation", NOW - 10)
+    return [QueueQuota("a"), QueueQuota("b")], CLASSES, clusters, [], candidates, holds
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(scenes(), reclaim_scenes(), given_up_scenes()), st.integers(1, 3), st.data())
+def test_a_plan_leaving_out_heads_that_cannot_start_decides_as_one_that_leaves_none_out(scene, copies, data):
+    """Reasons stored from an earlier cycle (this plan's own, and stale ones of every kind): the plan that
+    may leave heads out makes the same places, preemptions and holds as the plain one, and tells every
+    head it does not leave out the same reason."""
+    queues, classes, clusters, active, candidates, holds = scene
+    more = [replace(c, job=replace(c.job, id=c.job.id + 1000 * n)) for n in range(copies) for c in candidates]
+    heads = heads_of(more)
+    plain = plan_cycle(heads, active, clusters, queues, classes, holds, NOW, remember_failed_searches=False)
+    held = tuple(f"reserved capacity for job {h.job_id} on {h.cluster}" for h in holds.values())
+    stored = {c.job.id: data.draw(st.sampled_from((plain.waits.get(c.job.id, ""), *STALE, *held))) for c in more}
+    fast = plan_cycle(heads, active, clusters, queues, classes, holds, NOW, reasons=stored)
+    assert (fast.places, fast.preemptions, fast.holds) == (plain.places, plain.preemptions, plain.holds)
+    for c in more:
+        if c.job.id in fast.waits:
+            assert fast.waits[c.job.id] == plain.waits[c.job.id]
+        elif c.job.id not in {p.job_id for p in fast.places}:  # left out: it waits, and was told why before
+            assert c.job.id in plain.waits and stored[c.job.id] and c.job.id not in fast.holds
+
+
+def test_a_head_left_out_that_a_hold_given_up_lets_start_is_planned_after_all():
+    # x has 6 cpu free, 4 of them reserved for job 11; y has 4. Job 10 (4 cpu, only on x) sees 2 at the
+    # cycle's start and was told so before. Job 11 goes first and starts on y, the tighter fit, giving up
+    # its hold on x: job 10 must start there in this cycle.
+    from dispatcher.policy.plans import Hold
+    x = ClusterState("x", "onprem", "dc", {"zone": "x"}, {"cpu": 6 * CPU}, {"cpu": 6 * CPU}, "", {"cpu": 8 * CPU})
+    y = ClusterState("y", "onprem", "dc", {}, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}, "", {"cpu": 4 * CPU})
+    holder = Candidate(QueuedJob(11, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}), "a", "high", 100, 1)
+    big = Candidate(QueuedJob(10, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}, {"zone": "x"}), "a", "high", 100, 0)
+    heads, holds = {"a": [holder, big]}, {11: Hold(11, "x", {"cpu": 4 * CPU}, "reservation", NOW - 10)}
+    plain = plan_cycle(heads, [], [x, y], [QueueQuota("a")], CLASSES, holds, NOW)
+    assert [(p.job_id, p.cluster) for p in plain.places] == [(11, "y"), (10, "x")]
+    told = {10: "reserved capacity for job 11 on x"}
+    assert plan_cycle(heads, [], [x, y], [QueueQuota("a")], CLASSES, holds, NOW, reasons=told) == plain
+
+
+def test_a_head_that_cannot_start_keeps_its_reason_only_when_it_says_what_stops_it():
+    x = ClusterState("x", "onprem", "dc", {}, {"cpu": 2 * CPU}, {"cpu": 2 * CPU}, "", {"cpu": 8 * CPU})
+    big = Candidate(QueuedJob(10, {"cpu": 4 * CPU}, {"cpu": 4 * CPU}), "a", "high", 100, 0)
+    queues = [QueueQuota("a")]
+    told = plan_cycle({"a": [big]}, [], [x], queues, CLASSES, {}, NOW).waits[10]
+    assert told == "no cluster fits: x: needs 4 cpu, 2 free"
+    emptier = replace(x, free={"cpu": 0}, largest_free_node={"cpu": 0})
+    # Told before that no cluster fits: left out, its reason (with its figures) standing.
+    assert 10 not in plan_cycle({"a": [big]}, [], [emptier], queues, CLASSES, {}, NOW, reasons={10: told}).waits
+    # Told something else before (or nothing): told afresh.
+    for before in ("preempted by job 3", "queue a: cpu 4/4 in use", ""):
+        plan = plan_cycle({"a": [big]}, [], [emptier], queues, CLASSES, {}, NOW, reasons={10: before})
+        assert plan.waits[10] == "no cluster fits: x: needs 4 cpu, 0 free"
+    # Over its queue's maximum now: told so, whatever it was told about room.
+    capped = [QueueQuota("a", None, {}, {"cpu": 2 * CPU})]
+    plan = plan_cycle({"a": [big]}, [], [emptier], capped, CLASSES, {}, NOW, reasons={10: told})
+    assert plan.waits[10].startswith("queue a: cpu")
