@@ -90,17 +90,19 @@ class _Sluice:
     def wake(self, t: float) -> float:
         """The next moment a waiting head's verdict may change by time alone (math.inf: none)."""
         due = math.inf
-        classes = self.policy.classes
+        classes, rules = self.policy.classes, [rule.after_s for rule in self.policy.rules]
+        thresholds: dict[str, tuple[float, ...]] = {}  # per class
         for job in self.store.last_heads:
             if job.state != QUEUED:
                 continue
-            cls = classes.get(job.service_class)
-            thresholds = [rule.after_s for rule in self.policy.rules]
-            if cls is not None:
-                thresholds += [cls.reservation_after_s, cls.burst_after_s]
-            for after in thresholds:
-                if after is not None and job.submit + after > t:
-                    due = min(due, job.submit + after)
+            afters = thresholds.get(job.service_class)
+            if afters is None:
+                cls = classes.get(job.service_class)
+                every = rules + ([cls.reservation_after_s, cls.burst_after_s] if cls is not None else [])
+                afters = thresholds[job.service_class] = tuple(a for a in every if a is not None)
+            for after in afters:
+                if t < job.submit + after < due:
+                    due = job.submit + after
         for hold in self.holds.values():
             if hold.kind == "preemption":
                 due = min(due, hold.since - EPOCH + PREEMPTION_HOLD_S)

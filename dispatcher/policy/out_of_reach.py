@@ -80,21 +80,23 @@ class OutOfReach:
         if mark == self._mark or not self._left:
             return
         self._mark = mark
-        verdict = self._asker()
+        verdict = self._asker(why=False)  # whether one might start; not what its reason would say
         if not all(verdict(kind, c) for kind, c in self._left.items()):
             raise Replan
 
-    def _asker(self) -> Callable[[tuple, Candidate], tuple[str, ...]]:
+    def _asker(self, why: bool = True) -> Callable[[tuple, Candidate], tuple[str, ...]]:
         """What stops a head of a kind in the plan as it stands now, as the beginnings of the reasons that
         say it (those of the reason made at its turn, up to its figures): a maximum of its queue's path,
         room held for another job, or no room (NO_ROOM); () when it might do anything (then it takes its
         turn). Found once per kind: what the answer depends on, the job's shape, placement and maxRuntime
         (the cycle's reads share one dict per shape, so their ids tell it), its queue and class, and whether
-        it may reserve room by now (the last entry)."""
+        it may reserve room by now (the last entry). why=False: NO_ROOM for room held for another job too
+        (no placement is worked out for it)."""
         tree, classes, out, state, views = self._tree, self._classes, self._out, self._state, self._views
         now = self._now
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
-        open_to_reserve = {n: s for n, s in unpaid(state).items() if n not in taken}
+        unpaid_state = list(unpaid(state).values())
+        open_to_reserve = {c.name: c for c in unpaid_state if c.name not in taken}
         known: dict[tuple, tuple[str, ...]] = {}
 
         def verdict(kind: tuple, c: Candidate) -> tuple[str, ...]:
@@ -106,10 +108,12 @@ class OutOfReach:
                     found = ()
                 elif over := tree.over_max(c.queue, job.requests):
                     found = (over.split(":", 1)[0] + ":",)
+                elif not any(may_fit(job, c) for c in unpaid_state):  # nor in any view, which holds keep less of
+                    found = NO_ROOM
                 elif any(may_fit(job, c) for c in views.seen_by(out.holds, job, now).values() if not c.paid):
                     found = ()
                 else:
-                    held = held_back(job, state, out.holds)
+                    held = held_back(job, state, out.holds) if why else None
                     found = (held,) if held else NO_ROOM
                 known[kind] = found
             return found

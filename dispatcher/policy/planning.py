@@ -93,8 +93,10 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
         for queue, used in usage.items():
             most.charge(queue, used)
         queued: dict[str, dict[str, int]] = {}
-        for c in candidates:
-            queued[c.queue] = add(queued.get(c.queue, {}), c.job.requests)
+        for c in candidates:  # summed in place: a deep backlog has thousands of heads
+            summed = queued.setdefault(c.queue, {})
+            for r, v in c.job.requests.items():
+                summed[r] = summed.get(r, 0) + v
         for queue, requests in queued.items():
             most.charge(queue, requests)
         borrowing = frozenset(q for q in usage if most.borrowing(q))

@@ -23,9 +23,9 @@ class ClassPolicy:
     price_multiplier: float = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a cycle makes one per head, and a frozen one costs six times as much to make
 class Candidate:
-    """A queued job at the head of its queue."""
+    """A queued job at the head of its queue (never changed once made)."""
 
     job: QueuedJob
     queue: str
