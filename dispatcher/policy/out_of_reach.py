@@ -3,8 +3,8 @@ reason already names what stops them (planning.plan_cycle's `reasons`).
 
 A head that holds no room, whose class may not preempt, whose queue may not reclaim (it is not below its
 guarantee), that may not reserve room now (it has not waited long enough, or every cluster it could
-reserve is reserved), and that is over a maximum of its queue or fails placement's aggregate checks
-(placing.may_fit) on every cluster it sees, waits at its turn and changes nothing. When its stored reason
+reserve is reserved), and that is over a maximum of its queue or that placement would put on no cluster
+it sees (it fits none, or its pods do not pack), waits at its turn and changes nothing. When its stored reason
 already says what stops it (a maximum of the same queue, room held for the same job, or no room), the
 cycle leaves it out and keeps that reason, whose figures are those of the cycle that wrote it; the other
 heads go in the same order without it: a queue's heads come in key order, and a wait changes no share.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dispatcher.policy.held import HeldView, held_back, reservation_cluster, unpaid
-from dispatcher.policy.placing import NO_FIT, NO_MATCH, Clusters, may_fit
+from dispatcher.policy.placing import NO_FIT, NO_MATCH, Clusters, Place, QueuedJob, may_fit
 from dispatcher.policy.plans import Candidate, ClassPolicy, CyclePlan
 from dispatcher.policy.quotas import QuotaTree
 
@@ -99,6 +99,11 @@ class OutOfReach:
         open_to_reserve = {c.name: c for c in unpaid_state if c.name not in taken}
         known: dict[tuple, tuple[str, ...]] = {}
 
+        def starts(job: QueuedJob) -> bool:
+            """Whether placement puts the job on a cluster it sees (asked only where the aggregate checks pass)."""
+            seen = views.seen_by(out.holds, job, now)
+            return any(may_fit(job, c) for c in seen.values() if not c.paid) and isinstance(seen.best(job), Place)
+
         def verdict(kind: tuple, c: Candidate) -> tuple[str, ...]:
             found = known.get(kind)
             if found is None:
@@ -110,7 +115,7 @@ class OutOfReach:
                     found = (over.split(":", 1)[0] + ":",)
                 elif not any(may_fit(job, c) for c in unpaid_state):  # nor in any view, which holds keep less of
                     found = NO_ROOM
-                elif any(may_fit(job, c) for c in views.seen_by(out.holds, job, now).values() if not c.paid):
+                elif starts(job):
                     found = ()
                 else:
                     held = held_back(job, state, out.holds) if why else None
