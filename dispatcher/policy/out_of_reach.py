@@ -40,11 +40,7 @@ class OutOfReach:
         self._tree, self._state, self._views, self._classes = tree, state, views, classes
         self._out, self._now, self._reasons = out, now, reasons
         self._left: dict[tuple, Candidate] = {}  # one head per kind left out (_asker): all of a kind answer alike
-        self._mark = self._plan_state()
-
-    def _plan_state(self) -> tuple:
-        out = self._out
-        return len(out.places), len(out.preemptions), len(out.bursts), out.holds.version
+        self._mark = out.mark()
 
     def leave_out(self, heads: dict[str, list[Candidate]]) -> dict[str, list[Candidate]]:
         """The heads that take their turn in the plan; the rest are left out."""
@@ -76,7 +72,7 @@ class OutOfReach:
 
     def check(self) -> None:
         """After a head's turn: if the plan changed, whether every head left out still cannot start."""
-        mark = self._plan_state()
+        mark = self._out.mark()
         if mark == self._mark or not self._left:
             return
         self._mark = mark

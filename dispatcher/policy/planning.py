@@ -268,17 +268,13 @@ class _Verdicts:
         self._mark: tuple | None = None
         self._key: tuple | None = None
 
-    @staticmethod
-    def _state(out: CyclePlan) -> tuple:
-        """What the plan has done so far, as far as any verdict depends on it (equal: nothing changed)."""
-        return len(out.places), len(out.preemptions), len(out.bursts), out.holds.version
 
     def recall(self, c: Candidate, out: CyclePlan, classes: dict[str, ClassPolicy]) -> bool:
         """Whether `c` waits for a reason known already (then written to out.waits)."""
         self._key = None
         if not self._on or c.job.id in out.holds:
             return False
-        mark = self._state(out)
+        mark = out.mark()
         if mark != self._mark:
             self._known, self._mark = {}, mark
         job, cls = c.job, classes.get(c.service_class)
@@ -295,7 +291,7 @@ class _Verdicts:
 
     def learn(self, c: Candidate, out: CyclePlan) -> None:
         """After `c` was decided: keep its wait, when deciding it changed nothing."""
-        if self._key is not None and c.job.id in out.waits and self._state(out) == self._mark:
+        if self._key is not None and c.job.id in out.waits and out.mark() == self._mark:
             self._known[self._key] = out.waits[c.job.id]
 
 

@@ -90,6 +90,12 @@ class CyclePlan:
     # which no hold keeps: jobs behind those heads might fit it (the caller may read deeper next time).
     room_behind: set[str] = field(default_factory=set)
 
+    def mark(self) -> tuple:
+        """How far the plan has got, as far as any verdict depends on it: two equal marks, nothing changed
+        in between (no place, preemption or burst made, no hold made, moved or given up). plan_cycle's
+        holds are Holds, which count their changes; a plan made otherwise has none to count."""
+        return len(self.places), len(self.preemptions), len(self.bursts), getattr(self.holds, "version", None)
+
 
 class Holds(dict):
     """A plan's holds, counting every change (`version`): a cycle asks whether any happened once per head."""
