@@ -7,6 +7,8 @@ from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, 
 from dispatcher.policy.plans import Hold
 from sluice.quantity import fits
 
+HELD_BACK = "reserved capacity for job "  # how held_back's reasons begin
+
 
 def job_view(state: dict[str, ClusterState], holds: dict[int, Hold], job: QueuedJob, now: float
              ) -> dict[str, ClusterState]:
@@ -75,7 +77,7 @@ def held_back(job: QueuedJob, state: Clusters, holds: dict[int, Hold]) -> str | 
     if not isinstance(unheld, Place):
         return None
     blocker = next((h for h in holds.values() if h.job_id != job.id and h.cluster == unheld.cluster), None)
-    return None if blocker is None else f"reserved capacity for job {blocker.job_id} on {blocker.cluster}"
+    return None if blocker is None else f"{HELD_BACK}{blocker.job_id} on {blocker.cluster}"
 
 
 def less_held(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -> ClusterState:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dispatcher.policy.held import HeldView, held_back, reservation_cluster, unpaid
+from dispatcher.policy.held import HELD_BACK, HeldView, held_back, reservation_cluster, unpaid
 from dispatcher.policy.placing import NO_FIT, NO_MATCH, Clusters, Place, QueuedJob, may_fit
 from dispatcher.policy.plans import Candidate, ClassPolicy, CyclePlan
-from dispatcher.policy.quotas import QuotaTree
+from dispatcher.policy.quotas import OVER_MAX, QuotaTree
 
 NO_ROOM = (NO_FIT, NO_MATCH)  # the reasons of a head no cluster has room for
+MAY_STAND = (*NO_ROOM, OVER_MAX, HELD_BACK)  # how every reason that may stand begins
 
 
 class Replan(Exception):
@@ -52,7 +53,7 @@ class OutOfReach:
             for c in candidates:
                 job = c.job
                 reason = reasons.get(job.id)
-                if not reason or job.id in holds:
+                if not reason or not reason.startswith(MAY_STAND) or job.id in holds:
                     mine.append(c)
                     continue
                 cls = classes.get(c.service_class)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from dispatcher.policy import decay
 from sluice.quantity import add, format_quantity
 
+OVER_MAX = "queue "  # how over_max's reasons begin
+
 
 @dataclass(frozen=True)
 class QueueQuota:
@@ -114,7 +116,7 @@ class QuotaTree:
             for resource, need in sorted(requests.items()):
                 limit = quota.max.get(resource)
                 if need > 0 and limit is not None and used.get(resource, 0) + need > limit:
-                    who = f"queue {name}" if level == 0 else f"queue {name} (parent of {queue})"
+                    who = f"{OVER_MAX}{name}" if level == 0 else f"{OVER_MAX}{name} (parent of {queue})"
                     have = used.get(resource, 0)
                     more = "" if have >= limit else f", needs {format_quantity(resource, need)}"
                     return (f"{who}: {resource} {format_quantity(resource, have)}/{format_quantity(resource, limit)}"
