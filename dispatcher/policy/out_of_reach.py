@@ -4,8 +4,8 @@ reason already names what stops them (planning.plan_cycle's `reasons`).
 A head that holds no room, whose class may not preempt, whose queue may not reclaim (it is not below its
 guarantee), that may not reserve room now (it has not waited long enough, or every cluster it could
 reserve is reserved), and that is over a maximum of its queue or that placement would put on no cluster
-it sees (it fits none, or its pods do not pack), waits at its turn and changes nothing. When its stored reason
-already says what stops it (a maximum of the same queue, room held for the same job, or no room), the
+it sees (it fits none, or its pods do not pack), waits at its turn and changes nothing. When its stored
+reason already says what stops it (a maximum of the same queue, room held for the same job, or no room), the
 cycle leaves it out and keeps that reason, whose figures are those of the cycle that wrote it; the other
 heads go in the same order without it: a queue's heads come in key order, and a wait changes no share.
 Every change the plan makes (a place, a preemption, a hold made, moved or given up) is followed by asking
@@ -28,7 +28,7 @@ MAY_STAND = (*NO_ROOM, OVER_MAX, HELD_BACK)  # how every reason that may stand b
 
 
 class Replan(Exception):
-    """What the plan did before a left-out head's turn changed that head's verdict: plan the cycle again,
+    """What the plan did before a left-out head's turn may let that head start: plan the cycle again,
     leaving none out."""
 
 
@@ -99,7 +99,8 @@ class OutOfReach:
         def starts(job: QueuedJob) -> bool:
             """Whether placement puts the job on a cluster it sees (asked only where the aggregate checks pass)."""
             seen = views.seen_by(out.holds, job, now)
-            return any(may_fit(job, c) for c in seen.values() if not c.paid) and isinstance(seen.best(job), Place)
+            return any(may_fit(job, cluster) for cluster in seen.values() if not cluster.paid) \
+                and isinstance(seen.best(job), Place)
 
         def verdict(kind: tuple, c: Candidate) -> tuple[str, ...]:
             found = known.get(kind)
@@ -110,7 +111,7 @@ class OutOfReach:
                     found = ()
                 elif over := tree.over_max(c.queue, job.requests):
                     found = (over.split(":", 1)[0] + ":",)
-                elif not any(may_fit(job, c) for c in unpaid_state):  # nor in any view, which holds keep less of
+                elif not any(may_fit(job, cluster) for cluster in unpaid_state):  # nor in a view: holds keep room
                     found = NO_ROOM
                 elif starts(job):
                     found = ()

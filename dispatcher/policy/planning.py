@@ -268,7 +268,6 @@ class _Verdicts:
         self._mark: tuple | None = None
         self._key: tuple | None = None
 
-
     def recall(self, c: Candidate, out: CyclePlan, classes: dict[str, ClassPolicy]) -> bool:
         """Whether `c` waits for a reason known already (then written to out.waits)."""
         self._key = None
