@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -120,7 +121,7 @@ def test_heads_as_tuples_make_the_candidates_candidate_makes(sessions):
         for queue, jobs in plain.items():
             for got, want in zip(heads[queue], jobs, strict=True):
                 assert got.waited_s == pytest.approx(want.waited_s, abs=1e-3)
-                assert got == type(want)(**{**want.__dict__, "waited_s": got.waited_s})
+                assert got == replace(want, waited_s=got.waited_s)
 
 
 def test_heads_read_with_the_first_reads_are_queue_heads(sessions):
