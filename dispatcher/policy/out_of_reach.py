@@ -73,8 +73,10 @@ class OutOfReach:
 
     def check(self) -> None:
         """After a head's turn: if the plan changed, whether every head left out still cannot start."""
+        if not self._left:
+            return
         mark = self._out.mark()
-        if mark == self._mark or not self._left:
+        if mark == self._mark:
             return
         self._mark = mark
         verdict = self._asker(why=False)  # whether one might start; not what its reason would say
