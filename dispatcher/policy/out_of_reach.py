@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dispatcher.policy.held import HELD_BACK, HeldView, held_back, reservation_cluster, unpaid
-from dispatcher.policy.placing import NO_FIT, NO_MATCH, Clusters, Place, QueuedJob, may_fit
-from dispatcher.policy.plans import Candidate, ClassPolicy, CyclePlan
+from dispatcher.policy.placing import NO_FIT, NO_MATCH, Clusters, Place, QueuedJob, may_fit, shape_key
+from dispatcher.policy.plans import Candidate, ClassPolicy, CyclePlan, may_reserve
 from dispatcher.policy.quotas import OVER_MAX, QuotaTree
 
 NO_ROOM = (NO_FIT, NO_MATCH)  # the reasons of a head no cluster has room for
@@ -56,12 +56,7 @@ class OutOfReach:
                 if not reason or not reason.startswith(MAY_STAND) or job.id in holds:
                     mine.append(c)
                     continue
-                cls = classes.get(c.service_class)
-                selector = tuple(sorted(job.cluster_selector.items())) if job.cluster_selector else ()
-                kind = (id(job.requests), id(job.largest_pod), id(job.pods), selector, job.tiers, job.sites,
-                        job.avoid, job.max_runtime_s, queue, c.service_class,
-                        cls is not None and cls.reservation_after_s is not None
-                        and c.waited_s >= cls.reservation_after_s)
+                kind = (*shape_key(job), queue, c.service_class, may_reserve(c, classes))
                 stops = verdict(kind, c)
                 if stops and reason.startswith(stops):
                     left.setdefault(kind, c)
@@ -87,10 +82,9 @@ class OutOfReach:
         """What stops a head of a kind in the plan as it stands now, as the beginnings of the reasons that
         say it (those of the reason made at its turn, up to its figures): a maximum of its queue's path,
         room held for another job, or no room (NO_ROOM); () when it might do anything (then it takes its
-        turn). Found once per kind: what the answer depends on, the job's shape, placement and maxRuntime
-        (the cycle's reads share one dict per shape, so their ids tell it), its queue and class, and whether
-        it may reserve room by now (the last entry). why=False: NO_ROOM for room held for another job too
-        (no placement is worked out for it)."""
+        turn). Found once per kind: what the answer depends on, the job's shape (placing.shape_key, its
+        first entries), its queue and class, and whether it may reserve room by now (the last entry).
+        why=False: NO_ROOM for room held for another job too (no placement is worked out for it)."""
         tree, classes, out, state, views = self._tree, self._classes, self._out, self._state, self._views
         now = self._now
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}

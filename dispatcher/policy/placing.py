@@ -70,6 +70,14 @@ class Wait:
     reason: str
 
 
+def shape_key(job: QueuedJob) -> tuple:
+    """What of a job decides where it fits, for answers a cycle remembers: its requests, largest pod and pod
+    sets (by identity: the cycle's reads share one dict per shape), its placement and maxRuntime."""
+    selector = tuple(sorted(job.cluster_selector.items())) if job.cluster_selector else ()
+    return (id(job.requests), id(job.largest_pod), id(job.pods), selector, job.tiers, job.sites, job.avoid,
+            job.max_runtime_s)
+
+
 def allowed_on(job: QueuedJob, cluster: ClusterState) -> bool:
     if job.tiers and cluster.tier not in job.tiers:
         return False

@@ -41,8 +41,17 @@ from dispatcher.policy import bursting
 from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
 from dispatcher.policy.held import HeldView, held_back, job_view, reservation_cluster, unpaid
 from dispatcher.policy.out_of_reach import OutOfReach, Replan
-from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, take
-from dispatcher.policy.plans import PREEMPTION_HOLD_S, Active, Candidate, ClassPolicy, CyclePlan, Hold, Holds
+from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, shape_key, take
+from dispatcher.policy.plans import (
+    PREEMPTION_HOLD_S,
+    Active,
+    Candidate,
+    ClassPolicy,
+    CyclePlan,
+    Hold,
+    Holds,
+    may_reserve,
+)
 from dispatcher.policy.preempting import RunningAttempts, preempt
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 from sluice.quantity import add
@@ -105,8 +114,7 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
     # A reservation's expected start, which lets shorter jobs use its room meanwhile, needs them too: where
     # one is held, or a head has waited long enough to make one.
     reserving = any(h.kind == "reservation" for h in (holds or {}).values()) or any(
-        c.service_class in classes and classes[c.service_class].reservation_after_s is not None
-        and c.waited_s >= classes[c.service_class].reservation_after_s for c in candidates)
+        may_reserve(c, classes) for c in candidates)
     return ActiveNeeds(unpaid, below, preemptible, borrowing, timed, reserving)
 
 
@@ -276,12 +284,9 @@ class _Verdicts:
         mark = out.mark()
         if mark != self._mark:
             self._known, self._mark = {}, mark
-        job, cls = c.job, classes.get(c.service_class)
-        reserves = cls is not None and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s
-        selector = tuple(sorted(job.cluster_selector.items())) if job.cluster_selector else ()
-        self._key = (id(job.requests), id(job.largest_pod), id(job.pods) if job.pods else (), selector, job.tiers,
-                     job.sites, job.avoid, job.max_runtime_s, c.queue, c.service_class, c.class_priority,
-                     c.preempted_by, reserves)
+        job = c.job
+        self._key = (*shape_key(job), c.queue, c.service_class, c.class_priority, c.preempted_by,
+                     may_reserve(c, classes))
         known = self._known.get(self._key)
         if known is None:
             return False
@@ -456,7 +461,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
         out.waits[job.id] = f"reserved capacity on {held.cluster}: waiting for room{note}"
         return
     cls = classes.get(c.service_class)
-    if cls and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s:
+    if may_reserve(c, classes):
         taken = {h.cluster for h in out.holds.values() if h.kind == "reservation"}
         target = reservation_cluster(job, {n: s for n, s in unpaid(state).items() if n not in taken})
         if target is not None:

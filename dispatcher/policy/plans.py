@@ -23,6 +23,12 @@ class ClassPolicy:
     price_multiplier: float = 1.0
 
 
+def may_reserve(c: Candidate, classes: dict[str, ClassPolicy]) -> bool:
+    """Whether the head has waited past its class's reservation time (it may hold room for itself now)."""
+    cls = classes.get(c.service_class)
+    return cls is not None and cls.reservation_after_s is not None and c.waited_s >= cls.reservation_after_s
+
+
 @dataclass(slots=True)  # not frozen: a cycle makes one per head, and a frozen one costs six times as much to make
 class Candidate:
     """A queued job at the head of its queue (never changed once made)."""
