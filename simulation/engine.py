@@ -15,6 +15,11 @@ moment's events are in. The policies:
   when it fits and does not delay that reservation (it ends before it, or uses only room the reserved
   job will not need).
 
+Every policy knows of a job's run time only its requested time (Sluice's maxRuntime, EASY's estimate),
+and nothing where the trace gives none: EASY then counts a running job as never ending and a waiting
+one as never ending before a reservation. A first job whose start no known end dates gets no
+reservation, and later jobs start where they fit (as Slurm's backfill does with unlimited time limits).
+
 The baselines use the unpaid clusters only (they know no burst policy) and the same node packing.
 """
 from __future__ import annotations
@@ -156,14 +161,16 @@ class _Easy(_Fifo):
     """EASY backfill: the first waiting job's reservation is never delayed by a job started after it."""
 
     def _shadow(self, head: SimJob, t: float) -> tuple[SimCluster, float, dict[str, int]] | None:
-        """Where and when the head can start at the earliest, by what runs' expected ends, and the room
-        left there then beyond the head's needs."""
+        """Where and when the head can start at the earliest, by what runs' expected ends (a job with no
+        requested time has none), and the room left there then beyond the head's needs; None: no known end
+        frees enough room."""
         best = None
         for c in self.clusters:
             if not fits(head.requests, c.allocatable):
                 continue
-            ends = sorted(((j.started + j.expected_s, j) for j in self.world.running.values()
-                           if j.cluster == c.name and j.started is not None), key=lambda e: e[0])
+            ends = sorted(((j.started + j.max_runtime_s, j) for j in self.world.running.values()
+                           if j.cluster == c.name and j.started is not None and j.max_runtime_s is not None),
+                          key=lambda e: e[0])
             free = dict(c.free)
             when = t
             for end, j in ends:
@@ -184,7 +191,8 @@ class _Easy(_Fifo):
     def _backfill(self, t: float) -> None:
         head = self.waiting[0]
         shadow = self._shadow(head, t)
-        self.reserved.add(head.id)
+        if shadow is not None:
+            self.reserved.add(head.id)
         where_now: dict[tuple, SimCluster | None] = {}  # per shape, where it would start now (until a start)
         i = 1
         while i < len(self.waiting) and self._room():
@@ -197,7 +205,7 @@ class _Easy(_Fifo):
                 i += 1
                 continue
             if shadow is not None and where is shadow[0]:
-                if t + job.expected_s <= shadow[1]:
+                if job.max_runtime_s is not None and t + job.max_runtime_s <= shadow[1]:
                     pass
                 elif fits(job.requests, shadow[2]):
                     shadow = (shadow[0], shadow[1], subtract(shadow[2], job.requests))

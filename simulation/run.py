@@ -33,11 +33,12 @@ def outcomes_of(replayed: Replayed) -> list[report.JobOutcome]:
 
 def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
              progress: Callable[[str, int, int], None] | None = None,
-             checkpoint_s: float | None = None) -> Simulation:
+             checkpoint_s: float | None = None, exact_runtimes: bool = False) -> Simulation:
     """Replay `trace` (traces.read_trace) under each of `policies` (engine.POLICIES) on `objects` (None:
     the mapping built from the trace). progress(policy, jobs done, jobs) is called as the replays go.
     checkpoint_s: the trace's jobs save their progress this often, so an evicted job loses only what ran
-    since its last checkpoint (None: an evicted job starts again from scratch)."""
+    since its last checkpoint (None: an evicted job starts again from scratch). exact_runtimes: every policy
+    is told each job's run time as its requested time (perfect estimates), not what the trace requested."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}: one of {', '.join(POLICIES)}")
@@ -45,7 +46,7 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
     entitled = scene.entitled()
     figures, outcomes, replays = {}, {}, {}
     for name in dict.fromkeys(policies):
-        jobs = sim_jobs(trace, scene, checkpoint_s)
+        jobs = sim_jobs(trace, scene, checkpoint_s, exact_runtimes)
         started = time.perf_counter()
         done = None if progress is None else (lambda n, name=name, total=len(jobs): progress(name, n, total))
         replayed = replay(jobs, list(scene.clusters), scene.policy, name, progress=done)
@@ -62,7 +63,10 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
     info = {"name": trace.name, "format": trace.format, "jobs": len(trace.jobs), "skippedLines": trace.skipped,
             "droppedJobs": trace.dropped, "mapping": "built from the trace" if scene.built else "config",
             "clusters": {c.name: c.to_document()["spec"].get("simulated") for c in scene.clusters},
-            "queues": len(scene.policy.quotas)}
+            "queues": len(scene.policy.quotas),
+            "requestedTimes": sum(1 for j in trace.jobs if j.requested_s)}  # the jobs whose run time a policy may know
+    if exact_runtimes:
+        info["exactRuntimes"] = True
     if checkpoint_s:
         info["checkpointInterval"] = checkpoint_s
     if getattr(trace, "window", None):

@@ -128,10 +128,12 @@ def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
     return Scenario(tuple(objects), built, clusters, policy, capacity)
 
 
-def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[SimJob]:
+def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None, exact_runtimes: bool = False
+             ) -> list[SimJob]:
     """Fresh SimJobs for one replay, ids 1.. in submit order (as a dispatcher numbers submits), each saving
     its progress every checkpoint_s (None: never), with what it waits for (startAfter, dependencies on the
-    replayed jobs, its array's parallelism)."""
+    replayed jobs, its array's parallelism). A job's requested time is what the trace says (none where it
+    says none); exact_runtimes: its run time, for every job (perfect estimates)."""
     queues = {q.name: q for q in scene.objects if isinstance(q, QueueObject)}
     priorities = {name: c.priority for name, c in scene.policy.classes.items()}
     out = []
@@ -158,7 +160,7 @@ def sim_jobs(trace, scene: Scenario, checkpoint_s: float | None = None) -> list[
                 largest[r] = max(largest.get(r, 0), amount)
         run = j.run_s if j.requested_s is None else min(j.run_s, j.requested_s)  # killed at its limit
         out.append(SimJob(i, j.submit_s, run, queue, service_class, priorities[service_class], one_set(j.pods),
-                          one(requests), one(largest), j.requested_s if j.requested_s else run, j.requested_s,
+                          one(requests), one(largest), run if exact_runtimes else j.requested_s or None,
                           trace_id=j.id, checkpoint_s=checkpoint_s))
         if j.waits:
             _holds(out[-1], j, ids)

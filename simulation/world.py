@@ -46,8 +46,9 @@ class SimJob:
     pods: tuple[tuple[int, dict[str, int]], ...]
     requests: dict[str, int]
     largest_pod: dict[str, int]
-    expected_s: float  # what a scheduler may assume it runs for (its requested time, else its run time)
-    max_runtime_s: float | None  # its requested time, given to Sluice as maxRuntime
+    # Its requested time: all any policy knows of how long it runs (Sluice's maxRuntime, EASY's estimate); None
+    # when the trace does not say.
+    max_runtime_s: float | None
     priority: int = 0
     trace_id: int = 0  # its id in the trace (ids here number the jobs in submit order, as a dispatcher does)
     state: str = QUEUED

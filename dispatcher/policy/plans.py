@@ -93,7 +93,8 @@ class CyclePlan:
     holds: dict[int, Hold] = field(default_factory=dict)
     bursts: dict[int, BurstDecision] = field(default_factory=dict)  # of the places that go to paid clusters
     # Queues none of whose heads started though an unpaid cluster has room of every kind they all ask for,
-    # which no hold keeps: jobs behind those heads might fit it (the caller may read deeper next time).
+    # which no hold keeps from a job that ends in time: jobs behind those heads might fit it (the caller may
+    # read deeper next time).
     room_behind: set[str] = field(default_factory=set)
 
     def mark(self) -> tuple:

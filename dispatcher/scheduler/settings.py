@@ -11,8 +11,9 @@ class SchedulerSettings:
     # Queued jobs read per queue and cycle, in order (never the whole backlog): how deep backfill looks.
     per_queue: int = 64
     # Read of a queue none of whose heads could start while room of their kind was left (backfill reaches
-    # further there, next cycle): with it Sluice matches EASY backfill on HPC2N's log (docs/simulate.md).
-    backfill_per_queue: int = 128
+    # further there, next cycle): about as deep as Slurm's backfill tests by default (bf_max_job_test), so
+    # that a saturated queue's short jobs start around a reservation as EASY starts them (docs/simulate.md).
+    backfill_per_queue: int = 512
     reason_interval_s: float = 1.0  # pending reasons are rewritten at most this often (they are for people)
     idle_wait_s: float = 2.0  # safety-net wake-up when no notification comes (clusters going stale)
     wake_pace_max_s: float = 0.25  # after a cycle that started nothing, the next waits up to its length (at most this)

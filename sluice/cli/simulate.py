@@ -85,6 +85,11 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
                  None, "--checkpoint-interval",
                  help="The trace's jobs save their progress this often (e.g. 30m): an evicted job resumes from its "
                       "last checkpoint; default: it starts again from scratch"),
+             exact_runtimes: bool = typer.Option(
+                 False, "--exact-runtimes",
+                 help="Tell every policy each job's run time as its requested time (Sluice's maxRuntime, EASY's "
+                      "estimate), as if users knew it; default: what the trace requested, nothing where it says "
+                      "nothing"),
              dependencies: bool = typer.Option(
                  True, "--dependencies/--no-dependencies",
                  help="Replay the trace's dependencies (SWF's preceding job and think time, a job file's dependsOn); "
@@ -123,7 +128,8 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
     if not read.jobs:
         raise Failed(f"simulate --trace {trace}", "the trace has no job to replay")
     try:
-        result = run_simulation(read, objects, policy, progress=_Progress(), checkpoint_s=checkpoint_s)
+        result = run_simulation(read, objects, policy, progress=_Progress(), checkpoint_s=checkpoint_s,
+                                exact_runtimes=exact_runtimes)
     except (ScenarioError, SpecError) as exc:
         raise Failed("simulate", str(exc)) from None
     mapping = [o.to_document() for o in result.scenario.objects]

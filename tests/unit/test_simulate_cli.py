@@ -150,6 +150,19 @@ def test_a_checkpoint_interval_is_in_the_trace_figures():
     assert out["trace"]["checkpointInterval"] == 1800
 
 
+def test_the_trace_figures_say_how_many_run_times_the_policies_know():
+    lublin = str(shared_trace("lublin_256.swf"))  # no requested times at all
+    told = figures(sluice("--trace", lublin, "--window", "0:300", "-o", "json"))
+    assert told["trace"]["requestedTimes"] == 0 and "exactRuntimes" not in told["trace"]
+    assert told["policies"]["easy-backfill"]["reservations"] == 0  # none can be dated
+    exact = figures(sluice("--trace", lublin, "--window", "0:300", "--exact-runtimes", "-o", "json"))
+    assert exact["trace"]["exactRuntimes"] is True
+    assert exact["policies"]["easy-backfill"]["reservations"] > 0
+    assert exact["policies"]["sluice"]["meanWaitSeconds"] < told["policies"]["sluice"]["meanWaitSeconds"]
+    sdsc = figures(sluice("--trace", str(shared_trace(SDSC)), "--window", "0:50", "--policy", "fifo", "-o", "json"))
+    assert sdsc["trace"]["requestedTimes"] == 50
+
+
 def test_a_config_missing_the_trace_queues_is_refused(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("""\

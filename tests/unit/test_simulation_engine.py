@@ -258,3 +258,41 @@ def test_easy_backfill_looks_again_after_each_start_for_jobs_of_the_same_shape()
     result = simulate(t, objects("a", extra=[c2]), ["easy-backfill"])
     assert starts(result, "easy-backfill") == {1: 0, 2: 1000, 3: 2, 4: 2}
     assert {o.id: o.cluster for o in result.outcomes["easy-backfill"]}[4] == "c2"
+
+
+def test_backfill_reads_deeper_where_a_reservation_keeps_room_a_short_job_may_use():
+    # 4 of 8 cpu run until 1000; job 2 (8 cpu) reserves the cluster at once, expected to start at 1000, and
+    # job 3 waits behind it; job 4 (2 cpu, 100 s) is behind the 2 heads a cycle reads. The held room is no
+    # room for the heads, but job 4 ends before the reservation starts: it may use it, as EASY would start it.
+    t = trace(job(1, 0, 1000, 4, requested=1000), job(2, 1, 100, 8, requested=100),
+              job(3, 2, 100, 8, requested=100), job(4, 3, 100, 2, requested=100))
+    scene = scenario(t, objects("a"))
+    shallow = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice",
+                     settings=SchedulerSettings(per_queue=2, backfill_per_queue=2))
+    deeper = replay(sim_jobs(t, scene), list(scene.clusters), scene.policy, "sluice",
+                    settings=SchedulerSettings(per_queue=2, backfill_per_queue=8))
+    assert shallow.jobs[3].first_start == 1200  # after jobs 2 and 3
+    assert deeper.jobs[3].first_start == 3  # read at once, in the held room
+    assert deeper.jobs[1].first_start == 1000  # and the reservation is not delayed
+
+
+def test_no_policy_knows_a_run_time_the_trace_does_not_give():
+    # The first test's jobs without requested times. EASY cannot date job 2's start (job 1 may run for ever):
+    # job 2 gets no reservation and job 4 starts where it fits, as Slurm's backfill does without time limits;
+    # Sluice keeps job 2's room from job 4, which may not end in time.
+    t = trace(job(1, 0, 100, 6), job(2, 1, 100, 7), job(3, 2, 50, 2), job(4, 60, 500, 2))
+    result = simulate(t, objects("a"), ["easy-backfill", "sluice"])
+    assert starts(result, "easy-backfill") == {1: 0, 2: 560, 3: 2, 4: 60}
+    assert starts(result, "sluice") == {1: 0, 2: 100, 3: 200, 4: 200}
+    assert result.figures["easy-backfill"]["reservations"] == 0
+    # Told each job's run time, both plan with it, as with requested times.
+    exact = simulate(t, objects("a"), ["easy-backfill", "sluice"], exact_runtimes=True)
+    assert starts(exact, "easy-backfill") == starts(exact, "sluice") == {1: 0, 2: 100, 3: 2, 4: 200}
+    assert exact.trace["exactRuntimes"] is True and exact.trace["requestedTimes"] == 0
+
+
+def test_a_job_that_runs_past_its_requested_time_is_stopped_there_whatever_the_policy_knows():
+    t = trace(job(1, 0, 500, 8, requested=100), job(2, 1, 50, 8))
+    for exact in (False, True):
+        result = simulate(t, objects("a"), ["easy-backfill", "sluice"], exact_runtimes=exact)
+        assert starts(result, "sluice") == starts(result, "easy-backfill") == {1: 0, 2: 100}
