@@ -243,9 +243,9 @@ def _plan(heads: dict[str, list[Candidate]], active: list[Active], clusters: lis
         for p in out.preemptions[evicted:]:  # their queues' shares went down
             order.changed(running.queue_of[p.victim])
     started = {queued[p.job_id].queue for p in out.places}
-    # Room a hold keeps is no room for jobs behind, but a reservation's with an expected start: a job behind
+    # Room a hold keeps is no room for jobs behind, but a reservation's expected to start later: a job behind
     # that ends by then may use it (held.may_use), as EASY backfill starts short jobs from deep in its queue.
-    timed = tuple(i for i, h in out.holds.items() if h.starts_by is not None)
+    timed = tuple(i for i, h in out.holds.items() if h.starts_by is not None and h.starts_by > now)
     unheld = views.view(out.holds, timed) if out.holds else state
     room = [kinds for c in unheld.values() if not c.paid and not c.unavailable
             if (kinds := {r for r, v in c.free.items() if v > 0})]
