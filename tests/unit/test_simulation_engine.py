@@ -296,3 +296,16 @@ def test_a_job_that_runs_past_its_requested_time_is_stopped_there_whatever_the_p
     for exact in (False, True):
         result = simulate(t, objects("a"), ["easy-backfill", "sluice"], exact_runtimes=exact)
         assert starts(result, "sluice") == starts(result, "easy-backfill") == {1: 0, 2: 100}
+
+
+def test_easy_dates_a_reservation_by_the_ends_it_knows_and_starts_no_job_of_unknown_length_before_it():
+    # 8 cpu. Job 1 (3 cpu) runs for ever as far as EASY knows; job 2 (3 cpu) is expected to end at 100, when
+    # job 3 (5 cpu) fits. Job 4 (2 cpu, 50 s asked) ends before that: backfilled. Job 5 (2 cpu, 30 s, none
+    # asked) would end in time too, but nothing says so: it waits for room job 3 does not need.
+    t = trace(job(1, 0, 1000, 3), job(2, 0, 100, 3, requested=100), job(3, 1, 100, 5, requested=100),
+              job(4, 2, 50, 2, requested=50), job(5, 60, 30, 2))
+    result = simulate(t, objects("a"), ["easy-backfill"])
+    assert starts(result, "easy-backfill") == {1: 0, 2: 0, 3: 100, 4: 2, 5: 200}
+    assert result.figures["easy-backfill"]["reservations"] == 2  # job 3's, and job 5's once first (job 3 ends at 200)
+    exact = simulate(t, objects("a"), ["easy-backfill"], exact_runtimes=True)
+    assert starts(exact, "easy-backfill")[5] == 60
