@@ -436,7 +436,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
         view = views.seen_by(out.holds, job, now)
         decision = view.best(job)
     if isinstance(decision, Place):
-        _place(c, decision.cluster, tree, state, out)
+        _place(c, decision.cluster, tree, state, out, burst, now)
         return
     held = out.holds.get(job.id)
     if held is not None and held.kind == "preemption":
@@ -453,7 +453,7 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
         out.holds[job.id] = held
     spilled = _burst(c, tree, view, classes, now, burst)
     if isinstance(spilled, BurstDecision):
-        _place(c, spilled.cluster, tree, state, out)
+        _place(c, spilled.cluster, tree, state, out, burst, now)
         out.bursts[job.id] = spilled
         rate, cost = spilled.rate_per_hour, spilled.expected_cost
         for key in ((spilled.policy, None), (spilled.policy, c.queue)):
@@ -476,11 +476,17 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
     out.waits[job.id] = (held_back(job, state, out.holds) or decision.reason) + note
 
 
-def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan) -> None:
-    state[cluster] = take(state[cluster], c.job.requests, c.job.pods)
-    tree.charge(c.queue, c.job.requests)
-    out.places.append(Place(c.job.id, cluster))
-    out.holds.pop(c.job.id, None)
+def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan,
+           burst: _Burst, now: float) -> None:
+    job = c.job
+    state[cluster] = take(state[cluster], job.requests, job.pods)
+    tree.charge(c.queue, job.requests)
+    out.places.append(Place(job.id, cluster))
+    out.holds.pop(job.id, None)
+    # It holds its room until its expected end, as what runs does: a reservation made later in this cycle, or a
+    # burst weighed, counts on that end as on theirs.
+    ends_at = now + job.max_runtime_s if job.max_runtime_s else None
+    burst.ends.setdefault(cluster, []).append(Running(job.requests, ends_at))
 
 
 def _burst(c: Candidate, tree: QuotaTree, view: dict[str, ClusterState], classes: dict[str, ClassPolicy],

@@ -309,3 +309,13 @@ def test_easy_dates_a_reservation_by_the_ends_it_knows_and_starts_no_job_of_unkn
     assert result.figures["easy-backfill"]["reservations"] == 2  # job 3's, and job 5's once first (job 3 ends at 200)
     exact = simulate(t, objects("a"), ["easy-backfill"], exact_runtimes=True)
     assert starts(exact, "easy-backfill")[5] == 60
+
+
+def test_a_reservation_made_in_the_cycle_that_starts_jobs_on_its_cluster_counts_on_their_ends():
+    # Job 1 holds the 8 cpu until 100. At 100 job 2 (2 cpu, 1,000 s) starts and job 3 (8 cpu) reserves the
+    # cluster: it starts when job 2 ends, at 1,100, so job 4 (1 cpu, 50 s) may use the held room at once,
+    # as EASY starts it. Not counting job 2's end, the reservation could not be dated and kept everything.
+    t = trace(job(1, 0, 100, 8, requested=100), job(2, 1, 1000, 2, requested=1000),
+              job(3, 2, 100, 8, requested=100), job(4, 3, 50, 1, requested=50))
+    result = simulate(t, objects("a"), ["sluice", "easy-backfill"])
+    assert starts(result, "sluice") == starts(result, "easy-backfill") == {1: 0, 2: 100, 3: 1100, 4: 100}
