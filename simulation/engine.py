@@ -69,6 +69,7 @@ class _Sluice:
         self.parking = Parking()
         self.holds: dict[int, Hold] = {}
         self.deeper: frozenset[str] = frozenset()
+        self.refill: tuple[float, frozenset[str]] = (math.nan, frozenset())  # (moment, what a rerun then plans)
         self.reserved: set[int] = set()  # jobs that ever held a reservation
 
     def arrived(self, job: SimJob) -> bool:
@@ -84,20 +85,22 @@ class _Sluice:
         """One cycle at virtual time t; whether another cycle is due at once."""
         self.store.now = t
         result = plan_and_apply(self.store, self.settings, datetime.fromtimestamp(EPOCH + t, UTC),
-                                holds=self.holds, parking=self.parking, deeper=self.deeper)
+                                holds=self.holds, parking=self.parking, deeper=self.deeper,
+                                refill=self.refill[1] if self.refill[0] == t else frozenset())
         deeper_now = bool(result.deeper - self.deeper)  # as the scheduler's loop, at once
         self.holds, self.deeper = result.holds, result.deeper
         self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
-        again = bool(result.preempted) or (bool(result.dispatched) and result.more) or deeper_now \
-            or self.parking.rewake()
-        return again
+        more, rewake = bool(result.dispatched) and result.more, self.parking.rewake()
+        # As the loop: a rerun for `more` alone plans the queues that lost heads (and holders) only.
+        self.refill = (t, result.refill if more and not (result.preempted or deeper_now or rewake) else frozenset())
+        return bool(result.preempted) or more or deeper_now or rewake
 
     def wake(self, t: float) -> float:
         """The next moment a waiting head's verdict may change by time alone (math.inf: none)."""
         due = math.inf
         classes, rules = self.policy.classes, [rule.after_s for rule in self.policy.rules]
         thresholds: dict[str, tuple[float, ...]] = {}  # per class
-        for job in self.store.last_heads:
+        for job in (job for heads in self.store.last_heads.values() for job in heads):
             if job.state != QUEUED:
                 continue
             afters = thresholds.get(job.service_class)

@@ -67,7 +67,8 @@ class MemoryCycle:
         self.bursts: list[bursting.BurstRun] = []  # every burst dispatched, for the budgets
         self.burst_of: dict[int, int] = {}  # job -> its index in bursts while it runs there
         self.spent = 0.0
-        self.last_heads: list[SimJob] = []  # the heads the last cycle read
+        # Per queue, the heads the last cycle that planned it read (a cycle may plan some queues only).
+        self.last_heads: dict[str, list[SimJob]] = {}
         self.now = 0.0  # the virtual time of the cycle being run (set by the replay before each cycle)
         # Fair share's memory (a root Queue's usageHalfLife): one accumulator per half-life, over its queues,
         # advanced by what each queue held since the last cycle (_held), as the store sums attempts.
@@ -101,10 +102,11 @@ class MemoryCycle:
         by_queue: dict[str, list[Candidate]] = {}
         reasons: dict[int, str] = {}
         per_queue: dict[str, int] = {}
-        read: list[SimJob] = []
+        read: dict[str, list[SimJob]] = {} if queues is None else self.last_heads
         settings = self.settings
         for queue in (self.world.queued if queues is None else queues):
-            jobs = self.world.heads(queue, settings.backfill_per_queue if queue in deeper else settings.per_queue)
+            jobs = read[queue] = self.world.heads(queue, settings.backfill_per_queue if queue in deeper
+                                                  else settings.per_queue)
             if not jobs:
                 continue
             per_queue[queue] = len(jobs)
@@ -112,7 +114,6 @@ class MemoryCycle:
                                          t - j.submit, j.preempted_by) for j in jobs]
             for j in jobs:
                 reasons[j.id] = j.reason
-            read += jobs
         self.last_heads = read
         return Heads(by_queue, reasons, per_queue, False)
 

@@ -4,6 +4,7 @@ cannot start otherwise)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -139,7 +140,7 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
             candidates = list(filter(running.holding_a_pod(shapes), candidates))  # no other victim helps _packs
         if not candidates:  # evicting nobody is never chosen
             continue
-        chosen = _smallest_set(_enough(c.job, cluster, excess, tree), candidates, allowed)
+        chosen = _smallest_set(_Enough(c.job, cluster, excess, tree), candidates, allowed)
         if chosen is not None and chosen:
             cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
             if best is None or cost < best[0]:
@@ -160,29 +161,37 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
     return True
 
 
-def _enough(job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree):
+class _Enough:
     """Whether evicting a set of jobs makes the job fit the cluster's free room (and, where the cluster reports
     its nodes, pack onto them: _packs) and gives back `excess` of each maximum."""
-    need, free = job.requests, cluster.free
-    pods = expand(job.pods) if job.pods else [need]
 
-    def enough(victims: list[Active]) -> bool:
-        room = dict(free)
+    def __init__(self, job: QueuedJob, cluster: ClusterState, excess: dict[str, dict[str, int]], tree: QuotaTree):
+        self._need, self._cluster, self._excess, self._tree = job.requests, cluster, excess, tree
+        self._pods = expand(job.pods) if job.pods else [job.requests]
+        # What victims must free beyond the free room, per resource: a set that frees less is never enough.
+        self.short = {r: v - cluster.free.get(r, 0) for r, v in job.requests.items()
+                      if v > 0 and v > cluster.free.get(r, 0)}
+
+    def covers(self, victims) -> bool:
+        """The first of __call__'s checks, alone: whether the victims free at least `short`."""
+        return all(sum(a.requests.get(r, 0) for a in victims) >= v for r, v in self.short.items())
+
+    def __call__(self, victims: list[Active]) -> bool:
+        room = dict(self._cluster.free)
         for a in victims:
             room = add(room, a.requests)
-        if not fits(need, room):
+        if not fits(self._need, room):
             return False
-        if cluster.node_free and not _packs(pods, cluster.node_free, victims):
+        if self._cluster.node_free and not _packs(self._pods, self._cluster.node_free, victims):
             return False
-        for name, over in excess.items():
+        for name, over in self._excess.items():
             freed: dict[str, int] = {}
             for a in victims:
-                if name in tree.path(a.queue):
+                if name in self._tree.path(a.queue):
                     freed = add(freed, a.requests)
             if not fits(over, freed):
                 return False
         return True
-    return enough
 
 
 def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
@@ -270,7 +279,7 @@ def _borrowed_before_the_last(borrowed: dict[str, int], taken: dict[str, int], l
     return any(limit > 0 and taken.get(r, 0) > 0 and taken[r] - largest[r] < limit for r, limit in borrowed.items())
 
 
-def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
+def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
     """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
     in that order (passing over any that the set may not take with the others: `allowed`) and pruned of
     any victim the rest can do without, then replaced by the first smaller set in that order that is
@@ -298,10 +307,21 @@ def _smallest_set(enough, eligible: list[Active], allowed: _Takings) -> list[Act
         return None
     budget = VICTIM_SEARCH
     for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
+        if not _may_cover(order, size, enough.short):  # every set of this size fails: counted as tried
+            budget -= math.comb(len(order), size)
+            if budget < 0:
+                return chosen
+            continue
         for combo in itertools.combinations(order, size):
             budget -= 1
             if budget < 0:
                 return chosen
-            if allowed.allow(combo) and enough(list(combo)):
+            if enough.covers(combo) and allowed.allow(combo) and enough(list(combo)):
                 return list(combo)
     return chosen
+
+
+def _may_cover(victims: list[Active], size: int, short: dict[str, int]) -> bool:
+    """Whether some `size` of the victims free `short`: the largest of them do, in every resource."""
+    return all(sum(sorted((a.requests.get(r, 0) for a in victims), reverse=True)[:size]) >= v
+               for r, v in short.items())

@@ -48,6 +48,10 @@ class CycleResult:
     dispatched_by_queue: dict[str, int] = field(default_factory=dict)  # jobs dispatched, per queue
     planned: int | None = None  # queues planned while the others stayed parked (None: every queue)
     more: bool = False  # a queue had more queued jobs than the cycle read: the next cycle may place them
+    # Where the next cycle runs at once for `more`, the queues it plans (pass it back as plan_and_apply's
+    # `refill`): those read to their limit that lost heads to this plan, and those whose jobs hold room. Every
+    # other queue's heads were asked at this moment already, against more room than is left now.
+    refill: frozenset[str] = frozenset()
     idle: bool = False  # it planned every queue and left no job queued (it dispatched every one it read)
     # Queues read to the limit none of whose heads started while room was left: the next cycle reads
     # settings.backfill_per_queue of them (pass it back as plan_and_apply's `deeper`); run it soon when
@@ -131,16 +135,23 @@ class CycleStore(Protocol):
 
 def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime, *,
                    holds: dict[int, Hold] | None = None, write_reasons: bool = True,
-                   parking: Parking | None = None, deeper: frozenset[str] = frozenset()) -> CycleResult:
+                   parking: Parking | None = None, deeper: frozenset[str] = frozenset(),
+                   refill: frozenset[str] = frozenset()) -> CycleResult:
     """One cycle on `store`. With `parking`, queues whose heads cannot start are left out while nothing
-    changes for them. `deeper`: the last cycle's CycleResult.deeper."""
+    changes for them. `deeper`: the last cycle's CycleResult.deeper. `refill`: run at once after a cycle with
+    `more` and nothing else since (no wake-up, no preemption), its CycleResult.refill: only those queues
+    are planned, and any touched since."""
     started = time.perf_counter()
     dirty = parking.take() if parking is not None else None
+    refilling = bool(refill) and (parking is None or dirty is not None)
     try:
-        everything = parking is None or bool(holds) or parking.plans_all(dirty, now.timestamp())
+        everything = not refilling and (parking is None or bool(holds) or parking.plans_all(dirty, now.timestamp()))
         inputs = store.inputs(now, all_heads=everything)
         key = inputs.parking_key()
-        only = None if everything else parking.only(dirty, key, now.timestamp())
+        if refilling:
+            only = sorted(refill | (dirty or set()))
+        else:
+            only = None if everything else parking.only(dirty, key, now.timestamp())
         heads = store.heads(now, only, deeper)
         policy, clusters, usage = inputs.policy, inputs.clusters, inputs.usage
         needs = active_needs(heads.by_queue, clusters, policy.quotas, policy.classes, usage, holds)
@@ -169,8 +180,9 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
     waiting = heads.count - len(plan.places)  # the heads plan_cycle left out wait too, their reasons standing
     if parking is not None:
         # Holds kept as they came (none made, moved or given up) leave the next cycle's plan as this one's.
+        # A refill left the other queues as the cycle before left them, which parked none of them.
         quiet = not (plan.places or plan.preemptions or plan.holds != (holds or {}) or needs.timed
-                     or heads.avoiding)
+                     or heads.avoiding or refilling)
         waiting = parking.settle(key, only, heads.by_queue, plan.waits, quiet, write_reasons, policy.classes,
                                  now.timestamp(), full, plan.holds)
     first_waits = tuple((d.dispatched_at - d.created_at).total_seconds() for d in dispatched
@@ -183,17 +195,21 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
             by_queue[queue] = by_queue.get(queue, 0) + 1
     # Only a queue read to its limit that lost heads to this plan has new ones for the next cycle to read.
     taken = {p.job_id for p in plan.places}
-    more = bool(taken) and any(any(c.job.id in taken for c in heads.by_queue[q]) for q in full)
-    # A queue this cycle left out (parked) keeps the depth it was read to.
+    lost = {q for q in full if any(c.job.id in taken for c in heads.by_queue[q])}
+    held = {q for q, candidates in heads.by_queue.items() if any(c.job.id in plan.holds for c in candidates)} \
+        if lost and plan.holds else set()
+    # A queue this cycle left out (parked, or not refilled) keeps the depth it was read to.
     read_deeper = frozenset(q for q in plan.room_behind if heads.per_queue[q] >= settings.per_queue) | \
-        frozenset(q for q in deeper if q not in heads.per_queue and q in (parking.waiting if parking else ()))
+        frozenset(q for q in deeper if q not in heads.per_queue
+                  and (refilling or q in (parking.waiting if parking else ())))
     if parking is not None:
         for queue in read_deeper - deeper:  # to be planned again, deeper, though nothing else changed
             parking.touch(queue)
     deeper = read_deeper
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
-                       first_waits, by_queue, planned=len(heads.by_queue) if only is not None else None, more=more,
-                       idle=only is None and not more and len(dispatched) == heads.count, deeper=deeper)
+                       first_waits, by_queue, planned=len(heads.by_queue) if only is not None else None,
+                       more=bool(lost), refill=frozenset(lost | held),
+                       idle=only is None and not lost and len(dispatched) == heads.count, deeper=deeper)
 
 
 class PostgresCycle:
@@ -277,16 +293,17 @@ def run_cycle(sessions: Sessions, settings: SchedulerSettings, now: datetime, *,
               holds: dict[int, Hold] | None = None, write_reasons: bool = True,
               leader_pid: int | None = None, config: PolicyConfig | None = None,
               parking: Parking | None = None, deeper: frozenset[str] = frozenset(),
-              takeover: Takeover | None = None) -> CycleResult:
+              refill: frozenset[str] = frozenset(), takeover: Takeover | None = None) -> CycleResult:
     """One scheduling cycle on Postgres, in one transaction. With leader_pid, it commits only while that
     backend holds the leader lock; takeover, that leader's term (PostgresCycle). With `parking`, queues
-    whose heads cannot start are left out while nothing changes for them. `deeper`: the last cycle's
-    CycleResult.deeper."""
+    whose heads cannot start are left out while nothing changes for them. `deeper` and `refill`: as
+    plan_and_apply takes them."""
     config = config if config is not None else PolicyConfig()
     try:
         with sessions.begin() as session:
             return plan_and_apply(PostgresCycle(session, settings, config, leader_pid, takeover), settings, now,
-                                  holds=holds, write_reasons=write_reasons, parking=parking, deeper=deeper)
+                                  holds=holds, write_reasons=write_reasons, parking=parking, deeper=deeper,
+                                  refill=refill)
     except BaseException:
         if parking is not None:
             parking.touch()  # the commit failed: plan every queue next time

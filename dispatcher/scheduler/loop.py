@@ -182,7 +182,10 @@ class Scheduler:
                     run()
             return min(due_at.values())
 
+        refill: frozenset[str] = frozenset()  # what a rerun for `more` alone plans (CycleResult.refill)
         while not self._stop.is_set():
+            if self._wake.is_set():  # something changed since the last cycle: it may concern any queue
+                refill = frozenset()
             self._wake.clear()
             self._work.clear()
             write_reasons = time.monotonic() - reasons_at >= settings.reason_interval_s
@@ -191,7 +194,7 @@ class Scheduler:
             result = run_cycle(self._sessions, settings, datetime.now(UTC), holds=self._holds,
                                write_reasons=write_reasons, leader_pid=lock.backend_pid,
                                config=self._config, parking=self._parking, deeper=self._deeper,
-                               takeover=takeover)
+                               refill=refill, takeover=takeover)
             deeper_now = bool(result.deeper - self._deeper)  # backfill may reach further into room left now
             self._holds, self._deeper = result.holds, result.deeper
             if self._parking.rewake():  # submits let pass while this cycle ran are among the heads after all
@@ -203,7 +206,9 @@ class Scheduler:
             ended = time.monotonic()
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
-            if (result.dispatched and result.more) or deeper_now:
+            more = bool(result.dispatched) and result.more
+            refill = result.refill if more and not (result.preempted or deeper_now) else frozenset()
+            if more or deeper_now:
                 between_cycles()
                 continue  # the heads it read are gone, or others behind them may fit: they may start too
             due = ended + settings.idle_wait_s

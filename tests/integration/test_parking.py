@@ -297,3 +297,48 @@ def test_a_submit_behind_the_heads_while_room_is_held_needs_no_cycle(db_url):
             assert story.plain() == (story.jobs(conn), story.holds)
     finally:
         story.close()
+
+
+def test_a_rerun_for_the_heads_behind_plans_only_the_queues_that_lost_heads_and_those_holding_room(db_url):
+    story = Story(db_url)
+
+    def submit(queue: str, n: int, cpu: str, service_class: str = "standard") -> list[int]:
+        with story.sessions.begin() as session:
+            return submitting.submit(session, ADMIN, submitting.parse([json.dumps(
+                job_doc(name=f"{queue}-{i}", cpu=cpu, queue=queue, serviceClass=service_class)) for i in range(n)]))
+
+    def reasons(ids: list[int]) -> list[str]:
+        with story.db.engine.connect() as conn:
+            return conn.execute(text("SELECT reason FROM jobs WHERE id = ANY(:ids) ORDER BY id"),
+                                {"ids": ids}).scalars().all()
+
+    try:
+        story.free = {"c0": {"cpu": 6000, "memory": NODE["memory"]}, "c1": {"cpu": 0, "memory": NODE["memory"]}}
+        with story.sessions.begin() as session:
+            story.report(session)
+        small = submit("q0", 6, "1")  # read 4 at a time: 2 wait behind the first 4
+        wide = submit("q1", 2, "8")  # more than c0 has free
+        patient = submit("q2", 1, "8", "patient")  # reserves room once it has waited 30 s
+        story.sync()
+        story.now += timedelta(seconds=40)
+        with story.sessions.begin() as session:
+            story.report(session)
+        first = run_cycle(story.sessions, SETTINGS, story.now, config=story.config, parking=story.parking)
+        assert first.dispatched == 4 and first.more and first.planned is None
+        assert set(first.holds) == set(patient)
+        assert first.refill == {"q0", "q2"}  # q0 lost heads; q2's job holds room, kept by the cycle that reads it
+        written = reasons(wide)
+
+        rerun = run_cycle(story.sessions, SETTINGS, story.now, config=story.config, parking=story.parking,
+                          holds=first.holds, refill=first.refill)
+        assert rerun.planned == 2 and rerun.dispatched == 0  # q0's last two wait behind the reservation on c0
+        assert rerun.holds == first.holds
+        assert all(r.startswith("reserved capacity for job") for r in reasons(small[4:]))
+        assert reasons(wide) == written  # q1 was not asked again at this moment
+
+        story.parking.touch()  # a wake-up naming no queue came in meanwhile: no refill, every queue
+        again = run_cycle(story.sessions, SETTINGS, story.now, config=story.config, parking=story.parking,
+                          holds=rerun.holds, refill=first.refill)
+        assert again.planned is None
+    finally:
+        story.close()
