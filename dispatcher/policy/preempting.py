@@ -107,8 +107,10 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
     excess = tree.excess(c.queue, c.job.requests) if quota else {}
     shapes = [pod for _, pod in c.job.pods] or [c.job.requests]
 
+    evictor, priority = c.preempted_by, c.class_priority
+
     def by_class(a: Active) -> bool:
-        return can_preempt and a.preemptible and a.class_priority < c.class_priority
+        return can_preempt and a.preemptible and a.class_priority < priority
 
     borrowing: dict[str, bool] = {}  # per queue, for this search
 
@@ -121,11 +123,6 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
             found = borrowing[queue] = tree.borrowing(queue)
         return found
 
-    def eligible(a: Active) -> bool:
-        if not a.evictable or a.job_id in evicting or a.job_id == c.preempted_by:
-            return False
-        return by_class(a) or lends(a.queue)
-
     allowed = _Takings(tree, by_class, c.queue, c.job.requests)
     best: tuple | None = None
     view = views.seen_by(out.holds, c.job, now)  # a job searches holding nothing (above)
@@ -135,7 +132,10 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
             continue
         pool = running[cluster.name] if can_preempt else \
             [a for queue, jobs in running.by_queue(cluster.name).items() if lends(queue) for a in jobs]
-        candidates = [a for a in pool if eligible(a)]  # in any order: _smallest_set sorts them
+        # Eligible: evictable, not evicted already nor the job's own evictor, and taken by class or reclaim (reclaim
+        # alone: every job of the pool lends). In any order: _smallest_set sorts them.
+        candidates = [a for a in pool if a.evictable and a.job_id not in evicting and a.job_id != evictor
+                      and (not can_preempt or (a.preemptible and a.class_priority < priority) or lends(a.queue))]
         if cluster.node_free and len(cluster.node_free) > 1 and not excess:
             candidates = list(filter(running.holding_a_pod(shapes), candidates))  # no other victim helps _packs
         if not candidates:  # evicting nobody is never chosen
