@@ -195,7 +195,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
             by_queue[queue] = by_queue.get(queue, 0) + 1
     # Only a queue read to its limit that lost heads to this plan has new ones for the next cycle to read.
     taken = {p.job_id for p in plan.places}
-    lost = {q for q in full if any(c.job.id in taken for c in heads.by_queue[q])}
+    lost = {q for q in full if any(c.job.id in taken for c in heads.by_queue[q])} if taken else set()
     held = {q for q, candidates in heads.by_queue.items() if any(c.job.id in plan.holds for c in candidates)} \
         if lost and plan.holds else set()
     # A queue this cycle left out (parked, or not refilled) keeps the depth it was read to.
