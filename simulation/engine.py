@@ -92,8 +92,9 @@ class _Sluice:
         self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
         more, rewake = bool(result.dispatched) and result.more, self.parking.rewake()
         # As the loop: a rerun for `more` alone plans the queues that lost heads (and holders) only.
-        self.refill = (t, result.refill if more and not (result.preempted or deeper_now or rewake) else frozenset())
-        return bool(result.preempted) or more or deeper_now or rewake
+        again = bool(result.preempted) or deeper_now or rewake or result.replan  # these plan every queue next
+        self.refill = (t, result.refill if more and not again else frozenset())
+        return more or again
 
     def wake(self, t: float) -> float:
         """The next moment a waiting head's verdict may change by time alone (math.inf: none)."""

@@ -52,6 +52,9 @@ class CycleResult:
     # `refill`): those read to their limit that lost heads to this plan, and those whose jobs hold room. Every
     # other queue's heads were asked at this moment already, against more room than is left now.
     refill: frozenset[str] = frozenset()
+    # A refill that preempted, or made, moved or gave up held room: what it changed may concern the queues it
+    # left out, so the next cycle runs at once and plans every queue.
+    replan: bool = False
     idle: bool = False  # it planned every queue and left no job queued (it dispatched every one it read)
     # Queues read to the limit none of whose heads started while room was left: the next cycle reads
     # settings.backfill_per_queue of them (pass it back as plan_and_apply's `deeper`); run it soon when
@@ -209,6 +212,7 @@ def plan_and_apply(store: CycleStore, settings: SchedulerSettings, now: datetime
     return CycleResult(len(dispatched), preempted, waiting, time.perf_counter() - started, plan.holds,
                        first_waits, by_queue, planned=len(heads.by_queue) if only is not None else None,
                        more=bool(lost), refill=frozenset(lost | held),
+                       replan=refilling and bool(plan.preemptions or plan.holds != (holds or {})),
                        idle=only is None and not lost and len(dispatched) == heads.count, deeper=deeper)
 
 

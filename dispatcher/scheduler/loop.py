@@ -207,8 +207,8 @@ class Scheduler:
             if result.dispatched:
                 log.debug("cycle", extra={"dispatched": result.dispatched, "seconds": result.seconds})
             more = bool(result.dispatched) and result.more
-            refill = result.refill if more and not (result.preempted or deeper_now) else frozenset()
-            if more or deeper_now:
+            refill = result.refill if more and not (result.preempted or deeper_now or result.replan) else frozenset()
+            if more or deeper_now or result.replan:
                 between_cycles()
                 continue  # the heads it read are gone, or others behind them may fit: they may start too
             due = ended + settings.idle_wait_s
