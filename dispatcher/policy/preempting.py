@@ -288,22 +288,8 @@ def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings) ->
     if enough([]):
         return []
     order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
-    chosen: list[Active] | None = []
-    taken = _Taken()  # what the chosen take (the chosen are allowed)
-    for a in order:
-        if not allowed.adding(taken, a):
-            continue
-        chosen.append(a)
-        if enough(chosen):
-            break
-    else:
-        chosen = None
-    if chosen is not None:
-        for a in reversed(list(chosen)):
-            rest = [b for b in chosen if b is not a]
-            if enough(rest) and allowed.allow(rest):  # a victim gone may leave the rest none of what it borrows
-                chosen = rest
-    elif not enough(order):  # more victims never make less room: no set of them is enough
+    chosen = _greedy(enough, order, allowed)
+    if chosen is None and not enough(order):  # more victims never make less room: no set of them is enough
         return None
     budget = VICTIM_SEARCH
     for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
@@ -318,6 +304,26 @@ def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings) ->
                 return chosen
             if enough.covers(combo) and allowed.allow(combo) and enough(list(combo)):
                 return list(combo)
+    return chosen
+
+
+def _greedy(enough: _Enough, order: list[Active], allowed: _Takings) -> list[Active] | None:
+    """The victims taken in order until they are enough, then pruned of any the rest can do without; None
+    when even all that may be taken together are not enough."""
+    chosen: list[Active] = []
+    taken = _Taken()  # what the chosen take (the chosen are allowed)
+    for a in order:
+        if not allowed.adding(taken, a):
+            continue
+        chosen.append(a)
+        if enough(chosen):
+            break
+    else:
+        return None
+    for a in reversed(list(chosen)):
+        rest = [b for b in chosen if b is not a]
+        if enough(rest) and allowed.allow(rest):  # a victim gone may leave the rest none of what it borrows
+            chosen = rest
     return chosen
 
 

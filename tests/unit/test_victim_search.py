@@ -1,7 +1,8 @@
 """The victim search's shortcut (preempting._smallest_set): a size of set none of whose sets frees enough
 is passed over, counted against the search's budget as if each set had been tried, and a set is asked
 whether it frees enough before anything dearer. It chooses what the plain search chooses, written out
-here as its definition: every set in order of size, then in the victims' order, within the budget."""
+here as its definition after the greedy choice: every set in order of size, then in the victims'
+order, within the budget."""
 from __future__ import annotations
 
 import itertools
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from dispatcher.policy.placing import ClusterState, QueuedJob
 from dispatcher.policy.plans import Active
-from dispatcher.policy.preempting import VICTIM_SEARCH, _Enough, _smallest_set, _Taken, _Takings
+from dispatcher.policy.preempting import VICTIM_SEARCH, _Enough, _greedy, _smallest_set, _Takings
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 
 G = "nvidia.com/gpu"
@@ -21,22 +22,8 @@ def plain(enough, eligible: list[Active], allowed: _Takings) -> list[Active] | N
     if enough([]):
         return []
     order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
-    chosen: list[Active] | None = []
-    taken = _Taken()
-    for a in order:
-        if not allowed.adding(taken, a):
-            continue
-        chosen.append(a)
-        if enough(chosen):
-            break
-    else:
-        chosen = None
-    if chosen is not None:
-        for a in reversed(list(chosen)):
-            rest = [b for b in chosen if b is not a]
-            if enough(rest) and allowed.allow(rest):
-                chosen = rest
-    elif not enough(order):
+    chosen = _greedy(enough, order, allowed)
+    if chosen is None and not enough(order):
         return None
     budget = VICTIM_SEARCH
     for size in range(1, len(order) + 1 if chosen is None else len(chosen)):
