@@ -6,8 +6,9 @@ change by time alone: a reservation or burst threshold reached, a preemption hol
 costs O(decisions), not O(virtual seconds); nothing sleeps. At each moment the policy decides once the
 moment's events are in. The policies:
 
-- `sluice`: the production cycle (scheduler.cycle.plan_and_apply) on a MemoryCycle, with parking and
-  holds carried from cycle to cycle as the scheduler's loop carries them;
+- `sluice`: the production cycle (scheduler.cycle.plan_and_apply) on a MemoryCycle, with parking, holds,
+  deeper reads and refills carried from cycle to cycle as the scheduler's loop carries them (a cycle
+  run at once for the jobs behind a queue's heads plans only the queues that lost heads, and holders);
 - `fifo`: strict arrival order over every queue, no backfill: the first job that does not fit stops
   everyone behind it;
 - `easy-backfill`: as Slurm's backfill: the first waiting job gets a reservation at the earliest time
