@@ -85,9 +85,11 @@ class _Sluice:
     def decide(self, t: float) -> bool:
         """One cycle at virtual time t; whether another cycle is due at once."""
         self.store.now = t
+        refill, before = self.refill[1] if self.refill[0] == t else frozenset(), self.store.last_heads
         result = plan_and_apply(self.store, self.settings, datetime.fromtimestamp(EPOCH + t, UTC),
-                                holds=self.holds, parking=self.parking, deeper=self.deeper,
-                                refill=self.refill[1] if self.refill[0] == t else frozenset())
+                                holds=self.holds, parking=self.parking, deeper=self.deeper, refill=refill)
+        if refill:  # the other queues' heads, read by the cycle before at this moment, still wait as they were
+            self.store.last_heads = {**before, **self.store.last_heads}
         deeper_now = bool(result.deeper - self.deeper)  # as the scheduler's loop, at once
         self.holds, self.deeper = result.holds, result.deeper
         self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
