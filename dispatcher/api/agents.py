@@ -481,6 +481,9 @@ def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
     """An intake Job's object, or why it cannot be read (the Job is answered with that)."""
     if not job.uid:
         return "the Job has no metadata.uid"
+    for key, value in (("uid", job.uid), ("namespace", job.namespace), ("name", job.name)):
+        if "\x00" in value:  # Postgres stores none in a text column
+            return f"the Job's metadata.{key} contains a NUL character (\\u0000)"
     try:
         return submitting.decode(job.document_json)[0]
     except submitting.Undecodable as exc:
@@ -489,6 +492,9 @@ def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
 
 def _resource_document(resource: agents_pb2.AdminResource) -> dict | str:
     """A custom resource's object, or why it cannot be read (the resource is answered with that)."""
+    for key, value in (("kind", resource.kind), ("name", resource.name)):
+        if "\x00" in value:  # Postgres stores none in a text column
+            return f"the resource's {key} contains a NUL character (\\u0000)"
     try:
         document = json.loads(resource.document_json)
     except (ValueError, RecursionError) as exc:

@@ -89,6 +89,8 @@ def sync(session: Session, cluster: str, resources: list[Resource]) -> list[Outc
 
 
 def _delete(session: Session, actor: str, resource: Resource) -> Outcome:
+    if "\x00" in resource.kind or "\x00" in resource.name:  # no object is named so (Postgres stores no NUL)
+        return Outcome(resource.kind, resource.name, True, "deleted", deleted=True)
     try:
         with session.begin_nested():
             administering.delete(session, actor, resource.kind, resource.name)

@@ -164,6 +164,28 @@ def test_a_cluster_that_is_not_the_management_cluster_may_not_change_admin_objec
     agent.close()
 
 
+def test_a_resource_named_with_a_nul_character_is_answered_in_words_and_nothing_is_stored(dispatcher, tmp_path):
+    from dispatcher.store import clusters as cluster_store
+    with dispatcher.sessions.begin() as session:
+        cluster_store.apply_objects(session, load_objects(OBJECTS.replace("name: other}\nspec: {tier: onprem}",
+                                                                          "name: other}\nspec: {tier: onprem, "
+                                                                          "kubernetes: {adminObjects: true}}")))
+    agent = ScriptedAgent(dispatcher.address, (tmp_path / "other.token").read_text(), "other")
+    try:
+        agent.next("welcome")
+        before = stored(dispatcher, "Queue")
+        doc = json.dumps(resource("Queue", "nul", {}))
+        agent.send(admin_resources=agents_pb2.AdminResources(resources=[
+            agents_pb2.AdminResource(kind="Queue", name="n\x00l", document_json=doc),
+            agents_pb2.AdminResource(kind="Queue", name="d\x00l", document_json=doc, deleting=True)]))
+        applied, deleted = agent.next("admin_outcomes").outcomes
+        assert not applied.accepted and "the resource's name contains a NUL character" in applied.message
+        assert deleted.accepted and deleted.deleted  # no object can be named so: the resource may go
+        assert stored(dispatcher, "Queue") == before
+    finally:
+        agent.close()
+
+
 @FUZZ
 @given(documents=st.lists(mutated(resource("Queue", "fuzzed", {"guaranteed": {"cpu": "1"}, "weight": 2})),
                           min_size=1, max_size=3), deleting=st.booleans())

@@ -161,10 +161,14 @@ def test_unreadable_mentions_are_answered_and_the_link_goes_on(dispatcher):
     answers = ask(agent, agents_pb2.IntakeJob(uid="u1", namespace="team-a", name="a", document_json="{not json"),
                   agents_pb2.IntakeJob(uid="u2", namespace="team-a", name="b", document_json="[]"),
                   agents_pb2.IntakeJob(uid="", namespace="team-a", name="c", document_json="{}"),
-                  mention(kube_job("d", "u4")))
-    assert [bool(a.error) for a in answers] == [True, True, True, False]
+                  mention(kube_job("d", "u4")),
+                  agents_pb2.IntakeJob(uid="\x00", namespace="team-a", name="e", document_json="{}"),
+                  agents_pb2.IntakeJob(uid="u6", namespace="team-a", name="f\x00", document_json="{}"))
+    assert [bool(a.error) for a in answers] == [True, True, True, False, True, True]
     assert "not JSON" in answers[0].error and "expected a JSON object" in answers[1].error
     assert "no metadata.uid" in answers[2].error
+    assert answers[4].error == "the Job's metadata.uid contains a NUL character (\\u0000)"  # Postgres stores none
+    assert answers[5].error == "the Job's metadata.name contains a NUL character (\\u0000)"
     assert jobs_count(dispatcher) == 1
     agent.close()
 
