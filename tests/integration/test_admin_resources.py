@@ -164,13 +164,18 @@ def test_a_cluster_that_is_not_the_management_cluster_may_not_change_admin_objec
     agent.close()
 
 
-def test_a_resource_named_with_a_nul_character_is_answered_in_words_and_nothing_is_stored(dispatcher, tmp_path):
+def management_agent(dispatcher, tmp_path) -> ScriptedAgent:
+    """The agent of cluster `other`, made the management cluster first."""
     from dispatcher.store import clusters as cluster_store
     with dispatcher.sessions.begin() as session:
         cluster_store.apply_objects(session, load_objects(OBJECTS.replace("name: other}\nspec: {tier: onprem}",
                                                                           "name: other}\nspec: {tier: onprem, "
                                                                           "kubernetes: {adminObjects: true}}")))
-    agent = ScriptedAgent(dispatcher.address, (tmp_path / "other.token").read_text(), "other")
+    return ScriptedAgent(dispatcher.address, (tmp_path / "other.token").read_text(), "other")
+
+
+def test_a_resource_named_with_a_nul_character_is_answered_in_words_and_nothing_is_stored(dispatcher, tmp_path):
+    agent = management_agent(dispatcher, tmp_path)
     try:
         agent.next("welcome")
         before = stored(dispatcher, "Queue")
@@ -191,12 +196,7 @@ def test_a_resource_named_with_a_nul_character_is_answered_in_words_and_nothing_
                           min_size=1, max_size=3), deleting=st.booleans())
 def test_fuzzed_resources_are_each_answered_in_words_and_a_refused_set_changes_nothing(dispatcher, tmp_path,
                                                                                      documents, deleting):
-    from dispatcher.store import clusters as cluster_store
-    with dispatcher.sessions.begin() as session:
-        cluster_store.apply_objects(session, load_objects(OBJECTS.replace("name: other}\nspec: {tier: onprem}",
-                                                                          "name: other}\nspec: {tier: onprem, "
-                                                                          "kubernetes: {adminObjects: true}}")))
-    agent = ScriptedAgent(dispatcher.address, (tmp_path / "other.token").read_text(), "other")
+    agent = management_agent(dispatcher, tmp_path)
     try:
         agent.next("welcome")
         before = stored(dispatcher, "Queue")
