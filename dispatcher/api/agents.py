@@ -481,9 +481,8 @@ def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
     """An intake Job's object, or why it cannot be read (the Job is answered with that)."""
     if not job.uid:
         return "the Job has no metadata.uid"
-    for key, value in (("uid", job.uid), ("namespace", job.namespace), ("name", job.name)):
-        if "\x00" in value:  # Postgres stores none in a text column
-            return f"the Job's metadata.{key} contains a NUL character (\\u0000)"
+    if (bad := unstorable_at({"uid": job.uid, "namespace": job.namespace, "name": job.name})) is not None:
+        return f"the Job's metadata.{bad[0]} {bad[1]}"  # Postgres could not store it
     try:
         return submitting.decode(job.document_json)[0]
     except submitting.Undecodable as exc:
@@ -492,9 +491,8 @@ def _intake_document(job: agents_pb2.IntakeJob) -> dict | str:
 
 def _resource_document(resource: agents_pb2.AdminResource) -> dict | str:
     """A custom resource's object, or why it cannot be read (the resource is answered with that)."""
-    for key, value in (("kind", resource.kind), ("name", resource.name)):
-        if "\x00" in value:  # Postgres stores none in a text column
-            return f"the resource's {key} contains a NUL character (\\u0000)"
+    if (bad := unstorable_at({"kind": resource.kind, "name": resource.name})) is not None:
+        return f"the resource's {bad[0]} {bad[1]}"  # Postgres could not store it
     try:
         document = json.loads(resource.document_json)
     except (ValueError, RecursionError) as exc:

@@ -19,6 +19,7 @@ from dispatcher.store import admin as admin_store
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import cycle_reads
 from dispatcher.store.database import Session
+from sluice._validate import unstorable_at
 from sluice.crds import admin_document, resource_summary
 from sluice.objects import QueueObject, object_from_document
 from sluice.quantity import add
@@ -89,7 +90,7 @@ def sync(session: Session, cluster: str, resources: list[Resource]) -> list[Outc
 
 
 def _delete(session: Session, actor: str, resource: Resource) -> Outcome:
-    if "\x00" in resource.kind or "\x00" in resource.name:  # no object is named so (Postgres stores no NUL)
+    if unstorable_at({"kind": resource.kind, "name": resource.name}) is not None:  # no object is named so
         return Outcome(resource.kind, resource.name, True, "deleted", deleted=True)
     try:
         with session.begin_nested():
