@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from simulation.report import JobOutcome, _PerWindow, busy_from_outcomes
 
-__all__ = ["PlotError", "write_plots", "WAIT_CDF", "UTILIZATION", "UTILIZATION_BINS"]
+__all__ = ["PlotError", "ready", "write_plots", "WAIT_CDF", "UTILIZATION", "UTILIZATION_BINS"]
 
 WAIT_CDF = "wait_cdf.png"
 UTILIZATION = "utilization.png"
@@ -24,6 +25,26 @@ class PlotError(Exception):
     """Plots that cannot be drawn or written; the message says why and what to do."""
 
 
+def ready(directory: str | os.PathLike) -> Path:
+    """The plot directory, made and checked: matplotlib is there and a file can be written in it (asked before
+    a long replay, so that it does not fail at its end)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlotError("plots need matplotlib, which is not installed: pip install 'sluice[plot]'") from None
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PlotError(f"cannot create the plot directory {directory}: {err.strerror or err}") from None
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise PlotError(f"cannot write into the plot directory {directory}: {err.strerror or err}") from None
+    return directory
+
+
 def write_plots(directory: str | os.PathLike, outcomes_by_policy: dict[str, Iterable[JobOutcome]],
                 busy_by_policy: dict[str, list[tuple[float, dict[str, int]]] | None] | None,
                 capacity: dict[str, int]) -> list[Path]:
@@ -32,18 +53,11 @@ def write_plots(directory: str | os.PathLike, outcomes_by_policy: dict[str, Iter
     used overall) into directory, creating it. busy_by_policy: per policy, what was in use over time as
     report.policy_figures takes it; a policy without one is drawn from its outcomes' finishing runs.
     Returns the paths written."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise PlotError("plots need matplotlib, which is not installed: pip install 'sluice[plot]'") from None
+    directory = ready(directory)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
     if not capacity or any(amount <= 0 for amount in capacity.values()):
         raise PlotError(f"capacity must map resource names to positive milli-units, got {capacity!r}")
-    directory = Path(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PlotError(f"cannot create the plot directory {directory}: {err.strerror or err}") from None
     outcomes_by_policy = {policy: list(outcomes) for policy, outcomes in outcomes_by_policy.items()}
     busy_by_policy = {policy: (busy_by_policy or {}).get(policy) or busy_from_outcomes(outcomes)
                       for policy, outcomes in outcomes_by_policy.items()}

@@ -96,7 +96,7 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
                       "--no-dependencies: none (startAfter and arrays still hold)")) -> None:
     """Replay a trace in virtual time through Sluice's scheduling and baselines; print figures per policy."""
     from simulation.engine import POLICIES
-    from simulation.plots import PlotError, write_plots
+    from simulation.plots import PlotError, ready, write_plots
     from simulation.report import render_table, to_json
     from simulation.run import simulate as run_simulation
     from simulation.scenario import ScenarioError
@@ -115,10 +115,17 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
     if config is not None:
         try:
             objects = load_objects(config.read_text(), source=str(config))
-        except (OSError, SpecError) as exc:
+        except OSError as exc:
+            raise Failed(f"simulate --config {config}", exc.strerror or str(exc)) from None
+        except SpecError as exc:
             raise Failed(f"simulate --config {config}", str(exc)) from None
         except UnicodeDecodeError:
             raise Failed(f"simulate --config {config}", "not UTF-8 text") from None
+    if plot is not None:
+        try:
+            ready(plot)
+        except PlotError as exc:
+            raise Failed(f"simulate --plot {plot}", str(exc)) from None
     try:
         read = read_trace(trace, fmt, skip_bad_lines=skip_bad_lines, window=span, dependencies=dependencies)
     except OSError as exc:

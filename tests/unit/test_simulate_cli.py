@@ -137,11 +137,15 @@ spec: {tier: onprem, site: s, simulated: {nodes: 2, node: {cpu: "4"}}}
     (["--format", "parquet"], "parquet"),
     (["--checkpoint-interval", "often"], "simulate --checkpoint-interval: 'often' is not a duration"),
     (["--checkpoint-interval", "0s"], "'0s' must be longer than 0"),
+    (["--config", "/nonexistent/config.yaml"], "simulate --config /nonexistent/config.yaml: No such file or directory"),
+    # Refused before the replay, which may take minutes, not after it (with or without matplotlib).
+    (["--plot", "/dev/null/plots"], "simulate --plot /dev/null/plots: "),
 ])
 def test_bad_options_get_one_clear_line(args, says):
     base = ["--trace", str(shared_trace(SDSC))] if args[0] != "--trace" else []
     done = sluice(*base, *args, check=False)
     assert done.returncode == 1 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stdout == ""  # nothing was replayed
 
 
 def test_a_checkpoint_interval_is_in_the_trace_figures():
