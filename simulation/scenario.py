@@ -23,6 +23,7 @@ from dispatcher.services.budgets import rule_of
 from dispatcher.services.submitting import default_class
 from simulation.world import Dependency, SimJob
 from sluice.objects import (
+    MAX_NODES,
     AdminObject,
     BurstPolicyObject,
     ClusterObject,
@@ -84,6 +85,11 @@ def built_objects(trace) -> list[AdminObject]:
         demand = sum(j.requests[GPU] / 1000 * j.run_s for j in gpus) / span
         biggest = max(j.requests[GPU] for j in gpus) / 1000
         nodes = max(math.ceil(demand * HEADROOM / GPUS_PER_NODE), math.ceil(biggest / GPUS_PER_NODE), 1)
+        if nodes > MAX_NODES:
+            raise ScenarioError(f"a GPU pool built for this trace (its largest job asks for {biggest:,g} GPUs, "
+                                f"its mean demand is {demand:,.0f} GPUs) would need more than the {MAX_NODES:,} "
+                                f"nodes a Cluster may have, of {GPUS_PER_NODE} GPUs each: give the clusters to replay "
+                                f"on with --config")
         node = {GPU: GPUS_PER_NODE * 1000}
     else:
         cpus = trace.machine.get("cpu") if trace.machine else None

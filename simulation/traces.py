@@ -54,6 +54,8 @@ _SWF_FIELDS = (
     "group id", "executable number", "queue number", "partition number", "preceding job", "think time",
 )
 _PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+MAX_SECONDS = 10 ** 10  # about 317 years: no workload's time or span is longer (and a replay's clock would overflow)
+_SWF_TIMES = (1, 3, 8, 17)  # the fields that are seconds: submit, run, requested and think time
 _EPOCH = datetime(1970, 1, 1)
 
 
@@ -247,7 +249,12 @@ def _read_text(path: Path) -> str:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as err:
             raise TraceError(f"{path.name}: not a readable gzip file ({err})") from None
-    return data.decode("utf-8", errors="replace")  # a stray byte then shows in the error for its line
+    # utf-8-sig: a byte order mark, as spreadsheets write one before a CSV's header, is not part of the text.
+    return data.decode("utf-8-sig", errors="replace")  # a stray byte then shows in the error for its line
+
+
+def _too_long(text: str, since: str = "") -> str:
+    return f"more than {MAX_SECONDS:,} seconds (about 300 years){since}: {text!r}"
 
 
 def _count_lines(text: str) -> int:
@@ -297,6 +304,9 @@ def _swf_records(text: str, source: str, skip: bool,
         if total != total or math.isinf(total):  # a nan or inf in any field poisons the sum
             index = next(i for i, x in enumerate(values) if not math.isfinite(x))
             bad(number, f"field {index + 1} ({_SWF_FIELDS[index]}) is not a finite number: {fields[index]!r}")
+            continue
+        if (index := next((i for i in _SWF_TIMES if values[i] > MAX_SECONDS), None)) is not None:
+            bad(number, f"field {index + 1} ({_SWF_FIELDS[index]}) is {_too_long(fields[index])}")
             continue
         submit, run, processors = values[1], values[3], values[4]
         if processors == -1:
@@ -400,6 +410,9 @@ def _philly_records(text: str, source: str, skip: bool) -> tuple[list[tuple], in
                 bad(number, f"timestamp is neither seconds nor a date and time such as '2017-10-09 07:01:55': "
                             f"{stamp!r}")
                 continue
+            if abs(submit) > MAX_SECONDS:
+                bad(number, f"timestamp is {_too_long(stamp, ' from 1970')}")
+                continue
             timestamps[stamp] = submit
         duration_text, gpus_text = row[columns["duration"]].strip(), row[columns["num_gpus"]].strip()
         try:
@@ -414,6 +427,9 @@ def _philly_records(text: str, source: str, skip: bool) -> tuple[list[tuple], in
             continue
         if not math.isfinite(duration):
             bad(number, f"duration is not a finite number: {duration_text!r}")
+            continue
+        if duration > MAX_SECONDS:
+            bad(number, f"duration is {_too_long(duration_text)}")
             continue
         if not math.isfinite(gpus) or gpus < 0 or gpus != int(gpus):
             bad(number, f"num_gpus is not a whole number of GPUs, 0 or more: {gpus_text!r}")
@@ -542,6 +558,8 @@ def _sluice_document(number: int, first: int, document: dict, source: str) -> _D
             times[key] = parse_duration(document.pop(key))
         except QuantityError as err:
             raise TraceError(f"{where}: {key}: {err}", document=number) from None
+        if times[key] > MAX_SECONDS:
+            raise TraceError(f"{where}: {key}: {_too_long(f'{times[key]:g}s')}", document=number)
     if times["runFor"] <= 0:
         raise TraceError(f"{where}: runFor: must be more than 0s", document=number)
     try:

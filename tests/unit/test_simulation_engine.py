@@ -140,6 +140,14 @@ def test_a_built_gpu_pool_guarantees_each_queue_its_equal_part_in_whole_gpus():
     assert all(o.guaranteed == {} for o in swf if isinstance(o, QueueObject))
 
 
+def test_a_gpu_pool_too_big_for_a_cluster_is_not_built_but_refused_in_words():
+    # One row of 10^20 GPUs: the pool built for it would have taken the machine's memory.
+    huge = TraceJob(1, 0, 60, None, ((1, {"nvidia.com/gpu": 10 ** 23}),), "u", "a", "a", "", "j1")
+    with pytest.raises(ScenarioError, match=r"largest job asks for 1e\+20 GPUs.* more than the 10,000 nodes a "
+                                            r"Cluster may have.*--config"):
+        built_objects(trace(huge))
+
+
 def test_on_philly_the_built_guarantees_hold_every_queue_near_its_share_hour_by_hour():
     # Philly's first 4,000 jobs, its jobs checkpointing every 30 minutes: the built mapping's guarantees
     # (equal parts of the pool) against the same queues with none. Measured: 1 of 911 (queue, hour)

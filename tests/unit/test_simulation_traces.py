@@ -78,6 +78,11 @@ def test_gzipped_swf(tmp_path):
     ("6 nan 0 10 1 -1 -1 1 -1 -1 1 1 1 -1 1 1 -1 -1", "line 11: field 2 (submit time) is not a finite number: 'nan'"),
     ("6 300 0 10 1.5 -1 -1 1 -1 -1 1 1 1 -1 1 1 -1 -1",
      "line 11: field 5 (allocated processors) is not a whole number: '1.5'"),
+    # A replay's clock cannot run that far (it overflowed before: an unexpected error).
+    ("6 1e300 0 10 1 -1 -1 1 -1 -1 1 1 1 -1 1 1 -1 -1",
+     "line 11: field 2 (submit time) is more than 10,000,000,000 seconds (about 300 years): '1e300'"),
+    ("6 300 0 10 1 -1 -1 1 2e10 -1 1 1 1 -1 1 1 -1 -1",
+     "line 11: field 9 (requested time) is more than 10,000,000,000 seconds (about 300 years): '2e10'"),
 ])
 def test_swf_bad_line_names_file_line_and_field(tmp_path, line, message):
     path = write(tmp_path / "trace.swf", SWF_HEADER + SWF_JOBS + line + "\n")
@@ -149,6 +154,8 @@ def test_philly_timestamps_in_seconds(tmp_path):
     ("100,10,1.5,10,a", "line 3: num_gpus is not a whole number of GPUs, 0 or more: '1.5'"),
     ("100,10,1,10", "line 3: expected 5 columns, found 4"),
     ("100,10,1,10,Big Cluster", "line 3: cluster 'Big Cluster' cannot be a Sluice queue name"),
+    ("1e300,10,1,10,a", "line 3: timestamp is more than 10,000,000,000 seconds (about 300 years) from 1970: '1e300'"),
+    ("100,1e11,1,10,a", "line 3: duration is more than 10,000,000,000 seconds (about 300 years): '1e11'"),
 ])
 def test_philly_bad_rows(tmp_path, row, message):
     path = write(tmp_path / "p.csv", f"timestamp,duration,num_gpus,gpu_time,cluster\n100,10,1,10,a\n{row}\n")
@@ -157,6 +164,12 @@ def test_philly_bad_rows(tmp_path, row, message):
     assert str(caught.value).startswith(f"p.csv {message}") and caught.value.line == 3
     trace = read_trace(path, skip_bad_lines=True)
     assert (trace.skipped, len(trace.jobs)) == (1, 1)
+
+
+def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path):
+    text = "\ufefftimestamp,duration,num_gpus,gpu_time,cluster\r\n100,10,1,10,a\r\n"  # as a spreadsheet saves a CSV
+    trace = read_trace(write(tmp_path / "p.csv", text))
+    assert [(job.queue, job.run_s) for job in trace.jobs] == [("a", 10.0)]
 
 
 def test_philly_header_must_name_the_columns(tmp_path):
@@ -219,6 +232,8 @@ def test_sluice_json_array(tmp_path):
     (("runFor: 90s", "runFor: soon"), "jobs.yaml document 2: runFor: 'soon' is not a duration"),
     (("runFor: 90s", "runFor: 0"), "jobs.yaml document 2: runFor: must be more than 0s"),
     (("count: 1,", "count: many,"), "jobs.yaml document 2: spec.podSets[0].count"),
+    (("runFor: 90s", "runFor: 99999999999s"),
+     "jobs.yaml document 2: runFor: more than 10,000,000,000 seconds (about 300 years): '1e+11s'"),
 ])
 def test_sluice_bad_documents_named_by_number(tmp_path, change, message):
     path = write(tmp_path / "jobs.yaml", SLUICE.replace(*change))
