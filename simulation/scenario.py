@@ -84,12 +84,13 @@ def built_objects(trace) -> list[AdminObject]:
         span = max(1.0, max(j.submit_s for j in trace.jobs) - min(j.submit_s for j in trace.jobs))
         demand = sum(j.requests[GPU] / 1000 * j.run_s for j in gpus) / span
         biggest = max(j.requests[GPU] for j in gpus) / 1000
-        nodes = max(math.ceil(demand * HEADROOM / GPUS_PER_NODE), math.ceil(biggest / GPUS_PER_NODE), 1)
-        if nodes > MAX_NODES:
+        need = max(demand * HEADROOM, biggest) / GPUS_PER_NODE  # nodes, before rounding up
+        if need > MAX_NODES:
             raise ScenarioError(f"a GPU pool built for this trace (its largest job asks for {biggest:,g} GPUs, "
                                 f"its mean demand is {demand:,.0f} GPUs) would need more than the {MAX_NODES:,} "
                                 f"nodes a Cluster may have, of {GPUS_PER_NODE} GPUs each: give the clusters to replay "
                                 f"on with --config")
+        nodes = max(math.ceil(need), 1)
         node = {GPU: GPUS_PER_NODE * 1000}
     else:
         cpus = trace.machine.get("cpu") if trace.machine else None

@@ -55,6 +55,7 @@ _SWF_FIELDS = (
 )
 _PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 MAX_SECONDS = 10 ** 10  # about 317 years: no workload's time or span is longer (and a replay's clock would overflow)
+MAX_COUNT = 10 ** 9  # processors or GPUs of one job: more than any machine has
 _SWF_TIMES = (1, 3, 8, 17)  # the fields that are seconds: submit, run, requested and think time
 _EPOCH = datetime(1970, 1, 1)
 
@@ -311,9 +312,10 @@ def _swf_records(text: str, source: str, skip: bool,
         submit, run, processors = values[1], values[3], values[4]
         if processors == -1:
             processors = values[7]
-        if processors != int(processors):
+        if processors != int(processors) or processors > MAX_COUNT:
             index = 4 if values[4] != -1 else 7
-            bad(number, f"field {index + 1} ({_SWF_FIELDS[index]}) is not a whole number: {fields[index]!r}")
+            what = "not a whole number" if processors != int(processors) else f"more than {MAX_COUNT:,}"
+            bad(number, f"field {index + 1} ({_SWF_FIELDS[index]}) is {what}: {fields[index]!r}")
             continue
         # Cancelled before they started (run time or size <= 0, or unknown): not load, so the literature drops
         # them; a submit time of -1 (unknown) leaves nothing to replay.
@@ -433,6 +435,9 @@ def _philly_records(text: str, source: str, skip: bool) -> tuple[list[tuple], in
             continue
         if not math.isfinite(gpus) or gpus < 0 or gpus != int(gpus):
             bad(number, f"num_gpus is not a whole number of GPUs, 0 or more: {gpus_text!r}")
+            continue
+        if gpus > MAX_COUNT:
+            bad(number, f"num_gpus is more than {MAX_COUNT:,}: {gpus_text!r}")
             continue
         cluster = row[columns["cluster"]].strip()
         if not NAME.match(cluster):

@@ -3,11 +3,16 @@ number; the window option; the first 2,000 jobs of each real trace in ../shared/
 from __future__ import annotations
 
 import gzip
+import os
 import pathlib
 import time
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
+from simulation.run import simulate
+from simulation.scenario import ScenarioError
 from simulation.traces import GPU, Trace, TraceError, TraceJob, read_trace
 from tests.shared_traces import SHARED_TRACES
 
@@ -81,6 +86,8 @@ def test_gzipped_swf(tmp_path):
     # A replay's clock cannot run that far (it overflowed before: an unexpected error).
     ("6 1e300 0 10 1 -1 -1 1 -1 -1 1 1 1 -1 1 1 -1 -1",
      "line 11: field 2 (submit time) is more than 10,000,000,000 seconds (about 300 years): '1e300'"),
+    ("6 300 0 10 1e20 -1 -1 1 -1 -1 1 1 1 -1 1 1 -1 -1",
+     "line 11: field 5 (allocated processors) is more than 1,000,000,000: '1e20'"),
     ("6 300 0 10 1 -1 -1 1 2e10 -1 1 1 1 -1 1 1 -1 -1",
      "line 11: field 9 (requested time) is more than 10,000,000,000 seconds (about 300 years): '2e10'"),
 ])
@@ -154,6 +161,7 @@ def test_philly_timestamps_in_seconds(tmp_path):
     ("100,10,1.5,10,a", "line 3: num_gpus is not a whole number of GPUs, 0 or more: '1.5'"),
     ("100,10,1,10", "line 3: expected 5 columns, found 4"),
     ("100,10,1,10,Big Cluster", "line 3: cluster 'Big Cluster' cannot be a Sluice queue name"),
+    ("100,10,1e20,10,a", "line 3: num_gpus is more than 1,000,000,000: '1e20'"),
     ("1e300,10,1,10,a", "line 3: timestamp is more than 10,000,000,000 seconds (about 300 years) from 1970: '1e300'"),
     ("100,1e11,1,10,a", "line 3: duration is more than 10,000,000,000 seconds (about 300 years): '1e11'"),
 ])
@@ -312,3 +320,36 @@ def test_real_philly_has_15_queues():
     trace = read_trace(shared("philly-2017.csv"))
     assert len({job.queue for job in trace.jobs}) == 15
     assert trace.jobs[-1].submit_s > 90 * 86400  # September to December 2017
+
+
+# -- any text --------------------------------------------------------------------------------------------
+
+_NUMBERS = st.one_of(st.integers(0, 5000).map(str), st.integers(1, 64).map(str), st.integers(-10, 10 ** 25).map(str),
+                     st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                     st.sampled_from(["-1", "0", "1e300", "1e11", "9" * 30, "x", "", "1.5", "2017-10-09 07:01:55"]))
+
+
+@settings(max_examples=int(os.environ.get("SLUICE_FUZZ_EXAMPLES") or 150), deadline=None, database=None)
+@given(rows=st.lists(st.tuples(_NUMBERS, _NUMBERS, _NUMBERS, st.sampled_from(["a", "b-1", "Big"])), max_size=5),
+       lines=st.lists(st.lists(_NUMBERS, min_size=16, max_size=19), max_size=4))
+def test_any_rows_are_read_or_refused_in_words_and_what_is_read_replays(tmp_path_factory, rows, lines):
+    folder = tmp_path_factory.mktemp("any")
+    philly = "timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
+        f"{stamp},{duration},{gpus},1,{cluster}\n" for stamp, duration, gpus, cluster in rows)
+    swf = "; MaxProcs: 64\n" + "".join(" ".join(fields) + "\n" for fields in lines)
+    for path in (write(folder / "p.csv", philly), write(folder / "t.swf", swf)):
+        for skip in (False, True):
+            try:
+                trace = read_trace(path, skip_bad_lines=skip)
+            except TraceError:
+                assert not skip or path.suffix == ".csv"  # skipping, only a Philly header can still refuse
+                continue
+            if not trace.jobs:
+                continue
+            try:
+                result = simulate(trace, None, ["sluice", "easy-backfill"])
+            except ScenarioError:
+                event("refused by the built mapping")
+                continue
+            event(f"replayed {path.suffix}")
+            assert all(f["jobs"] == len(trace.jobs) for f in result.figures.values())
