@@ -133,7 +133,11 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
     except (TraceError, ValueError) as exc:
         raise Failed(f"simulate --trace {trace}", str(exc)) from None
     if not read.jobs:
-        raise Failed(f"simulate --trace {trace}", "the trace has no job to replay")
+        why = "the trace has no job to replay"
+        if read.skipped:
+            unit = "document" if read.format == "sluice" else "line"
+            why += f" ({read.skipped:,} unreadable {unit}{'s' if read.skipped != 1 else ''} skipped)"
+        raise Failed(f"simulate --trace {trace}", why)
     try:
         result = run_simulation(read, objects, policy, progress=_Progress(), checkpoint_s=checkpoint_s,
                                 exact_runtimes=exact_runtimes)

@@ -81,6 +81,10 @@ def test_a_bad_line_is_named_and_the_run_refused_unless_skipped(tmp_path):
     assert refused.stderr.startswith("error: simulate --trace") and "line 4" in refused.stderr
     done = json.loads(sluice("--trace", str(trace), "--skip-bad-lines", "-o", "json").stdout)
     assert done["trace"]["skippedLines"] == 1 and done["trace"]["jobs"] == 3
+    trace.write_text("; MaxProcs: 16\n" + SWF.splitlines()[3] + "\n")  # its one job line is unreadable
+    empty = sluice("--trace", str(trace), "--skip-bad-lines", check=False)
+    assert empty.returncode == 1 and empty.stderr == \
+        f"error: simulate --trace {trace}: the trace has no job to replay (1 unreadable line skipped)\n"
 
 
 def test_a_sluice_job_file_replays_with_its_own_queues_and_classes(tmp_path):
