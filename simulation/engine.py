@@ -1,8 +1,9 @@
 """A replay in virtual time: jobs arrive when the trace says, a policy decides, jobs end after their run.
 
-Time jumps from one event to the next (an arrival, an end, the end of a waiting job's holds (waiting.py:
-its startAfter, its dependencies, a slot of its array), or a moment when a queued job's verdict can
-change by time alone: a reservation or burst threshold reached, a preemption hold expiring), so a replay
+Time jumps from one event to the next (an arrival, an end, a node joining or leaving an elastic cluster
+(world.py), the end of a waiting job's holds (waiting.py: its startAfter, its dependencies, a slot of its
+array), or a moment when a queued job's verdict can change by time alone: a reservation or burst
+threshold reached, a preemption hold expiring), so a replay
 costs O(decisions), not O(virtual seconds); nothing sleeps. At each moment the policy decides once the
 moment's events are in. The policies:
 
@@ -224,18 +225,15 @@ class _Easy(_Fifo):
 
 
 def _never_runs(job: SimJob, clusters: list[SimCluster]) -> str | None:
-    """Why no cluster, even empty (as a replay's are before the first arrival), could run the job; None if
-    one could."""
+    """Why no cluster, even empty and with all the nodes it may have, could run the job; None if one could."""
     reasons = []
     for c in clusters:
         if not allowed_on(job.as_queued(), c.capacity().state):
             continue
-        if not fits(job.requests, c.allocatable):
-            reasons.append(f"{c.name} has {c.allocatable} in all")
-        elif c.pack(job) is None:
-            reasons.append(f"its pods do not pack onto {c.name}'s nodes")
-        else:
+        why = c.never_holds(job)
+        if why is None:
             return None
+        reasons.append(why)
     return "needs " + str(job.requests) + ": " + "; ".join(reasons) if reasons else "no cluster matches it"
 
 
@@ -265,17 +263,19 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
     next_arrival, cycles, done, wake = 0, 0, 0, math.inf
     while True:
         t = min(arrivals[next_arrival].submit if next_arrival < len(arrivals) else math.inf,
-                ends[0][0] if ends else math.inf, wake, waiting.next_time())
+                ends[0][0] if ends else math.inf, wake, waiting.next_time(), world.next_change())
         if t == math.inf:
             break
-        due = t >= wake  # a moment needs a cycle when time, an end or a submit that is not behind parked heads says so
+        # A moment needs a cycle when time, an end, a node joining or leaving, or a submit that is not behind
+        # parked heads says so.
+        due = world.change(t) or t >= wake
         while ends and ends[0][0] <= t:
             _, job_id, attempt = heapq.heappop(ends)
             job = by_id[job_id]
             if job.state == DONE or job.attempt != attempt or job.ends is None or job.ends > t:
                 continue  # an attempt that was evicted, or one that starts later
-            world.stop(job, t, requeue=False)
             strategy.ended(job, t)
+            world.stop(job, t, requeue=False)
             waiting.ended(job, t)
             done += 1
             due = True

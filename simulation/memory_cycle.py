@@ -13,6 +13,7 @@ creation order. With several jobs per node that order decides which of them star
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from dispatcher.policy import bursting
@@ -88,6 +89,7 @@ class MemoryCycle:
         usage = {q: u for q, u in world.usage.items() if any(u.values())}
         spend = {}
         if self.policy.rules:
+            self._burst_starts()
             t = now.timestamp()
             spend = bursting.committed(self.bursts, t - (t - self.epoch) % DAY_S, t)
         history: dict[str, dict[str, float]] = {}
@@ -146,27 +148,36 @@ class MemoryCycle:
         for place in agent_order(plan.places[sent:], self._sink.parts):
             job = jobs[place.job_id]
             job.reason = ""
-            self.world.dispatch(job, place.cluster, t)
+            started = self.world.dispatch(job, place.cluster, t)
             burst = plan.bursts.get(job.id)
-            if burst is not None:
+            if burst is not None:  # it costs from its start, which a gang waiting for nodes has not made yet
                 self.burst_of[job.id] = len(self.bursts)
                 self.bursts.append(bursting.BurstRun(burst.policy, job.queue, burst.rate_per_hour,
                                                      burst.expected_cost, dict(job.requests), True,
-                                                     self.epoch + t, self.epoch + t, None))
+                                                     self.epoch + t, self.epoch + t if started else None, None))
             out.append(Dispatched(job.id, job.attempt, place.cluster, 0,
                                   datetime.fromtimestamp(self.epoch + job.submit, UTC), at))
         if self._decayed:
             self._held = {q: dict(u) for q, u in self.world.usage.items()}
         return out
 
+    def _burst_starts(self) -> None:
+        """The bursts that started since they were dispatched (their gangs waited for nodes) cost from then."""
+        for job_id, index in self.burst_of.items():
+            run = self.bursts[index]
+            if run.started_at is None and self.jobs[job_id].started is not None:
+                self.bursts[index] = replace(run, started_at=self.epoch + self.jobs[job_id].started)
+
     def _burst_ended(self, job: SimJob, t: float) -> None:
+        """The job's attempt ends now (asked before the World stops it: `job.started` is its start)."""
         index = self.burst_of.pop(job.id, None)
         if index is not None:
+            started = None if job.started is None else self.epoch + job.started  # None: it never started
             run = self.bursts[index]
-            self.bursts[index] = bursting.BurstRun(run.policy, run.queue, run.rate, run.expected, run.requests,
-                                                   False, run.dispatched_at, run.started_at, self.epoch + t)
-            self.spent += run.rate * (t + self.epoch - run.started_at) / 3600.0
+            self.bursts[index] = replace(run, active=False, started_at=started, finished_at=self.epoch + t)
+            if started is not None:
+                self.spent += run.rate * (t + self.epoch - started) / 3600.0
 
     def ended(self, job: SimJob, t: float) -> None:
-        """The replay's note that a job finished (its burst, if any, stops costing)."""
+        """The replay's note that a job finishes now, before the World stops it (its burst stops costing)."""
         self._burst_ended(job, t)

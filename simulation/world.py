@@ -8,6 +8,7 @@ waits on its cluster, holding its requests, until it packs).
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 
 from dispatcher.capacity import snapshot
@@ -15,8 +16,8 @@ from dispatcher.capacity.snapshot import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob
 from dispatcher.policy.plans import Active, ClassPolicy
 from sluice.objects import ClusterObject
-from sluice.packing import expand, first_fit_decreasing
-from sluice.quantity import add, subtract
+from sluice.packing import expand, first_fit_decreasing, gang_nodes_to_request
+from sluice.quantity import add, fits, subtract
 
 QUEUED, RUNNING, DONE, UNRUNNABLE = "queued", "running", "done", "unrunnable"
 WAITING = "waiting"  # not queued yet: for its startAfter, its dependencies or a slot of its array (waiting.py)
@@ -99,26 +100,44 @@ class SimJob:
 
 
 class SimCluster:
-    """A cluster of nodes: what each node has free, and the cluster's state as the policy reads it."""
+    """A cluster of nodes: what each node has free, and the cluster's state as the policy reads it.
+
+    An elastic one (spec.elastic) grows and shrinks as the sim agent's cluster does (agent/backends/sim/
+    cluster.py): when dispatched gangs do not pack, it asks for the new nodes that hold them
+    (sluice.packing.gang_nodes_to_request), up to maxNodes, each joining provisioningDelay later; a node it
+    added that has run no pod for scaleDownAfter leaves (not while others are on their way); the starting
+    nodes always stay. The policy sees its headroom (what maxNodes would add), as from a real agent."""
 
     def __init__(self, obj: ClusterObject):
         if obj.simulated is None:
             raise ValueError(f"cluster {obj.name} has no simulated nodes (spec.simulated) to replay on")
         self.obj = obj
         self.name = obj.name
-        node = dict(obj.simulated.node)
-        self.nodes = [dict(node) for _ in range(obj.simulated.nodes)]
-        self.node_free = [dict(node) for _ in range(obj.simulated.nodes)]
-        self.allocatable: dict[str, int] = {}
-        for n in self.nodes:
-            self.allocatable = add(self.allocatable, n)
+        self.node_shape = dict(obj.simulated.node)
+        self.starting = obj.simulated.nodes
+        elastic = obj.elastic or {}
+        self.max_nodes: int | None = elastic.get("maxNodes")  # None: it keeps its nodes
+        self.provisioning_delay_s = float(elastic.get("provisioningDelay", 0.0))
+        self.scale_down_after_s = float(elastic.get("scaleDownAfter", 600.0))
+        # Per node slot, in the order nodes came (first fit goes in that order): what it has free, and how many
+        # pods run there; a node removed leaves its slot empty (`gone`), so that running pods keep their index.
+        self.node_free = [dict(self.node_shape) for _ in range(self.starting)]
+        self.pods_on = [0] * self.starting
+        self.gone: set[int] = set()
+        self.idle_since: dict[int, float] = {}  # added nodes running no pod, since when
+        self.joining: list[float] = []  # when each node asked for joins
+        self.allocatable = add({}, self.node_shape, self.starting) if self.starting else \
+            {r: 0 for r in self.node_shape}
         self.free = dict(self.allocatable)  # less every dispatched job, started or not
         self.pending: list[SimJob] = []  # dispatched gangs that do not pack yet, in dispatch order
-        self.terms = snapshot.terms(obj.to_document(), self.allocatable)
-        self.terms.pop("headroom", None)  # elastic growth is not replayed: the cluster keeps its nodes
-        self.terms.pop("node_shape", None)
-        self.terms.pop("provisioning_delay_s", None)
+        self._terms()
         self._capacity: ClusterCapacity | None = None
+
+    def _terms(self) -> None:
+        """What the cluster's object adds to its state, as the dispatcher reads it (snapshot.terms), for the
+        nodes it has now (an elastic one's headroom shrinks as it grows)."""
+        self.terms = snapshot.terms(self.obj.to_document(), self.allocatable)
+        self._capacity = None
 
     @property
     def paid(self) -> bool:
@@ -127,8 +146,9 @@ class SimCluster:
     def capacity(self) -> ClusterCapacity:
         """The cluster as a cycle reads it (kept until the cluster changes)."""
         if self._capacity is None:
+            nodes = self._usable()[1]
             largest: dict[str, int] = {}
-            for n in self.node_free:
+            for n in nodes:
                 for r, amount in n.items():
                     if amount > largest.get(r, 0):
                         largest[r] = amount
@@ -136,33 +156,59 @@ class SimCluster:
             state = ClusterState(self.name, self.obj.tier, self.obj.site, dict(self.obj.labels), dict(self.free),
                                  largest, "", dict(self.allocatable), **self.terms,
                                  node_free=tuple({r: min(v, self.free.get(r, 0)) for r, v in n.items()}
-                                                 for n in self.node_free))
+                                                 for n in nodes))
             self._capacity = ClusterCapacity(state, "active", "agent", 0.0, dict(self.allocatable))
         return self._capacity
+
+    def _usable(self) -> tuple[list[int] | None, list[dict[str, int]]]:
+        """The nodes there now: their slots (None: every slot, none has gone), and what each has free."""
+        if not self.gone:
+            return None, self.node_free
+        slots = [i for i in range(len(self.node_free)) if i not in self.gone]
+        return slots, [self.node_free[i] for i in slots]
 
     def pack(self, job: SimJob) -> list[int] | None:
         """The node of each of the job's pods (in pod order), first-fit decreasing over what the nodes have
         free, as the dispatcher's check and the sim agent pack them; None if they do not all fit at once."""
-        _, slots = first_fit_decreasing(expand(job.pods), self.node_free)
-        return None if None in slots else slots
+        slots, free = self._usable()
+        _, found = first_fit_decreasing(expand(job.pods), free)
+        if None in found:
+            return None
+        return found if slots is None else [slots[i] for i in found]
 
-    def dispatch(self, job: SimJob) -> bool:
+    def never_holds(self, job: SimJob) -> str | None:
+        """Why the cluster, empty and with as many nodes as it may have, could not run the job; None if it could."""
+        count = max(self.starting, self.max_nodes or 0)
+        allocatable = add({}, self.node_shape, count)
+        if not fits(job.requests, allocatable):
+            return f"{self.name} has {allocatable} in all"
+        if None in first_fit_decreasing(expand(job.pods), [dict(self.node_shape)] * count)[1]:
+            return f"its pods do not pack onto {self.name}'s nodes"
+        return None
+
+    def dispatch(self, job: SimJob, now: float) -> bool:
         """Take the job's requests; start its pods if they pack (True), else it waits here."""
         self.free = subtract(self.free, job.requests)
         self._capacity = None
-        return self._start(job) or (self.pending.append(job) or False)
+        if self._start(job, now):
+            return True
+        self.pending.append(job)
+        self._scale_up(now)
+        return False
 
-    def _start(self, job: SimJob) -> bool:
+    def _start(self, job: SimJob, now: float) -> bool:
         nodes = self.pack(job)
         if nodes is None:
             return False
         for i, pod in zip(nodes, expand(job.pods)):
             self.node_free[i] = subtract(self.node_free[i], pod)
+            self.pods_on[i] += 1
+            self.idle_since.pop(i, None)
         job.placed_on = nodes
         self._capacity = None
         return True
 
-    def release(self, job: SimJob) -> list[SimJob]:
+    def release(self, job: SimJob, now: float) -> list[SimJob]:
         """The job ended or was evicted: give back what it held; the pending gangs that now pack start
         (returned)."""
         self.free = add(self.free, job.requests)
@@ -172,13 +218,69 @@ class SimCluster:
             return []
         for i, pod in zip(job.placed_on, expand(job.pods)):
             self.node_free[i] = add(self.node_free[i], pod)
+            self.pods_on[i] -= 1
+            if not self.pods_on[i]:
+                self._emptied(i, now)
         job.placed_on = []
+        return self._start_pending(now)
+
+    def _start_pending(self, now: float) -> list[SimJob]:
         started = []
         for waiting in list(self.pending):
-            if self._start(waiting):
+            if self._start(waiting, now):
                 self.pending.remove(waiting)
                 started.append(waiting)
+        self._scale_up(now)
         return started
+
+    # -- an elastic cluster's nodes --------------------------------------------------------------------
+
+    def next_change(self) -> float:
+        """When a node asked for joins, or an idle added node may leave (math.inf: never)."""
+        due = min(self.joining, default=math.inf)
+        if not self.joining and self.idle_since:
+            due = min(due, min(self.idle_since.values()) + self.scale_down_after_s)
+        return due
+
+    def change(self, now: float) -> list[SimJob]:
+        """The nodes that join by `now`, and the idle ones that leave; returns the pending gangs started."""
+        started: list[SimJob] = []
+        while self.joining and self.joining[0] <= now:
+            self.joining.pop(0)
+            self.node_free.append(dict(self.node_shape))
+            self.pods_on.append(0)
+            self.allocatable = add(self.allocatable, self.node_shape)
+            self.free = add(self.free, self.node_shape)
+            self._emptied(len(self.node_free) - 1, now)
+            self._terms()
+            started += self._start_pending(now)
+            if not self.joining:  # the idle nodes kept for a gang on its way start their cool-down again
+                for i, since in self.idle_since.items():
+                    self.idle_since[i] = max(since, now)
+        if not self.joining:
+            for i, since in list(self.idle_since.items()):
+                if since + self.scale_down_after_s <= now:
+                    del self.idle_since[i]
+                    self.gone.add(i)
+                    self.node_free[i] = {r: 0 for r in self.node_shape}
+                    self.allocatable = subtract(self.allocatable, self.node_shape)
+                    self.free = subtract(self.free, self.node_shape)
+                    self._terms()
+        return started
+
+    def _emptied(self, slot: int, now: float) -> None:
+        """The node runs no pod from now on: one the cluster added starts its cool-down."""
+        if self.max_nodes is not None and slot >= self.starting:
+            self.idle_since[slot] = now
+
+    def _scale_up(self, now: float) -> None:
+        """Ask for the nodes the pending gangs need; each joins provisioningDelay after now."""
+        if self.max_nodes is None or not self.pending:
+            return
+        room = self.max_nodes - (len(self.node_free) - len(self.gone)) - len(self.joining)
+        wanted = gang_nodes_to_request((expand(job.pods) for job in self.pending), self.node_shape,
+                                       len(self.joining), room, self._usable()[1])
+        self.joining += [now + self.provisioning_delay_s] * wanted
 
 
 class World:
@@ -219,7 +321,7 @@ class World:
                                       self.epoch + now + job.max_runtime_s if job.max_runtime_s else None,
                                       job.as_queued().pods)
         self.version += 1
-        started = self.clusters[cluster].dispatch(job)
+        started = self.clusters[cluster].dispatch(job, now)
         job.pending = not started
         if started:
             self._started(job, now)
@@ -241,7 +343,7 @@ class World:
         self.version += 1
         if not job.pending:
             self.busy = subtract(self.busy, job.requests)
-        started = self.clusters[job.cluster].release(job)
+        started = self.clusters[job.cluster].release(job, now)
         for other in started:
             self._started(other, now)
         if job.started is not None:
@@ -255,6 +357,21 @@ class World:
         else:
             job.state, job.finished = DONE, now
         return started
+
+    def next_change(self) -> float:
+        """When an elastic cluster's nodes next change (math.inf: never)."""
+        return min((c.next_change() for c in self.clusters.values()), default=math.inf)
+
+    def change(self, now: float) -> bool:
+        """Carry out the node changes due by `now` (the gangs they let start, started); whether any was due."""
+        due = False
+        for cluster in self.clusters.values():
+            if cluster.next_change() <= now:
+                due = True
+                self.version += 1
+                for job in cluster.change(now):
+                    self._started(job, now)
+        return due
 
     def take_started(self) -> list[SimJob]:
         started, self.started = self.started, []

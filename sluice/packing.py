@@ -1,6 +1,6 @@
-"""Pods onto nodes, first fit: what the dispatcher checks before it sends a gang to a cluster, and how the
-simulated cluster binds pods and starts gangs. Pure functions over milli-unit resource maps
-(sluice/quantity.py)."""
+"""Pods onto nodes, first fit: what the dispatcher checks before it sends a gang to a cluster, how the
+simulated clusters (the sim agent's, and a replay's) bind pods and start gangs, and how many new nodes
+their autoscaler asks for. Pure functions over milli-unit resource maps (sluice/quantity.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -38,3 +38,39 @@ def first_fit_decreasing(requests: Sequence[dict[str, int]], free_per_node: Sequ
             free[slot] = subtract(free[slot], requests[index])
             slots[index] = slot
     return free, slots
+
+
+def nodes_to_request(requests: Iterable[dict[str, int]], node: dict[str, int], provisioning: int,
+                     room: int) -> int:
+    """How many new nodes the autoscaler asks for so that the given (unbound) requests fit, each pod on its
+    own (`gang_nodes_to_request` with gangs of one pod)."""
+    return gang_nodes_to_request(([request] for request in requests), node, provisioning, room)
+
+
+def gang_nodes_to_request(gangs: Iterable[Sequence[dict[str, int]]], node: dict[str, int], provisioning: int,
+                          room: int, free_now: Iterable[dict[str, int]] = ()) -> int:
+    """How many new nodes the autoscaler asks for so that the given waiting gangs (their pods' requests)
+    fit.
+
+    The gangs' pods are packed first fit, in order, onto the room the usable nodes have now (`free_now`:
+    a gang waits for all of its pods, some of which may fit there), then onto `provisioning` empty nodes
+    already on their way and then onto fresh empty ones, at most `room` of those. A gang that would not
+    fit whole asks for nothing: nodes added for it would only stand idle (a pod larger than an empty node
+    never fits; a later, smaller gang may still fit the nodes already counted).
+    """
+    nodes = [dict(free) for free in free_now] + [dict(node) for _ in range(provisioning)]
+    added = 0
+    for gang in gangs:
+        trial, trial_added = list(nodes), added
+        for request in gang:
+            slot = first_fit(request, trial)
+            if slot is None:
+                if trial_added >= room or not fits(request, node):
+                    break
+                trial.append(dict(node))
+                trial_added += 1
+                slot = len(trial) - 1
+            trial[slot] = subtract(trial[slot], request)
+        else:
+            nodes, added = trial, trial_added
+    return added

@@ -10,7 +10,7 @@ import pytest
 from agent.backends.base import FAILED, LOST, PENDING, RUNNING, SUCCEEDED, UNSCHEDULABLE, AttemptStatus, pod_requests
 from agent.backends.sim.cluster import SimCluster, SimConfig
 from agent.backends.sim.ledger import ledger_duplicates
-from agent.backends.sim.packing import first_fit
+from sluice.packing import first_fit
 
 CPU = 1000  # milli-units per core
 NODE = {"cpu": 4 * CPU, "memory": 16 * 2**30 * 1000}

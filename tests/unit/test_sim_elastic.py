@@ -11,7 +11,7 @@ import pytest
 
 from agent.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, UNSCHEDULABLE, AttemptStatus
 from agent.backends.sim.cluster import SimCluster, SimConfig
-from agent.backends.sim.packing import nodes_to_request
+from sluice.packing import nodes_to_request
 from tests.unit.test_sim_metrics import (
     capacity_by_label,
     capacity_from_series,

@@ -2,6 +2,7 @@
 whose right answers can be worked out by hand."""
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -11,6 +12,7 @@ from simulation.engine import replay
 from simulation.run import simulate
 from simulation.scenario import ScenarioError, built_objects, scenario, sim_jobs
 from simulation.traces import Trace, TraceJob, read_trace
+from simulation.world import World
 from sluice.objects import (
     BurstPolicyObject,
     ClusterObject,
@@ -177,6 +179,62 @@ def test_burst_spends_on_the_paid_cluster_within_its_budget():
     assert sluice[2].cluster == "cloud" and sluice[2].start_s == 1
     assert result.figures["sluice"]["burstSpend"] == pytest.approx(4.0)  # 4 cpu x 1 h x 1.0
     assert starts(result, "fifo")[2] == 3600  # the baselines know no burst policy
+
+
+def test_an_elastic_cloud_cluster_grows_for_the_bursts_and_shrinks_when_they_end():
+    # As `sluice up` runs it with sim agents: the cloud starts empty, asks for the nodes a burst needs, which
+    # join 2 minutes later, and gives each back after 10 idle minutes.
+    cloud = ClusterObject("cloud", tier="cloud", site="k", price={CPU: 1.0}, simulated=SimulatedSpec(0, {CPU: 4000}),
+                          elastic={"maxNodes": 2, "provisioningDelay": 120.0, "scaleDownAfter": 600.0,
+                                   "node": {CPU: 4000}})
+    config = [ServiceClassObject("standard", priority=500, burst_allowed=True),
+              QueueObject("a"),
+              ClusterObject("onprem", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 4000})),
+              cloud, BurstPolicyObject("burst", cluster_selector={"tier": "cloud"}, budget_per_day=100.0)]
+    # 2 and 3 burst at once; 4 comes when both new nodes are busy and the cloud is at its most: it waits for
+    # onprem; 5 comes after 3 ended and before its node leaves: it starts there at once.
+    t = trace(job(1, 0, 3600, 4), job(2, 1, 600, 4), job(3, 2, 900, 4), job(4, 300, 60, 4), job(5, 1100, 60, 4))
+    result = simulate(t, config, ["sluice", "fifo"])
+    sluice = {o.id: o for o in result.outcomes["sluice"]}
+    assert {i: (o.cluster, o.start_s) for i, o in sluice.items()} == {
+        1: ("onprem", 0), 2: ("cloud", 121), 3: ("cloud", 122), 4: ("cloud", 721), 5: ("cloud", 1100)}
+    busy = dict(result.replays["sluice"].busy)
+    assert busy[121] == {CPU: 8000} and busy[122] == {CPU: 12000}  # the cloud's nodes count in what is busy
+    assert result.figures["sluice"]["burstSpend"] == pytest.approx(4 * (600 + 900 + 60 + 60) / 3600)
+    assert starts(result, "fifo")[2] == 3600  # the baselines use no paid cluster
+
+
+def test_an_elastic_clusters_added_node_leaves_after_its_idle_time_and_its_room_is_headroom_again():
+    cloud = ClusterObject("cloud", tier="cloud", site="k", price={CPU: 1.0}, simulated=SimulatedSpec(0, {CPU: 4000}),
+                          elastic={"maxNodes": 2, "provisioningDelay": 120.0, "scaleDownAfter": 600.0,
+                                   "node": {CPU: 4000}})
+    world = World([cloud], {}, 0.0)
+    one, two = sim_jobs(trace(job(1, 0, 100, 4), job(2, 0, 100, 4)), scenario(trace(), [cloud, QueueObject("a")]))
+    for j in (one, two):
+        world.enqueue(j)
+    assert world.dispatch(one, "cloud", 0) is False and world.next_change() == 120  # a node is asked for
+    assert world.clusters["cloud"].capacity().state.headroom == {CPU: 8000}  # one on its way is still headroom
+    assert world.change(120) and world.take_started() == [one]
+    assert world.clusters["cloud"].capacity().state.headroom == {CPU: 4000}
+    world.stop(one, 220, requeue=False)
+    assert world.next_change() == 820
+    assert world.dispatch(two, "cloud", 500) is True  # the idle node takes it: its cool-down is off
+    assert world.next_change() == math.inf
+    world.stop(two, 600, requeue=False)
+    assert world.next_change() == 1200 and world.change(1200)
+    state = world.clusters["cloud"].capacity().state
+    assert (state.allocatable, state.free, state.headroom, state.node_free) == ({CPU: 0}, {CPU: 0}, {CPU: 8000}, ())
+
+
+def test_a_job_too_big_for_a_cluster_now_runs_where_its_growth_holds_it():
+    grows = ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 4000}),
+                          elastic={"maxNodes": 3, "provisioningDelay": 60.0, "scaleDownAfter": 600.0,
+                                   "node": {CPU: 4000}})
+    config = [ServiceClassObject("standard", priority=500), QueueObject("a"), grows]
+    result = simulate(trace(job(1, 0, 100, 12, pods=3), job(2, 0, 100, 16, pods=4)), config, ["sluice"])
+    sluice = {o.id: o for o in result.outcomes["sluice"]}
+    assert sluice[1].start_s == 60 and sluice[1].unrunnable is None
+    assert sluice[2].unrunnable == "needs {'cpu': 16000}: c1 has {'cpu': 12000} in all"
 
 
 def test_the_built_mapping_has_one_cluster_of_the_machine_size_and_a_queue_per_group():

@@ -89,9 +89,9 @@ from agent.backends.base import (
     sluice_environment,
 )
 from agent.backends.sim.ledger import read_ledger
-from agent.backends.sim.packing import first_fit_decreasing, gang_nodes_to_request
 from agent.backends.sim.views import SimNodeView, SimPod, SimPodView, SimView
 from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S
+from sluice.packing import first_fit_decreasing, gang_nodes_to_request
 from sluice.quantity import QuantityError, add, format_duration, parse_duration, shortfall, subtract
 from sluice.spec import SIM_DURATION_KEY, SIM_EXIT_CODE_KEY, sim_exit_code
 
