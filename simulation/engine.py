@@ -59,6 +59,7 @@ class Replayed:
     cycles: int
     burst_spend: float
     reservations: int
+    capacity: list[tuple[float, dict[str, int]]]  # (virtual time, every cluster's allocatable from then on)
 
 
 class _Sluice:
@@ -305,4 +306,4 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         if job.state == QUEUED:
             job.state = UNRUNNABLE
             job.reason = f"never started: {job.reason or 'nothing it waited for came'}"
-    return Replayed(name, jobs, busy, cycles, strategy.burst_spend(), len(strategy.reserved))
+    return Replayed(name, jobs, busy, cycles, strategy.burst_spend(), len(strategy.reserved), world.capacity)

@@ -91,7 +91,7 @@ def write_plots(directory: str | os.PathLike, outcomes_by_policy: dict[str, Iter
     peak = 1.0
     for policy, busy in busy_by_policy.items():
         fractions = [x / (capacity[resource] * bin_s) for x in _binned(busy, resource, origin, bin_s, bins, horizon)]
-        peak = max([peak, *fractions])  # above 1 only when clusters grew (elastic) beyond the capacity given
+        peak = max([peak, *fractions])  # above 1 only with a capacity smaller than what the clusters had
         axes.step([(k * bin_s) / unit_s for k in range(bins)], fractions, where="post", label=policy)
     axes.set_xlabel(f"time since the first submit ({unit}; bins of {bin_s / 60:.0f} minutes)")
     axes.set_ylabel(f"{resource} in use (fraction of capacity)")

@@ -57,13 +57,15 @@ class JobOutcome:
 # -- the run's figures -------------------------------------------------------------------------------
 
 def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], entitled: dict[str, float],
-                   busy: list[tuple[float, dict[str, int]]] | None = None) -> dict:
+                   busy: list[tuple[float, dict[str, int]]] | None = None,
+                   capacity_over_time: list[tuple[float, dict[str, int]]] | None = None) -> dict:
     """The figures of one policy's run, camelCase keys (see the module docstring for how times are read).
 
     capacity: the total of every cluster, milli-units. entitled: each queue's entitled fraction of the whole
     (0 to 1; every queue of the outcomes must have one). busy: what was in use over time, as a step function
     [(time, amounts in use from then on)], sorted by time; when given, utilization counts it (including runs
-    lost to preemption), else the finishing runs of the outcomes.
+    lost to preemption), else the finishing runs of the outcomes. capacity_over_time: what the clusters had
+    over time, as the same step function (elastic clusters grow and shrink); utilization is then of it.
 
     - waits (start - submit) are over the jobs that started; percentiles are nearest-rank (the smallest
       wait at least p % of waits are at or below); completion (end - submit, the JCT) and slowdown are over
@@ -72,9 +74,9 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
       bounded slowdown with a 10 s threshold of Feitelson, Rudolph, Schwiegelshohn, Sevcik and Wong,
       "Theory and practice in parallel job scheduling" (JSSPP 1997), and Feitelson, "Metrics for parallel
       job scheduling and their convergence" (JSSPP 2001); end - submit is the paper's wait + run.
-    - utilization: resource-seconds used / (capacity x makespan) of the resource kind in `capacity` whose
-      figure is highest (the bottleneck: cpu for an SWF trace, nvidia.com/gpu for Philly), named in
-      utilizationResource.
+    - utilization: resource-seconds used / (capacity x makespan, or the capacity-seconds over the
+      makespan) of the resource kind in `capacity` whose figure is highest (the bottleneck: cpu for an SWF
+      trace, nvidia.com/gpu for Philly), named in utilizationResource.
     - queues: per queue, share (its fraction of all dominant-resource seconds used), entitledShare, mean
       wait and job count.
     - heldJobs: how many jobs waited before they were queued, by what they waited for last (startAfter,
@@ -106,9 +108,12 @@ def policy_figures(outcomes: Iterable[JobOutcome], *, capacity: dict[str, int], 
                 used[resource] = used.get(resource, 0.0) + amount * held
     utilization, resource = None, None
     if makespan:
-        by_resource = {r: used.get(r, 0.0) / (capacity[r] * makespan) for r in sorted(capacity)}
-        resource = max(by_resource, key=by_resource.__getitem__)  # on a tie, the first name alphabetically
-        utilization = by_resource[resource]
+        had = {r: amount * makespan for r, amount in capacity.items()} if capacity_over_time is None else \
+            _busy_resource_seconds(capacity_over_time, first_submit, last_end)
+        by_resource = {r: used.get(r, 0.0) / had[r] for r in sorted(capacity) if had.get(r)}
+        if by_resource:  # none when no cluster had a node while jobs were there (an elastic one never grew)
+            resource = max(by_resource, key=by_resource.__getitem__)  # on a tie, the first name alphabetically
+            utilization = by_resource[resource]
 
     dominant_seconds = {q: 0.0 for q in queues}
     for o in outcomes:

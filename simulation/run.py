@@ -52,7 +52,8 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
         replayed = replay(jobs, list(scene.clusters), scene.policy, name, progress=done)
         seconds = time.perf_counter() - started
         outcomes[name] = outcomes_of(replayed)
-        found = report.policy_figures(outcomes[name], capacity=scene.capacity, entitled=entitled, busy=replayed.busy)
+        found = report.policy_figures(outcomes[name], capacity=scene.capacity, entitled=entitled, busy=replayed.busy,
+                                      capacity_over_time=replayed.capacity)
         windows = report.window_shares(outcomes[name], capacity=scene.capacity, entitled=entitled)
         found.update(reservations=replayed.reservations, burstSpend=round(replayed.burst_spend, 2),
                      fairShareViolations=len(report.fair_share_violations(windows)),

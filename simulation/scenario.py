@@ -49,7 +49,7 @@ class Scenario:
     built: bool  # made from the trace (no config given)
     clusters: tuple[ClusterObject, ...]
     policy: PolicyConfig
-    capacity: dict[str, int]  # every cluster's allocatable, summed
+    capacity: dict[str, int]  # every cluster's allocatable (an elastic one's at its most nodes), summed
 
     def entitled(self) -> dict[str, float]:
         """Each leaf queue's entitled share: its weight among its siblings, times its parent's share."""
@@ -129,9 +129,13 @@ def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
                           quotas=[quota_of(q) for q in queues],
                           rules=[rule_of(o) for o in objects if isinstance(o, BurstPolicyObject)])
     capacity: dict[str, int] = {}
-    for c in clusters:
+    for c in clusters:  # an elastic cluster at its most nodes: the whole that shares are of
+        nodes = max(c.simulated.nodes, (c.elastic or {}).get("maxNodes", 0))
         for r, amount in c.simulated.node.items():
-            capacity[r] = capacity.get(r, 0) + amount * c.simulated.nodes
+            if amount > 0:
+                capacity[r] = capacity.get(r, 0) + amount * nodes
+    if not capacity:
+        raise ScenarioError("the clusters' simulated nodes have nothing to run jobs on (every node is empty)")
     return Scenario(tuple(objects), built, clusters, policy, capacity)
 
 

@@ -296,6 +296,8 @@ class World:
         self.usage: dict[str, dict[str, int]] = {}  # per queue, the requests of what is dispatched there
         self.started: list[SimJob] = []  # jobs started since the replay last took them (take_started)
         self.busy: dict[str, int] = {}  # what the started jobs hold, over every cluster
+        # (virtual time, every cluster's allocatable from then on): elastic clusters change it
+        self.capacity = [(0.0, self._allocatable())]
         self.version = 0  # bumped by every change of capacity or usage
 
     def enqueue(self, job: SimJob) -> None:
@@ -371,7 +373,15 @@ class World:
                 self.version += 1
                 for job in cluster.change(now):
                     self._started(job, now)
+        if due and (total := self._allocatable()) != self.capacity[-1][1]:
+            self.capacity.append((now, total))
         return due
+
+    def _allocatable(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for cluster in self.clusters.values():
+            total = add(total, cluster.allocatable)
+        return total
 
     def take_started(self) -> list[SimJob]:
         started, self.started = self.started, []

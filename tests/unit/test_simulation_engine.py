@@ -226,6 +226,27 @@ def test_an_elastic_clusters_added_node_leaves_after_its_idle_time_and_its_room_
     assert (state.allocatable, state.free, state.headroom, state.node_free) == ({CPU: 0}, {CPU: 0}, {CPU: 8000}, ())
 
 
+def test_utilization_counts_an_elastic_clusters_nodes_while_they_are_there():
+    # Its only GPUs are on a cloud with no node to begin with: the replay failed on a capacity of 0 GPUs.
+    gpu = "nvidia.com/gpu"
+    config = [ServiceClassObject("standard", priority=500, burst_allowed=True), QueueObject("a"),
+              ClusterObject("onprem", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 4000})),
+              ClusterObject("cloud", tier="cloud", site="k", price={gpu: 2.5}, simulated=SimulatedSpec(0, {gpu: 8000}),
+                            elastic={"maxNodes": 4, "provisioningDelay": 300.0, "scaleDownAfter": 600.0,
+                                     "node": {gpu: 8000}}),
+              BurstPolicyObject("burst", cluster_selector={"tier": "cloud"}, budget_per_day=1000.0)]
+    jobs = [TraceJob(i, at, 3600, None, ((gpus // 8, {gpu: 8000}),), "u", "a", "a", "", f"j{i}")
+            for i, at, gpus in ((1, 0, 8), (2, 10, 16))]
+    result = simulate(trace(*jobs), config, ["sluice"])
+    figures = result.figures["sluice"]
+    assert starts(result, "sluice") == {1: 300, 2: 310}  # each waits for its nodes
+    assert result.scenario.capacity == {CPU: 4000, gpu: 32000}  # shares are of the clusters at their most
+    # 8 GPUs from 300 s, 24 from 310 s to the last end (3,910 s); busy the same but for 10 s of 8 GPUs.
+    assert figures["utilizationResource"] == gpu
+    assert figures["utilization"] == pytest.approx((8 * 3600 + 16 * 3600) / (8 * 10 + 24 * 3600))
+    assert figures["burstSpend"] == pytest.approx(2.5 * 24)
+
+
 def test_a_job_too_big_for_a_cluster_now_runs_where_its_growth_holds_it():
     grows = ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 4000}),
                           elastic={"maxNodes": 3, "provisioningDelay": 60.0, "scaleDownAfter": 600.0,
