@@ -388,8 +388,9 @@ def _percent(value: float | None) -> str:
 def _trace_line(trace_info: dict) -> str:
     shown = {k: v for k, v in trace_info.items() if k not in ("clusters", "config")}
     if "clusters" in trace_info:
-        shown["clusters"] = " ".join(f"{name} ({(nodes or {}).get('nodes')} x {(nodes or {}).get('node')})"
-                                     for name, nodes in trace_info["clusters"].items())
+        shown["clusters"] = " ".join(
+            f"{name} ({nodes.get('nodes')}{' to ' + str(nodes['maxNodes']) if 'maxNodes' in nodes else ''} x "
+            f"{nodes.get('node')})" for name, nodes in trace_info["clusters"].items())
     return "Trace: " + ", ".join(f"{key} {value}" for key, value in shown.items())
 
 

@@ -63,7 +63,9 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
         figures[name], replays[name] = found, replayed
     info = {"name": trace.name, "format": trace.format, "jobs": len(trace.jobs), "skippedLines": trace.skipped,
             "droppedJobs": trace.dropped, "mapping": "built from the trace" if scene.built else "config",
-            "clusters": {c.name: c.to_document()["spec"].get("simulated") for c in scene.clusters},
+            "clusters": {c.name: {**c.to_document()["spec"]["simulated"],
+                                  **({"maxNodes": c.elastic["maxNodes"]} if c.elastic else {})}
+                         for c in scene.clusters},
             "queues": len(scene.policy.quotas),
             "requestedTimes": sum(1 for j in trace.jobs if j.requested_s)}  # the jobs whose run time a policy may know
     if exact_runtimes:

@@ -241,6 +241,7 @@ def test_utilization_counts_an_elastic_clusters_nodes_while_they_are_there():
     figures = result.figures["sluice"]
     assert starts(result, "sluice") == {1: 300, 2: 310}  # each waits for its nodes
     assert result.scenario.capacity == {CPU: 4000, gpu: 32000}  # shares are of the clusters at their most
+    assert result.trace["clusters"]["cloud"] == {"nodes": 0, "node": {gpu: "8"}, "maxNodes": 4}
     # 8 GPUs from 300 s, 24 from 310 s to the last end (3,910 s); busy the same but for 10 s of 8 GPUs.
     assert figures["utilizationResource"] == gpu
     assert figures["utilization"] == pytest.approx((8 * 3600 + 16 * 3600) / (8 * 10 + 24 * 3600))
