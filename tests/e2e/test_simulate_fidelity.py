@@ -8,10 +8,8 @@ each other's ends; jobs of 6 cpu fit east only. Every burst has ended (in the re
 room to spare) before the next arrives, so each burst is its own experiment.
 
 - Replayed: `simulation.run.simulate(trace, objects, ["sluice"])`: each job's first start and cluster.
-- For real: `sluice up` as `--config` would start it (an Embedded dispatcher on real Postgres and one
-  in-process sim agent per cluster over real gRPC, durations unscaled), each burst submitted at its
-  submitAt (wall clock), each job's `startedAt` (the agent's report of its pods running) and cluster
-  read back once all have ended.
+- For real: `sluice up` as `--config` would start it (tests/e2e/real_stack.py: each burst submitted at
+  its submitAt on the wall clock, each job's `startedAt` and cluster read back once all have ended).
 
 What must agree, and the tolerances (why):
 
@@ -40,9 +38,6 @@ pair and every cluster has agreed.
 from __future__ import annotations
 
 import random
-import threading
-import time
-from datetime import datetime
 
 import pytest
 import yaml
@@ -50,18 +45,17 @@ import yaml
 from simulation.run import simulate
 from simulation.traces import read_trace
 from sluice.objects import load_objects
+from tests.e2e.real_stack import run_for_real
 
 N_BURSTS = 11
 PER_BURST = 16
 BURST_GAP_S = 8.0
-LEAD_S = 1.0  # the first burst is submitted this long after the clock's zero is taken
 QUEUES = {"alpha": 2, "beta": 1, "gamma": 1}  # weights
 CPUS = (1, 2, 3, 4, 6)
 ORDER_TOLERANCE_S = 0.25
 CLUSTER_RACE_S = 0.25
 ORDER_AGREEMENT = 0.99
 CLUSTER_AGREEMENT = 0.97
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 OBJECTS = """
 apiVersion: sluice.io/v1
@@ -118,57 +112,6 @@ def replayed(trace, objects) -> dict[str, tuple[float, str, float]]:
         assert o.start_s is not None and o.end_s is not None, f"{names[o.id]} never ran in the replay"
         out[names[o.id]] = (o.start_s, o.cluster, o.end_s)
     return out
-
-
-def run_for_real(docs: list[dict], objects, db_url, data_dir) -> tuple[dict[str, tuple[float, str]], float]:
-    """name -> (start, cluster), seconds after the trace's time 0 on the wall clock; and the run's length."""
-    from devstack.embedded import Embedded, UpSettings
-    from sluice.client import Client
-
-    embedded = Embedded(UpSettings(data_dir=data_dir, listen="127.0.0.1:0", make_default=False,
-                                   database_url=db_url), objects).start()
-    try:
-        embedded.wait_connected()
-        with Client(embedded.client_settings(timeout_s=30)) as client:
-            deadline = time.monotonic() + 15
-            while not all(c["state"] == "active" and c["allocatable"] for c in client.clusters()):
-                assert time.monotonic() < deadline, f"clusters not active: {client.clusters()}"
-                time.sleep(0.05)
-            bursts: dict[float, list[dict]] = {}
-            for doc in docs:
-                job = {k: v for k, v in doc.items() if k not in ("submitAt", "runFor")}
-                bursts.setdefault(doc["submitAt"], []).append(job)
-            zero_wall, zero = time.time() + LEAD_S, time.monotonic() + LEAD_S
-            errors: list[BaseException] = []
-
-            def submit_all():
-                try:
-                    for at, jobs in sorted(bursts.items()):
-                        time.sleep(max(0.0, zero + at - time.monotonic()))
-                        client.submit(jobs)  # one request: the burst is committed at once, as it arrives at once
-                except BaseException as exc:  # noqa: BLE001 - reported by the test thread
-                    errors.append(exc)
-
-            submitter = threading.Thread(target=submit_all, daemon=True)
-            submitter.start()
-            submitter.join(timeout=max(bursts) + 30)
-            assert not errors, errors
-            deadline = time.monotonic() + 30
-            while True:
-                jobs = client.list()
-                if len(jobs) == len(docs) and all(j["state"] in FINAL for j in jobs):
-                    break
-                assert time.monotonic() < deadline, \
-                    f"not all ended: {[(j['name'], j['state'], j['reason']) for j in jobs if j['state'] not in FINAL]}"
-                time.sleep(0.2)
-            took = time.monotonic() - zero
-    finally:
-        embedded.stop()
-    assert all(j["state"] == "SUCCEEDED" for j in jobs), [(j["name"], j["state"], j["reason"]) for j in jobs]
-
-    def offset(stamp: str) -> float:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - zero_wall
-    return {j["name"]: (offset(j["startedAt"]), j["cluster"]) for j in jobs}, took
 
 
 def races(sim: dict[str, tuple[float, str, float]]) -> set[str]:
