@@ -1,16 +1,25 @@
-"""A replayable trace run for real: `sluice up` as `--config` would start it (an Embedded dispatcher on real
-Postgres, one in-process sim agent per cluster over real gRPC, durations unscaled), for the fidelity tests
-that compare `sluice simulate` with it."""
+"""A replayable trace as a file, and run for real: `sluice up` as `--config` would start it (an Embedded
+dispatcher on real Postgres, one in-process sim agent per cluster over real gRPC, durations unscaled), for
+the fidelity tests that compare `sluice simulate` with it."""
 from __future__ import annotations
 
 import threading
 import time
 from datetime import datetime
 
+import yaml
+
+from simulation.traces import Trace, read_trace
 from sluice.objects import ClusterObject
 
 LEAD_S = 1.0  # the first submit comes this long after the clock's zero is taken
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def trace_file(docs: list[dict], path) -> Trace:
+    """The job documents written as a Sluice job file at `path`, read back as `sluice simulate` reads it."""
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return read_trace(path, "sluice")
 
 
 def run_for_real(docs: list[dict], objects, db_url, data_dir) -> tuple[dict[str, tuple[float, str]], float]:

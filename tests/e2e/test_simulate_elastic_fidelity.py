@@ -19,12 +19,10 @@ machine), and a node asked for at a real dispatch joins 2 s after that, so the l
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from simulation.run import simulate
-from simulation.traces import read_trace
 from sluice.objects import load_objects
-from tests.e2e.real_stack import run_for_real
+from tests.e2e.real_stack import run_for_real, trace_file
 
 START_TOLERANCE_S = 0.5
 JOBS = {"a": (0.0, 6.0), "b": (0.5, 3.0), "c": (1.0, 3.0), "d": (4.0, 1.0), "e": (10.0, 2.0), "f": (10.5, 2.0)}
@@ -76,9 +74,7 @@ def documents() -> list[dict]:
 @pytest.mark.slow
 def test_an_elastic_cluster_replays_as_it_runs(db_url, tmp_path):
     docs = documents()
-    path = tmp_path / "elastic.yaml"
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    trace = read_trace(path, "sluice")
+    trace = trace_file(docs, tmp_path / "elastic.yaml")
     objects = load_objects(OBJECTS, source="test_simulate_elastic_fidelity")
     names = {j.id: j.name for j in trace.jobs}
     sim = {names[o.id]: (o.cluster, o.start_s) for o in simulate(trace, objects, ["sluice"]).outcomes["sluice"]}

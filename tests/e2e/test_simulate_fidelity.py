@@ -40,12 +40,10 @@ from __future__ import annotations
 import random
 
 import pytest
-import yaml
 
 from simulation.run import simulate
-from simulation.traces import read_trace
 from sluice.objects import load_objects
-from tests.e2e.real_stack import run_for_real
+from tests.e2e.real_stack import run_for_real, trace_file
 
 N_BURSTS = 11
 PER_BURST = 16
@@ -128,9 +126,7 @@ def races(sim: dict[str, tuple[float, str, float]]) -> set[str]:
 @pytest.mark.slow
 def test_simulate_agrees_with_the_real_stack(db_url, tmp_path):
     docs = trace_documents()
-    path = tmp_path / "fidelity.yaml"
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    trace = read_trace(path, "sluice")
+    trace = trace_file(docs, tmp_path / "fidelity.yaml")
     objects = load_objects(OBJECTS, source="test_simulate_fidelity")
     assert len(trace.jobs) == N_BURSTS * PER_BURST
 
