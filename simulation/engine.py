@@ -22,7 +22,9 @@ and nothing where the trace gives none: EASY then counts a running job as never 
 one as never ending before a reservation. A first job whose start no known end dates gets no
 reservation, and later jobs start where they fit (as Slurm's backfill does with unlimited time limits).
 
-The baselines use the unpaid clusters only (they know no burst policy) and the same node packing.
+The baselines use the unpaid clusters only (they know no burst policy) and the same node packing; an
+elastic one grows for them as for the dispatcher (a job that starts nowhere now goes where it would once
+the cluster has all its nodes).
 """
 from __future__ import annotations
 
@@ -144,10 +146,11 @@ class _Fifo:
         return 0.0  # the baselines know no burst policy
 
     def _where(self, job: SimJob) -> SimCluster | None:
+        """The first cluster the job starts on now, else the first elastic one it starts on once grown."""
         for c in self.clusters:
             if fits(job.requests, c.free) and c.pack(job) is not None:
                 return c
-        return None
+        return next((c for c in self.clusters if c.grows_for(job)), None)
 
     def decide(self, t: float) -> bool:
         while self.waiting:

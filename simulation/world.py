@@ -176,6 +176,15 @@ class SimCluster:
             return None
         return found if slots is None else [slots[i] for i in found]
 
+    def grows_for(self, job: SimJob) -> bool:
+        """Whether the job would start here once the nodes this (elastic) cluster may still have joined: what
+        the dispatcher counts on in sending a job to a cluster's headroom."""
+        if self.max_nodes is None or not fits(job.requests, add(self.free, self.terms.get("headroom", {}))):
+            return False
+        more = self.max_nodes - (len(self.node_free) - len(self.gone))
+        _, found = first_fit_decreasing(expand(job.pods), [*self._usable()[1], *[self.node_shape] * more])
+        return None not in found
+
     def never_holds(self, job: SimJob) -> str | None:
         """Why the cluster, empty and with as many nodes as it may have, could not run the job; None if it could."""
         count = max(self.starting, self.max_nodes or 0)

@@ -248,6 +248,18 @@ def test_utilization_counts_an_elastic_clusters_nodes_while_they_are_there():
     assert figures["burstSpend"] == pytest.approx(2.5 * 24)
 
 
+def test_the_baselines_grow_an_elastic_pool_as_the_dispatcher_does():
+    # A pool with no node to begin with: the baselines left every job unstarted ("nothing it waited for came").
+    grows = ClusterObject("pool", tier="onprem", site="s", simulated=SimulatedSpec(0, {CPU: 8000}),
+                          elastic={"maxNodes": 2, "provisioningDelay": 300.0, "scaleDownAfter": 600.0,
+                                   "node": {CPU: 8000}})
+    config = [ServiceClassObject("standard", priority=500), QueueObject("a"), grows]
+    t = trace(job(1, 0, 3600, 8), job(2, 10, 3600, 8), job(3, 20, 60, 8))  # 3 waits for a node to be free
+    result = simulate(t, config, ["sluice", "fifo", "easy-backfill"])
+    for policy in ("sluice", "fifo", "easy-backfill"):
+        assert starts(result, policy) == {1: 300, 2: 310, 3: 3900}, policy
+
+
 def test_a_job_too_big_for_a_cluster_now_runs_where_its_growth_holds_it():
     grows = ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 4000}),
                           elastic={"maxNodes": 3, "provisioningDelay": 60.0, "scaleDownAfter": 600.0,
