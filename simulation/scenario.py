@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.scheduler.mapping import PolicyConfig, class_policy_of, quota_of
+from dispatcher.services import administering
 from dispatcher.services.budgets import rule_of
 from dispatcher.services.submitting import default_class
 from simulation.world import Dependency, SimJob
@@ -119,6 +120,9 @@ def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
     if not classes:
         classes = [ServiceClassObject("standard", priority=500)]
         objects.append(classes[0])
+    if refused := administering.problems(objects):
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise ScenarioError(f"{refused[0]}{more}: `sluice up --config` would refuse this config too")
     names = {q.name for q in queues}
     needed = sorted({queue_of(j, trace.format) for j in trace.jobs} - names)
     if needed:

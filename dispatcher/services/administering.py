@@ -229,6 +229,13 @@ def audit(session: Session, *, limit: int = 0, after_id: int = 0) -> list[AuditR
     return admin_store.audit(session, limit=min(limit or 100, MAX_AUDIT), after_id=after_id)
 
 
+def problems(objects: list[AdminObject]) -> list[str]:
+    """What refuses these objects applied together on their own (nothing stored beside them), as apply
+    words it: a queue's parent missing, queues in a cycle, guarantees above a parent's, a service class or
+    queue named but not there. `sluice simulate --config` replays only what `sluice up --config` would take."""
+    return [message for _, message in _problems({(o.kind, o.name): o for o in objects})]
+
+
 # -- internals ---------------------------------------------------------------------------------------
 def _stored(session: Session) -> dict[Key, AdminObject]:
     return {(kind, doc["metadata"]["name"]): object_from_document(doc) for kind, doc in admin_store.documents(session)}

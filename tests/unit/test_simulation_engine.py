@@ -3,6 +3,7 @@ whose right answers can be worked out by hand."""
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import pytest
@@ -289,6 +290,21 @@ def test_a_config_without_the_trace_queues_is_refused_naming_them():
         scenario(trace(job(1, 0, 10, 1, queue="a"), job(2, 0, 10, 1, queue="b")), objects("a"))
     with pytest.raises(ScenarioError, match="spec.simulated is required"):
         scenario(trace(job(1, 0, 10, 1)), [QueueObject("a"), ClusterObject("c", tier="onprem", site="s")])
+
+
+@pytest.mark.parametrize(("queues", "says"), [
+    # A cycle of parents made the replay fail with an unexpected error; a missing parent replayed anyway.
+    ([QueueObject("a", parent="b"), QueueObject("b", parent="a")], "the queues form a cycle: a -> b -> a"),
+    ([QueueObject("a", parent="nope")], "queue a: spec.parent: queue 'nope' not found"),
+    ([QueueObject("top", guaranteed={CPU: 2000}), QueueObject("a", parent="top", guaranteed={CPU: 4000})],
+     "queue a: spec.guaranteed.cpu 4 exceeds its parent top's guaranteed 2"),
+    ([QueueObject("a", service_classes=("gold",))], "queue a: spec.serviceClasses[0]: service class 'gold' not found"),
+])
+def test_a_config_sluice_up_would_refuse_is_refused_in_its_words(queues, says):
+    config = [ServiceClassObject("standard", priority=500), *queues,
+              ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(1, {CPU: 8000}))]
+    with pytest.raises(ScenarioError, match=rf"{re.escape(says)}.*`sluice up --config` would refuse this config"):
+        scenario(trace(job(1, 0, 10, 1)), config)
 
 
 def test_every_policy_replays_the_same_jobs_from_scratch():
