@@ -7,7 +7,9 @@ reserve is reserved), and that is over a maximum of its queue or that placement 
 it sees (it fits none, or its pods do not pack), waits at its turn and changes nothing. When its stored
 reason already says what stops it (a maximum of the same queue, room held for the same job, or no room), the
 cycle leaves it out and keeps that reason, whose figures are those of the cycle that wrote it; the other
-heads go in the same order without it: a queue's heads come in key order, and a wait changes no share.
+heads go in the same order without it: a queue's heads come in key order, and a wait changes no share
+(but for a queue whose heads' classes differ in weight, which divides its share in the key: it keeps
+every head).
 Every change the plan makes (a place, a preemption, a hold made, moved or given up) is followed by asking
 the heads left out again, against the plan as it stands then, which is the state each of them would meet
 at its turn; if one of them might start, the cycle is planned again leaving none out (Replan): the two
@@ -49,6 +51,13 @@ class OutOfReach:
         verdict, reasons, left, classes = self._asker(), self._reasons, self._left, self._classes
         holds = self._out.holds
         for queue, candidates in heads.items():
+            # A head's class weight divides its queue's share in the order's key, so a queue's key may drop
+            # when a head of a lighter class has had its turn: leaving that head out would bring the heads
+            # behind it forward, past other queues'. Such a queue keeps all its heads.
+            if len({classes[c.service_class].weight if c.service_class in classes else 1.0
+                    for c in candidates}) > 1:
+                kept[queue] = candidates
+                continue
             mine = []
             for c in candidates:
                 job = c.job

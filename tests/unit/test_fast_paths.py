@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, take
 from dispatcher.policy.planning import plan_cycle
-from dispatcher.policy.plans import Candidate, ClassPolicy
+from dispatcher.policy.plans import Active, Candidate, ClassPolicy
 from dispatcher.policy.quotas import QueueQuota, QuotaTree
 
 CPU = 1000
@@ -245,3 +245,29 @@ def test_a_head_that_cannot_start_keeps_its_reason_only_when_it_says_what_stops_
     capped = [QueueQuota("a", None, {}, {"cpu": 2 * CPU})]
     plan = plan_cycle({"a": [big]}, [], [emptier], capped, CLASSES, {}, NOW, reasons={10: told})
     assert plan.waits[10].startswith("queue a: cpu")
+
+
+def test_a_head_of_a_lighter_class_left_out_does_not_bring_the_heads_behind_it_forward():
+    # Found by the property above: q0's head 100 (class weight 0.5) cannot start and its reason stands; the
+    # head behind it, 104, is of a class of weight 1.0, which halves q0's key. Left out, 100 let 104 go before
+    # q2's 103, while the plain plan places 103 first: the same places in another order.
+    zero = {"cpu": 0, "nvidia.com/gpu": 0}
+    queues = [QueueQuota("q0", None, zero, {}, 0.5), QueueQuota("q1", None, zero, {}, 0.5),
+              QueueQuota("q2", "q0", zero, {}, 0.5)]
+    classes = {"hi": ClassPolicy("hi", 100, weight=0.5), "lo": ClassPolicy("lo", 10, weight=0.5),
+               "lo2": ClassPolicy("lo2", 10, weight=1.0)}
+    clusters = [ClusterState("c0", "onprem", "dc1", {}, dict(zero), dict(zero), "", dict(zero)),
+                ClusterState("c1", "onprem", "dc1", {}, {"cpu": 2000, "nvidia.com/gpu": 0},
+                             {"cpu": 1000, "nvidia.com/gpu": 0}, "", {"cpu": 2000, "nvidia.com/gpu": 0})]
+    active = [Active(1, "q0", "hi", 100, 0, "c0", {"cpu": 0}, False, None)]
+
+    def head(job_id, requests, queue, cls):
+        return Candidate(QueuedJob(job_id, requests, requests), queue, cls, classes[cls].priority, 0, 0.0)
+    heads = heads_of([head(100, {"cpu": 0, "nvidia.com/gpu": 1000}, "q0", "lo"), head(101, {"cpu": 0}, "q0", "hi"),
+                      head(102, {"cpu": 1000}, "q0", "hi"), head(103, {"cpu": 0}, "q2", "lo"),
+                      head(104, {"cpu": 0}, "q0", "lo2")])
+    plain = plan_cycle(heads, active, clusters, queues, classes, {}, NOW, remember_failed_searches=False)
+    stored = {100: plain.waits[100]}
+    fast = plan_cycle(heads, active, clusters, queues, classes, {}, NOW, reasons=stored)
+    assert [p.job_id for p in plain.places] == [101, 102, 103, 104]
+    assert fast.places == plain.places
