@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from dispatcher.policy.held import HELD_BACK, HeldView, held_back, reservation_cluster, unpaid
 from dispatcher.policy.placing import NO_FIT, NO_MATCH, Clusters, Place, QueuedJob, may_fit, shape_key
-from dispatcher.policy.plans import Candidate, ClassPolicy, CyclePlan, may_reserve
+from dispatcher.policy.plans import Candidate, ClassPolicy, CyclePlan, class_weight, may_reserve
 from dispatcher.policy.quotas import OVER_MAX, QuotaTree
 
 NO_ROOM = (NO_FIT, NO_MATCH)  # the reasons of a head no cluster has room for
@@ -54,8 +54,7 @@ class OutOfReach:
             # A head's class weight divides its queue's share in the order's key, so a queue's key may drop
             # when a head of a lighter class has had its turn: leaving that head out would bring the heads
             # behind it forward, past other queues'. Such a queue keeps all its heads.
-            if len({classes[c.service_class].weight if c.service_class in classes else 1.0
-                    for c in candidates}) > 1:
+            if len({class_weight(c, classes) for c in candidates}) > 1:
                 kept[queue] = candidates
                 continue
             mine = []

@@ -50,6 +50,7 @@ from dispatcher.policy.plans import (
     CyclePlan,
     Hold,
     Holds,
+    class_weight,
     may_reserve,
 )
 from dispatcher.policy.preempting import RunningAttempts, preempt
@@ -350,7 +351,7 @@ class _FairOrder:
         if queue not in self._heads or self._turn[queue] >= len(self._heads[queue]):
             return None
         c = self._heads[queue][self._turn[queue]]
-        weight = self._classes[c.service_class].weight if c.service_class in self._classes else 1.0
+        weight = class_weight(c, self._classes)
         share = self._tree.share(queue) / (weight if weight > 0 else 1.0)
         return -c.class_priority, (share,), -c.priority, c.job.id, queue
 

@@ -23,6 +23,11 @@ class ClassPolicy:
     price_multiplier: float = 1.0
 
 
+def class_weight(c: Candidate, classes: dict[str, ClassPolicy]) -> float:
+    """The weight of the head's class, which divides its queue's share in the cycle's order (1 for no class)."""
+    return classes[c.service_class].weight if c.service_class in classes else 1.0
+
+
 def may_reserve(c: Candidate, classes: dict[str, ClassPolicy]) -> bool:
     """Whether the head has waited past its class's reservation time (it may hold room for itself now)."""
     cls = classes.get(c.service_class)
