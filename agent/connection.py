@@ -103,7 +103,9 @@ def _status_message(status: AttemptStatus) -> agents_pb2.AttemptStatus:
     at = Timestamp()
     at.FromNanoseconds(int(status.at * 1e9))
     return agents_pb2.AttemptStatus(job_id=status.job_id, attempt=status.attempt, state=status.state,
-                                    reason=status.reason, exit_code=status.exit_code, at=at, address=status.address)
+                                    reason=status.reason, exit_code=status.exit_code, at=at, address=status.address,
+                                    nodes=[agents_pb2.NodeRoom(node=node, held=jobs_pb2.Resources(milli=held))
+                                           for node, held in status.nodes])
 
 
 def _fitted(status: AttemptStatus) -> AttemptStatus:
@@ -122,7 +124,8 @@ def _capacity_message(report: CapacityReport, applied_through: int) -> agents_pb
                                free=jobs_pb2.Resources(milli=report.free),
                                largest_free_node=jobs_pb2.Resources(milli=report.largest_free_node),
                                applied_through=applied_through,
-                               node_free=[jobs_pb2.Resources(milli=node) for node in report.node_free])
+                               node_free=[jobs_pb2.Resources(milli=node) for node in report.node_free],
+                               node_names=list(report.node_names))
 
 
 class Agent:

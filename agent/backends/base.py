@@ -46,6 +46,7 @@ class CapacityReport:
     largest_free_node: dict[str, int] = field(default_factory=dict)
     # Each usable node's allocatable minus the requests of the pods bound to it: the dispatcher packs gangs onto these.
     node_free: tuple[dict[str, int], ...] = ()
+    node_names: tuple[str, ...] = ()  # node_free's node names, in its order (attempts' reports name them)
 
 
 StatusCallback = Callable[[AttemptStatus], None]

@@ -56,6 +56,10 @@ def capacity_document(capacity: agents_pb2.Capacity) -> dict:
                 "largestFreeNode": dict(capacity.largest_free_node.milli)}
     if capacity.node_free:  # older agents send none: placement then judges by the sums alone
         document["nodeFree"] = [dict(node.milli) for node in capacity.node_free]
+        names = list(capacity.node_names)
+        # Names that do not pair up one to one with the nodes are left out: no node's room is then known by name.
+        if len(names) == len(capacity.node_free) == len(set(names)) and not any("\x00" in n for n in names):
+            document["nodeNames"] = names
     return document
 
 
@@ -71,8 +75,8 @@ def more_room(before: dict | None, after: dict) -> bool:
 
 def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
     """The report as the store applies it, with the agent's time (0 when unstamped: older agents, or a time
-    that is not a valid Timestamp, which the store then takes as the report's arrival), and a NUL in its
-    reason or address shown as U+FFFD."""
+    that is not a valid Timestamp, which the store then takes as the report's arrival), a NUL in its
+    reason or address shown as U+FFFD, and its nodes left out where they cannot be stored."""
     try:
         at = status.at.ToNanoseconds() / 1e9 if status.HasField("at") else 0.0
     except ValueError:  # nanos outside 0..999,999,999 or seconds past year 9999
@@ -83,7 +87,12 @@ def report_of(status: agents_pb2.AttemptStatus) -> AttemptReport:
     address = status.address
     if "\x00" in address:
         address = address.replace("\x00", "\ufffd")
-    return AttemptReport(status.job_id, status.attempt, status.state, reason, status.exit_code, at, address)
+    # Nodes Postgres cannot store (a NUL in a name) or named twice are not said: what is stored stays.
+    nodes = tuple((room.node, dict(room.held.milli)) for room in status.nodes)
+    if len({node for node, _ in nodes}) < len(nodes) or any(
+            "\x00" in node or any("\x00" in r for r in held) for node, held in nodes):
+        nodes = ()
+    return AttemptReport(status.job_id, status.attempt, status.state, reason, status.exit_code, at, address, nodes)
 
 
 class AgentsService(agents_pb2_grpc.AgentsServicer):

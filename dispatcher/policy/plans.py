@@ -62,6 +62,9 @@ class Active:
     ends_at: float | None = None  # epoch seconds it is expected to end by (its maxRuntime), when known
     pods: tuple[tuple[int, dict[str, int]], ...] = ()  # its pod sets (count, per-pod requests); (): one pod
     evictable: bool = True  # False for an interactive session (policy.sessions): no preemption or reclaim takes it
+    # What its pods hold on each node they are bound to, as its agent reports it: (node, requests there); ()
+    # where not known (an older agent), or while none is bound.
+    nodes: tuple[tuple[str, dict[str, int]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,8 @@ def active_from_rows(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
     return [Active(r.id, r.queue, r.service_class, r.class_priority, r.priority, r.cluster, r.requests,
                    classes[r.service_class].preemptible if r.service_class in classes else False,
                    r.since.timestamp() + parse_duration(r.max_runtime) if r.max_runtime and r.since else None,
-                   _pods(r.pods), evictable=not sessions.is_interactive(r.priority))
+                   _pods(r.pods), evictable=not sessions.is_interactive(r.priority),
+                   nodes=tuple((node, held) for node, held in sorted(r.nodes.items())) if r.nodes else ())
             for r in rows]
 
 

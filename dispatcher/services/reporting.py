@@ -7,6 +7,7 @@ whose dispatch the agent had acked but which it no longer holds, are lost.
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -50,7 +51,7 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
     events: list[tuple] = []  # (job, attempt, from, to, reason, cluster), in order
     changed: dict[int, dict] = {}  # job -> its final state and reason, and what else changes
     # (job, attempt) -> [started, end state, reason, exit code, when it started, when it ended (agent's),
-    # address (None: not said)]
+    # address, nodes (JSON text) (None: not said)]
     attempts: dict[tuple[int, int], list] = {}
     ended = 0
     for report in reports:
@@ -64,19 +65,18 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
                                                            "cluster": cluster, "state": report.state})
             continue
         if outcome.to is None:
-            if report.address and outcome.attempt_state == states.RUNNING:  # a running attempt's, said again
-                attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None, None])[6] = \
-                    report.address
+            if (report.address or report.nodes) and outcome.attempt_state == states.RUNNING:  # said again
+                _said(attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None, None, None]),
+                      report)
             continue
         events.append((report.job_id, job.attempt, job.state, outcome.to, outcome.reason, job.cluster))
         change = changed.setdefault(report.job_id, {"started": False, "finished": False, "requeued": False})
         change.update(state=outcome.to, reason=outcome.reason)
-        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None, None])
+        attempt = attempts.setdefault((report.job_id, job.attempt), [False, "", "", 0, None, None, None, None])
         if outcome.to == states.RUNNING:
             change["started"] = attempt[0] = True
             attempt[4] = _agent_time(report)
-            if report.address:
-                attempt[6] = report.address
+            _said(attempt, report)
         else:
             change["finished" if outcome.to in states.FINAL else "requeued"] = True
             attempt[1:4] = report.state, report.reason, report.exit_code
@@ -92,6 +92,14 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
         for waited in waits:
             metrics.observe_dispatch_to_running(waited)
     return ended
+
+
+def _said(attempt: list, report: AttemptReport) -> None:
+    """What a running attempt's report says of where it runs: its address, and what it holds on which nodes."""
+    if report.address:
+        attempt[6] = report.address
+    if report.nodes:
+        attempt[7] = json.dumps({node: held for node, held in report.nodes}, sort_keys=True)
 
 
 def _agent_time(report: AttemptReport) -> datetime | None:

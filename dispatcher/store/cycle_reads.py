@@ -44,7 +44,9 @@ def _heads_query(per_queue: int, queues: list[str] | None = None) -> tuple[str, 
 
 # What active_attempts reads of each dispatched or running job (the columns of an Active, and its maxRuntime).
 _ACTIVE_ATTEMPTS = f"""SELECT id, attempt, queue, service_class, class_priority, priority, cluster, requests,
-                             coalesce(started_at, dispatched_at) AS since, {_MAX_RUNTIME} AS max_runtime, pods
+                             coalesce(started_at, dispatched_at) AS since, {_MAX_RUNTIME} AS max_runtime, pods,
+                             (SELECT a.nodes FROM attempts a WHERE a.job_id = jobs.id AND a.attempt = jobs.attempt)
+                               AS nodes
                         FROM jobs WHERE state IN {_ACTIVE}"""
 
 

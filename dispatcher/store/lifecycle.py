@@ -354,13 +354,14 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
     changed: per job, its final {state, reason} and whether it started (started_at), finished
     (finished_at) or went back to the queue (no cluster). events: (job, attempt, from, to, reason,
     cluster) of every transition, in order: each becomes a job event. attempts: per (job, attempt),
-    (started, end state, reason, exit code, started at, ended at, address): started marks it RUNNING;
+    (started, end state, reason, exit code, started at, ended at, address, nodes): started marks it RUNNING;
     an end state ("" for none) ends it, unless it already ended. The times are the agent's (None: not
     said, taken as now), bounded: a start not before the attempt's dispatch, an end not before its
     start, neither after now. The job's started_at and finished_at, and the times of its events (a
     move to RUNNING at the start, any other at the end), are the attempt's. address: how to reach its
-    first pod, written unless None (or the attempt ended); an attempt may come with an address alone
-    (a running one's, said again), which changes nothing else and makes no event. wake: the scheduler
+    first pod, and nodes: what its pods hold on each node (JSON text), each written unless None (or the
+    attempt ended); an attempt may come with them alone (a running one's, said again), which changes
+    nothing else and makes no event. wake: the scheduler
     is woken too, with this payload. Returns the seconds from each started attempt's dispatch to now.
     Raises IllegalTransition, writing nothing, when an event's move is not in the state table.
     """
@@ -368,15 +369,15 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
         states.check(from_state, to_state)
     ids = list(changed)
     keys = list(attempts)
-    # Reports rarely carry an address: only then does the statement take the column (no cost otherwise).
-    addressed = any(a[6] is not None for a in attempts.values())
+    # Only starts carry an address or nodes: only then does the statement take those columns.
+    addressed = any(a[6] is not None or a[7] is not None for a in attempts.values())
     notes = [*([(EVENTS_CHANNEL, "")] if events else []), *([(WAKE_CHANNEL, wake)] if wake is not None else [])]
     params = {"ids": ids, **{key: [changed[i][field] for i in ids] for key, field in (
         ("states", "state"), ("reasons", "reason"), ("started", "started"), ("finished", "finished"),
         ("requeued", "requeued"))},
         **dict(zip(_EVENT_COLUMNS, map(list, zip(*events)) if events else ([],) * len(_EVENT_COLUMNS))),
         "a_jobs": [k[0] for k in keys], "a_attempts": [k[1] for k in keys],
-        **dict(zip(_ATTEMPT_COLUMNS if addressed else _ATTEMPT_COLUMNS[:-1],
+        **dict(zip(_ATTEMPT_COLUMNS if addressed else _ATTEMPT_COLUMNS[:-2],
                    map(list, zip(*attempts.values())) if attempts else ([],) * len(_ATTEMPT_COLUMNS))),
         **notes_params(notes)}
     row = driver(session).execute(_TRANSITIONS_ADDRESSED if addressed else _TRANSITIONS, params).fetchone()
@@ -384,7 +385,8 @@ def apply_transitions(session: Session, changed: dict[int, dict], events: list[t
 
 
 _EVENT_COLUMNS = ("e_jobs", "e_attempts", "e_froms", "e_tos", "e_reasons", "e_clusters")
-_ATTEMPT_COLUMNS = ("a_started", "a_states", "a_reasons", "a_codes", "a_started_at", "a_ended_at", "a_addresses")
+_ATTEMPT_COLUMNS = ("a_started", "a_states", "a_reasons", "a_codes", "a_started_at", "a_ended_at", "a_addresses",
+                    "a_nodes")
 
 
 # Start (a.started: RUNNING) and end (a.state, unless "": that state, unless it ended already) the
@@ -395,17 +397,20 @@ _START = "LEAST(now(), GREATEST(attempts.dispatched_at, coalesce(a.started_at, n
 
 
 def _mark_attempts(addressed: bool) -> str:
-    """The attempts' UPDATE; addressed: with %(a_addresses)s too (NULL: not said), written to attempts that
-    have not ended, and an address alone only where it changes (no row written for a repeat)."""
+    """The attempts' UPDATE; addressed: with %(a_addresses)s and %(a_nodes)s too (NULL: not said), written to
+    attempts that have not ended, and said alone only where they change (no row written for a repeat)."""
     address_set, address_in, address_as, address_only = "", "", "", ""
     if addressed:
         address_set = """
                address = CASE WHEN a.address IS NOT NULL AND attempts.finished_at IS NULL THEN a.address
-                              ELSE attempts.address END,"""
-        address_in, address_as = ", %(a_addresses)s::text[]", ", address"
+                              ELSE attempts.address END,
+               nodes = CASE WHEN a.nodes IS NOT NULL AND attempts.finished_at IS NULL THEN a.nodes::jsonb
+                            ELSE attempts.nodes END,"""
+        address_in, address_as = ", %(a_addresses)s::text[], %(a_nodes)s::text[]", ", address, nodes"
         address_only = """
-              AND (a.started OR a.state <> '' OR (a.address IS DISTINCT FROM attempts.address
-                                                  AND attempts.finished_at IS NULL))"""
+              AND (a.started OR a.state <> '' OR (attempts.finished_at IS NULL
+                   AND (a.address IS DISTINCT FROM attempts.address
+                        OR (a.nodes IS NOT NULL AND a.nodes::jsonb IS DISTINCT FROM attempts.nodes))))"""
     return f"""
         UPDATE attempts SET{address_set}
                started_at = CASE WHEN a.started THEN {_START} ELSE attempts.started_at END,

@@ -179,6 +179,9 @@ class Attempt(Base):
     burst: Mapped[dict | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
     # How to reach its first pod (`10.1.2.3:8888`), as its agent last said while it ran; None: never said.
     address: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What its pods hold on each node they are bound to ({node: {resource: milli}}), as its agent last said
+    # while it ran; None: never said. Preemption then knows which room evicting it frees where.
+    nodes: Mapped[dict | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
 
     __table_args__ = (Index("ix_attempts_burst_finished", "finished_at", postgresql_where=text("burst IS NOT NULL")),)
 

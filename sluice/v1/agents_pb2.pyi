@@ -11,21 +11,31 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Capacity(_message.Message):
-    __slots__ = ("allocatable", "free", "largest_free_node", "applied_through", "node_free")
+    __slots__ = ("allocatable", "free", "largest_free_node", "applied_through", "node_free", "node_names")
     ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
     FREE_FIELD_NUMBER: _ClassVar[int]
     LARGEST_FREE_NODE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_THROUGH_FIELD_NUMBER: _ClassVar[int]
     NODE_FREE_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAMES_FIELD_NUMBER: _ClassVar[int]
     allocatable: _jobs_pb2.Resources
     free: _jobs_pb2.Resources
     largest_free_node: _jobs_pb2.Resources
     applied_through: int
     node_free: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.Resources]
-    def __init__(self, allocatable: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., applied_through: _Optional[int] = ..., node_free: _Optional[_Iterable[_Union[_jobs_pb2.Resources, _Mapping]]] = ...) -> None: ...
+    node_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allocatable: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., largest_free_node: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ..., applied_through: _Optional[int] = ..., node_free: _Optional[_Iterable[_Union[_jobs_pb2.Resources, _Mapping]]] = ..., node_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NodeRoom(_message.Message):
+    __slots__ = ("node", "held")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    held: _jobs_pb2.Resources
+    def __init__(self, node: _Optional[str] = ..., held: _Optional[_Union[_jobs_pb2.Resources, _Mapping]] = ...) -> None: ...
 
 class AttemptStatus(_message.Message):
-    __slots__ = ("job_id", "attempt", "state", "reason", "exit_code", "at", "address")
+    __slots__ = ("job_id", "attempt", "state", "reason", "exit_code", "at", "address", "nodes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +43,7 @@ class AttemptStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     state: str
@@ -40,7 +51,8 @@ class AttemptStatus(_message.Message):
     exit_code: int
     at: _timestamp_pb2.Timestamp
     address: str
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeRoom]
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., address: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeRoom, _Mapping]]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("cluster", "agent_version", "inventory", "capacity", "reads_batches")

@@ -195,9 +195,12 @@ def test_running_then_succeeded_and_capacity_follows(start, fake):
     time.sleep(0.15)
     assert statuses.states(1) == []  # two of three pods running is not the gang
     fake.run_pod(NS, "1-1-ps-0", "node-b")
-    statuses.wait(1, "RUNNING")
+    running = statuses.wait(1, "RUNNING")
+    # What its pods hold on each node, by name, as the capacity names the nodes: preemption knows where it frees room.
+    assert {node: held["cpu"] for node, held in running.nodes} == {"node-a": 2000, "node-b": 1000}
     report = backend.capacity()
     assert report.free["cpu"] == 9000 and report.largest_free_node["cpu"] == 6000
+    assert report.node_names == ("node-a", "node-b") and len(report.node_free) == 2
     for name in names(fake, 1):
         fake.succeed_pod(NS, name)
     statuses.wait(1, "SUCCEEDED")

@@ -202,3 +202,31 @@ def test_a_running_attempt_s_address_is_written_when_said_and_again_when_it_chan
     with sessions.begin() as session:
         reports.apply_many(session, "onprem", [Report(a, 1, "SUCCEEDED"), Report(a, 1, "RUNNING", address="x:1")])
     assert addresses()[0] == "10.0.0.9:8888"  # a stale report after the end changes nothing
+
+
+def test_a_running_attempt_s_nodes_are_written_when_said_and_read_by_the_cycle_as_its_victims_room(sessions):
+    from dispatcher.scheduler.mapping import active_from_rows
+    from dispatcher.store import cycle_reads
+
+    a, b = _dispatched(sessions, 2)
+    gpu = {"nvidia.com/gpu": 2000}
+
+    def read() -> dict:
+        with sessions() as session:
+            return {x.job_id: x.nodes for x in active_from_rows(cycle_reads.active_attempts(session), {})}
+
+    with sessions.begin() as session:
+        reports.apply_many(session, "onprem", [Report(a, 1, "RUNNING", nodes=(("n1", gpu), ("n2", gpu))),
+                                               Report(b, 1, "RUNNING")])
+    assert read() == {a: (("n1", gpu), ("n2", gpu)), b: ()}
+    with sessions.begin() as session:  # said alone, after its start: a pod that moved; then a repeat and silence
+        reports.apply_many(session, "onprem", [Report(a, 1, "RUNNING", nodes=(("n3", {"nvidia.com/gpu": 4000}),)),
+                                               Report(b, 1, "RUNNING", nodes=(("n1", gpu),)),
+                                               Report(b, 1, "RUNNING")])
+    assert read() == {a: (("n3", {"nvidia.com/gpu": 4000}),), b: (("n1", gpu),)}
+    with sessions.begin() as session:
+        reports.apply_many(session, "onprem", [Report(a, 1, "SUCCEEDED"), Report(a, 1, "RUNNING", nodes=(("x", gpu),))])
+    assert a not in read()
+    with sessions() as session:  # a stale report after the end wrote nothing
+        assert session.execute(text("SELECT nodes FROM attempts WHERE job_id = :a"), {"a": a}).scalar() == \
+            {"n3": {"nvidia.com/gpu": 4000}}

@@ -70,6 +70,35 @@ def test_a_running_attempt_s_address_is_in_describe(system):
     assert "address:" not in table
 
 
+def test_the_dispatcher_knows_on_which_named_nodes_a_running_attempt_holds_its_room(system, db_url):
+    from datetime import UTC, datetime
+
+    from sqlalchemy.orm import sessionmaker
+
+    from dispatcher.capacity import snapshot
+    from dispatcher.scheduler.mapping import active_from_rows
+    from dispatcher.store import cycle_reads, database
+
+    [job_id] = system.client.submit([job_doc(duration="60s", count=3)])
+    deadline = time.monotonic() + 15
+    while system.client.get(job_id)["state"] != "RUNNING":
+        assert time.monotonic() < deadline, system.client.get(job_id)
+        time.sleep(0.05)
+    db = database.connect(database.DatabaseSettings(url=db_url))
+    try:
+        with sessionmaker(db.engine)() as session:
+            [active] = [a for a in active_from_rows(cycle_reads.active_attempts(session), {}) if a.job_id == job_id]
+            read = snapshot.read(session, datetime.now(UTC), unreachable_after_s=60)
+            clusters = {c.state.name: c.state for c in read}
+    finally:
+        db.close()
+    cluster = clusters[active.cluster]
+    assert sum(held["cpu"] for _, held in active.nodes) == 3000  # its three 1-cpu pods, node by node
+    assert {node for node, _ in active.nodes} <= set(cluster.node_names)
+    assert len(cluster.node_names) == len(cluster.node_free) > 0
+    system.client.cancel([job_id])
+
+
 def test_failed_job_retries_then_fails(system):
     [job_id] = system.client.submit([job_doc(exit_code="3", maxRetries=1)])
     [job] = wait_final(system.client, [job_id])

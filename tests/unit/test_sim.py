@@ -180,6 +180,16 @@ def test_capacity_counts_pending_pods(sim):
     assert rec.states(1) in ([], [PENDING])
 
 
+def test_a_running_attempt_says_what_its_pods_hold_on_each_node_the_capacity_names(sim):
+    cluster, rec = sim(nodes=2)
+    cluster.create_attempt(1, 1, job(pods=3, cpu="2", duration="60s"))  # 2 + 2 on node-0, 2 on node-1
+    running = rec.wait_for(1, RUNNING)
+    assert {node: held["cpu"] for node, held in running.nodes} == {"node-0": 4 * CPU, "node-1": 2 * CPU}
+    assert running.nodes == cluster.inventory()[0].nodes
+    report = cluster.capacity()
+    assert report.node_names == ("node-0", "node-1") and [n["cpu"] for n in report.node_free] == [0, 2 * CPU]
+
+
 def test_pod_requests_rules():
     spec = {
         "initContainers": [{"resources": {"requests": {"cpu": "6"}}},

@@ -364,7 +364,7 @@ class KubernetesBackend:
                                           waiting_since=self._waiting_since,
                                           was_complete=track.complete if track else False)
                     out[key] = AttemptStatus(key[0], key[1], verdict.state, verdict.reason, verdict.exit_code,
-                                             verdict.at or now, address=verdict.address)
+                                             verdict.at or now, address=verdict.address, nodes=verdict.nodes)
             for key, (status, _) in self._verdicts.items():
                 out.setdefault(key, status)
         return list(out.values())
@@ -387,11 +387,12 @@ class KubernetesBackend:
 
     # -- decisions ---------------------------------------------------------------------------------
     def _emit(self, key: tuple[int, int], state: str, reason: str = "", exit_code: int = 0,
-              cleanup: str = ks.CLEANUP_NONE, at: float | None = None, address: str = "") -> AttemptStatus:
+              cleanup: str = ks.CLEANUP_NONE, at: float | None = None, address: str = "",
+              nodes: tuple = ()) -> AttemptStatus:
         """Record and queue a report (caller holds the lock); at: when the objects show the state was
         reached (None: now)."""
         now = self._clock()
-        status = AttemptStatus(key[0], key[1], state, reason, exit_code, at or now, address=address)
+        status = AttemptStatus(key[0], key[1], state, reason, exit_code, at or now, address=address, nodes=nodes)
         track = self._tracks.setdefault(key, _Track())
         track.status, track.reported_at = status, now
         if state in FINAL_STATES:
@@ -473,12 +474,14 @@ class KubernetesBackend:
                 if verdict.state == UNSCHEDULABLE and not self._confirmed(key, verdict, now):
                     verdict = ks.Verdict(PENDING)
                 moved = verdict.state != PENDING and (track.status is None or track.status.state != verdict.state)
-                # A running attempt's address is said once known, and again if it changes (never unsaid).
+                # A running attempt's address is said once known, and again if it changes (never unsaid); its nodes
+                # again when a pod runs on a node not said before (restarted elsewhere), not as its pods finish.
                 readdressed = (not moved and verdict.state == RUNNING and track.status is not None
-                               and verdict.address not in ("", track.status.address))
+                               and (verdict.address not in ("", track.status.address)
+                                    or bool({n for n, _ in verdict.nodes} - {n for n, _ in track.status.nodes})))
                 if moved or readdressed:
                     status = self._emit(key, verdict.state, verdict.reason, verdict.exit_code, verdict.cleanup,
-                                        verdict.at, verdict.address)
+                                        verdict.at, verdict.address, verdict.nodes)
                     if status.state in _EVENT_REASONS:
                         announce = (sorted(jobs + pods, key=ks.name_of)[0], status)
                     if verdict.cleanup == ks.CLEANUP_ALL:

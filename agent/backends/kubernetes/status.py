@@ -81,6 +81,7 @@ class Verdict:
     cleanup: str = CLEANUP_NONE
     at: float | None = None  # seconds since the epoch the objects give for it; None: they do not say
     address: str = ""  # RUNNING: how to reach the first pod (`10.1.2.3:8888`); "": not known
+    nodes: tuple[tuple[str, dict[str, int]], ...] = ()  # RUNNING: what its running pods hold on each node
 
 
 def _meta(obj: dict) -> dict:
@@ -296,7 +297,7 @@ def evaluate(pods: list[dict], jobs: list[dict], *, now: float, gang_timeout_s: 
     if expected and len(started) >= expected:
         first = first_pod(started)
         return Verdict(RUNNING, at=_latest(pod_started_at(p) for p in started),
-                       address=pod_address(first) if first is not None else "")
+                       address=pod_address(first) if first is not None else "", nodes=nodes_held(started))
     begun = created_at(pods + jobs)
     if begun is not None and now - begun >= gang_timeout_s:
         reason = (f"the gang did not start within {format_duration(gang_timeout_s)}: "
@@ -336,6 +337,17 @@ def pod_requests(pod_spec: object) -> dict[str, int]:
         return spec_requests({"spec": pod_spec})
     except (SpecError, QuantityError, TypeError, AttributeError):
         return tolerant_pod_requests(pod_spec)
+
+
+def nodes_held(pods: list[dict]) -> tuple[tuple[str, dict[str, int]], ...]:
+    """What the running pods among `pods` hold on each node they are bound to (spec.nodeName), in node name
+    order: evicting their attempt gives that room back there."""
+    held: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        usage = usage_of(pod)
+        if usage.node is not None and phase(pod) == "Running":
+            held[usage.node] = add(held.get(usage.node, {}), usage.requests)
+    return tuple(sorted(held.items()))
 
 
 def node_usable(node: dict) -> bool:
@@ -387,4 +399,5 @@ def capacity(nodes: Iterable[dict], pods: Iterable[PodUsage]) -> CapacityReport:
             amount = node_free[resource]
             largest[resource] = max(largest.get(resource, amount), amount)
     node_free = tuple({r: free_per_node[node][r] for r in per_node[node]} for node in sorted(per_node))
-    return CapacityReport(allocatable=total, free=free, largest_free_node=largest, node_free=node_free)
+    return CapacityReport(allocatable=total, free=free, largest_free_node=largest, node_free=node_free,
+                          node_names=tuple(sorted(per_node)))

@@ -194,6 +194,10 @@ def _address(pod: str, cluster: str, body: dict) -> str:
 # Mutable simulation state (only touched under SimCluster._cond)
 
 
+def _node_name(index: int) -> str:
+    return f"node-{index}"
+
+
 @dataclass(eq=False)
 class _Pod:
     name: str
@@ -239,8 +243,17 @@ class _Attempt:
         return (self.job_id, self.attempt)
 
     def status(self) -> AttemptStatus:
+        running = self.state == RUNNING
         return AttemptStatus(self.job_id, self.attempt, self.state, self.reason, self.exit_code, self.at,
-                             address=self.address if self.state == RUNNING else "")
+                             address=self.address if running else "", nodes=self.nodes() if running else ())
+
+    def nodes(self) -> tuple[tuple[str, dict[str, int]], ...]:
+        """What its pods hold on each node they are bound to, in node order."""
+        held: dict[int, dict[str, int]] = {}
+        for pod in self.pods:
+            if pod.node is not None:
+                held[pod.node] = add(held.get(pod.node, {}), pod.request)
+        return tuple((_node_name(index), room) for index, room in sorted(held.items()))
 
 
 class SimCluster:
@@ -411,7 +424,8 @@ class SimCluster:
             if not usable:
                 largest = {name: 0 for name in self._node_alloc}
             return CapacityReport(allocatable=allocatable, free=self._shaped(free),
-                                  largest_free_node=self._shaped(largest), node_free=node_free)
+                                  largest_free_node=self._shaped(largest), node_free=node_free,
+                                  node_names=tuple(map(_node_name, usable)))
 
     def stop(self) -> None:
         with self._cond:
@@ -473,11 +487,11 @@ class SimCluster:
         """Nodes and pods at one instant, for the kube-state-metrics exporter."""
         with self._cond:
             self._advance()
-            nodes = tuple(SimNodeView(f"node-{index}", dict(self._node_alloc), node.schedulable, node.ready)
+            nodes = tuple(SimNodeView(_node_name(index), dict(self._node_alloc), node.schedulable, node.ready)
                           for index, node in self._nodes.items())
             pods = tuple(
                 SimPodView(pod.name, pod.attempt.job_id, pod.attempt.attempt, pod.phase,
-                           None if pod.ran_on is None else f"node-{pod.ran_on}", dict(pod.request))
+                           None if pod.ran_on is None else _node_name(pod.ran_on), dict(pod.request))
                 for record in self._attempts.values() for pod in record.pods)
             return SimView(nodes, pods)
 
@@ -487,7 +501,7 @@ class SimCluster:
             self._advance()
             return [
                 SimPod(pod.name, pod.attempt.job_id, pod.attempt.attempt, pod.phase,
-                       None if pod.node is None else f"node-{pod.node}")
+                       None if pod.node is None else _node_name(pod.node))
                 for record in self._attempts.values() for pod in record.pods
             ]
 
@@ -664,12 +678,12 @@ class SimCluster:
             self._next_node += 1
             self._provisioning.add(index)
             heapq.heappush(self._events, (joins_at, next(self._seq), _NODE_JOINS, index))
-            logger.debug("sim: node requested", extra={"node": f"node-{index}"})
+            logger.debug("sim: node requested", extra={"node": _node_name(index)})
 
     def _node_joins(self, index: int, now: float) -> None:
         self._provisioning.discard(index)
         self._nodes[index] = _Node()
-        logger.debug("sim: node joined", extra={"node": f"node-{index}"})
+        logger.debug("sim: node joined", extra={"node": _node_name(index)})
         self._node_emptied(index, now)
         self._bind_pending(now)
         if not self._provisioning:  # the idle nodes kept for a waiting gang start their cool-down again
@@ -694,7 +708,7 @@ class SimCluster:
         if self._provisioning:
             return  # a waiting gang may count on it with the nodes on their way; its cool-down restarts when they join
         del self._nodes[index]
-        logger.debug("sim: idle node removed", extra={"node": f"node-{index}"})
+        logger.debug("sim: idle node removed", extra={"node": _node_name(index)})
 
     def _bind(self, pod: _Pod, index: int, now: float) -> None:
         pod.phase = _POD_RUNNING
@@ -709,7 +723,7 @@ class SimCluster:
             excess = amount - self._node_alloc.get(name, 0)
             if excess > 0:
                 self._max_overcommit[name] = max(self._max_overcommit.get(name, 0), excess)
-                logger.error("sim: node overcommitted", extra={"node": f"node-{index}", "resource": name})
+                logger.error("sim: node overcommitted", extra={"node": _node_name(index), "resource": name})
         record = pod.attempt
         self._log(pod, now, f"started on node-{index}")
         if record.max_runtime is not None and pod.duration > record.max_runtime:
