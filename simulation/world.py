@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dispatcher.capacity import snapshot
 from dispatcher.capacity.snapshot import ClusterCapacity
@@ -146,7 +146,7 @@ class SimCluster:
     def capacity(self) -> ClusterCapacity:
         """The cluster as a cycle reads it (kept until the cluster changes)."""
         if self._capacity is None:
-            nodes = self._usable()[1]
+            slots, nodes = self._usable()
             largest: dict[str, int] = {}
             for n in nodes:
                 for r, amount in n.items():
@@ -156,7 +156,8 @@ class SimCluster:
             state = ClusterState(self.name, self.obj.tier, self.obj.site, dict(self.obj.labels), dict(self.free),
                                  largest, "", dict(self.allocatable), **self.terms,
                                  node_free=tuple({r: min(v, self.free.get(r, 0)) for r, v in n.items()}
-                                                 for n in nodes))
+                                                 for n in nodes),
+                                 node_names=tuple(map(str, range(len(nodes)) if slots is None else slots)))
             self._capacity = ClusterCapacity(state, "active", "agent", 0.0, dict(self.allocatable))
         return self._capacity
 
@@ -340,6 +341,10 @@ class World:
 
     def _started(self, job: SimJob, now: float) -> None:
         job.pending, job.started, job.ends = False, now, now + job.run_s - job.saved_s
+        held: dict[str, dict[str, int]] = {}  # on each node, what its pods hold there (as an agent reports it)
+        for slot, pod in zip(job.placed_on, expand(job.pods)):
+            held[str(slot)] = add(held.get(str(slot), {}), pod)
+        self.actives[job.id] = replace(self.actives[job.id], nodes=tuple(held.items()))
         self.busy = add(self.busy, job.requests)
         self.started.append(job)
         if job.first_start is None:

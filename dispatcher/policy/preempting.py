@@ -136,11 +136,23 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
         # alone: every job of the pool lends). In any order: _smallest_set sorts them.
         candidates = [a for a in pool if a.evictable and a.job_id not in evicting and a.job_id != evictor
                       and (not can_preempt or (a.preemptible and a.class_priority < priority) or lends(a.queue))]
+        holding: list[Active] | None = None  # the victims one of whose pods holds one of the job's
         if cluster.node_free and len(cluster.node_free) > 1 and not excess:
-            candidates = list(filter(running.holding_a_pod(shapes), candidates))  # no other victim helps _packs
+            holds = running.holding_a_pod(shapes)
+            holding = list(filter(holds, candidates))
+            # Where a victim's nodes are not known, only one of its pods that holds a pod of the job helps _packs.
+            candidates = [a for a in candidates if _located(a, cluster) or holds(a)]
         if not candidates:  # evicting nobody is never chosen
             continue
-        chosen = _smallest_set(_Enough(c.job, cluster, excess, tree), candidates, allowed)
+        enough = _Enough(c.job, cluster, excess, tree)
+        if holding is not None and len(holding) < len(candidates):
+            # Node by node first; where that finds no set reclaim may take (it weighs no queue's borrowing), the
+            # victims that each hold a pod, as where no node is named.
+            chosen = _smallest_set(enough, candidates, allowed, _nodes_first(shapes, cluster, candidates))
+            if chosen is None and holding:
+                chosen = _smallest_set(enough, holding, allowed)
+        else:
+            chosen = _smallest_set(enough, candidates, allowed)
         if chosen is not None and chosen:
             cost = (len(chosen), sum(sum(a.requests.values()) for a in chosen), cluster.name)
             if best is None or cost < best[0]:
@@ -153,7 +165,7 @@ def preempt(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView, run
     for a in victims:
         tree.charge(a.queue, a.requests, -1)
         running.evict(cluster, a)
-        state[cluster] = replace(state[cluster], free=add(state[cluster].free, a.requests))
+        state[cluster] = _given_back(state[cluster], a)
         out.preemptions.append(Preempt(a.job_id, c.job.id, cluster))
     ids = tuple(a.job_id for a in victims)
     out.holds[c.job.id] = Hold(c.job.id, cluster, dict(c.job.requests), "preemption", now, ids, pods=c.job.pods)
@@ -182,7 +194,7 @@ class _Enough:
             room = add(room, a.requests)
         if not fits(self._need, room):
             return False
-        if self._cluster.node_free and not _packs(self._pods, self._cluster.node_free, victims):
+        if self._cluster.node_free and not _packs(self._pods, self._cluster, victims):
             return False
         for name, over in self._excess.items():
             freed: dict[str, int] = {}
@@ -194,20 +206,83 @@ class _Enough:
         return True
 
 
-def _packs(pods: list[dict[str, int]], nodes: tuple[dict[str, int], ...], victims: list[Active]) -> bool:
-    """Whether the pods surely pack onto the nodes once the victims are gone. On one node, all they free is
-    there. On several, which node a victim runs on is not known: each victim's pods count as room of
-    their own, which is at most what they free beside a node's free room, so a packing found here exists
-    on the real nodes; an eviction that merely frees enough in total could leave the job unable to
-    start, its hold expiring, and more evictions after it."""
-    if len(nodes) == 1:
-        room = dict(nodes[0])
+def _packs(pods: list[dict[str, int]], cluster: ClusterState, victims: list[Active]) -> bool:
+    """Whether the pods surely pack onto the cluster's nodes once the victims are gone. On one node, all
+    they free is there; a victim whose nodes the cluster names gives its pods' room back on those nodes.
+    Where a victim's nodes are not known, each of its pods counts as room of its own, which is at most what
+    it frees beside a node's free room, so a packing found here exists on the real nodes; an eviction that
+    merely frees enough in total could leave the job unable to start, its hold expiring, and more
+    evictions after it."""
+    if len(cluster.node_free) == 1:
+        room = dict(cluster.node_free[0])
         for a in victims:
             room = add(room, a.requests)
         bins = [room]
     else:
-        bins = [*nodes, *(pod for a in victims for pod in (expand(a.pods) if a.pods else [a.requests]))]
+        bins = _node_room(cluster)
+        for a in victims:
+            bins = _on_nodes(bins, cluster, a)
     return None not in first_fit_decreasing(pods, bins)[1]
+
+
+def _node_room(cluster: ClusterState) -> list[dict[str, int]]:
+    """What each node has free, none below zero: a hold that keeps more than is free leaves every node of the
+    view below zero (placing.take), but what it still needs is in the cluster's free room, which _Enough
+    weighs first; a node's own room is what its victims' room adds to."""
+    return [{r: max(v, 0) for r, v in node.items()} for node in cluster.node_free]
+
+
+def _located(victim: Active, cluster: ClusterState) -> bool:
+    """Whether the cluster names every node the victim's pods hold room on."""
+    return bool(victim.nodes) and all(node in cluster.node_names for node, _ in victim.nodes)
+
+
+def _on_nodes(bins: list[dict[str, int]], cluster: ClusterState, victim: Active) -> list[dict[str, int]]:
+    """The nodes' room (`bins`, in the cluster's node order and beyond) with the victim's given back: on its
+    nodes where the cluster names them, else each of its pods as room of its own."""
+    if _located(victim, cluster):
+        bins = list(bins)
+        for node, held in victim.nodes:
+            i = cluster.node_names.index(node)
+            bins[i] = add(bins[i], held)
+        return bins
+    return [*bins, *(expand(victim.pods) if victim.pods else [victim.requests])]
+
+
+def _nodes_first(shapes: list[dict[str, int]], cluster: ClusterState, victims: list[Active]) -> dict[int, int]:
+    """Per victim on the cluster's named nodes, its node's rank: first the node where the fewest victims,
+    taken in the search's order, free room for the job's largest pod; a node none of them can free enough
+    on, last. Victims are then taken node by node, not spread over many nodes where none frees a whole
+    pod's room. A victim whose nodes are not named ranks before every node (-1: its own pod holds one of
+    the job's, or it would not be a candidate)."""
+    pod = max(shapes, key=lambda shape: sorted(shape.items()))
+    names = cluster.node_names
+    on: dict[str, list[tuple[Active, dict[str, int]]]] = {}
+    for a in sorted(victims, key=lambda a: (a.class_priority, a.priority, -a.job_id)):
+        if _located(a, cluster):
+            for node, held in a.nodes:
+                on.setdefault(node, []).append((a, held))
+    need: dict[str, tuple[float, int]] = {}
+    for i, (name, room) in enumerate(zip(names, _node_room(cluster))):
+        count: float = 0 if fits(pod, room) else math.inf
+        for k, (_, freed) in enumerate(on.get(name, ()) if count else (), 1):
+            room = add(room, freed)
+            if fits(pod, room):
+                count = k
+                break
+        need[name] = (count, i)
+    rank = {name: r for r, name in enumerate(sorted(names, key=need.__getitem__))}
+    return {a.job_id: min(rank[node] for node, _ in a.nodes) for a in victims if _located(a, cluster)}
+
+
+def _given_back(cluster: ClusterState, victim: Active) -> ClusterState:
+    """The cluster once the victim is gone: its requests free again, and on its named nodes their room."""
+    free = add(cluster.free, victim.requests)
+    if not (cluster.node_free and _located(victim, cluster)):
+        return replace(cluster, free=free)
+    nodes = tuple(_on_nodes(list(cluster.node_free), cluster, victim))
+    largest = {r: min(free.get(r, 0), max(node.get(r, 0) for node in nodes)) for r in free}
+    return replace(cluster, free=free, node_free=nodes, largest_free_node=largest)
 
 
 class _Taken:
@@ -279,15 +354,18 @@ def _borrowed_before_the_last(borrowed: dict[str, int], taken: dict[str, int], l
     return any(limit > 0 and taken.get(r, 0) > 0 and taken[r] - largest[r] < limit for r, limit in borrowed.items())
 
 
-def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings) -> list[Active] | None:
+def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings,
+                  first: dict[int, int] | None = None) -> list[Active] | None:
     """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
     in that order (passing over any that the set may not take with the others: `allowed`) and pruned of
     any victim the rest can do without, then replaced by the first smaller set in that order that is
     allowed and enough, while that search stays small (it looks for any set when the greedy one found
-    none). None when no set found is enough."""
+    none). None when no set found is enough. first: per victim, a rank that goes before that order
+    (_nodes_first: node by node)."""
     if enough([]):
         return []
-    order = sorted(eligible, key=lambda a: (a.class_priority, a.priority, -a.job_id))
+    order = sorted(eligible, key=lambda a: (first.get(a.job_id, -1) if first else 0, a.class_priority, a.priority,
+                                            -a.job_id))
     chosen = _greedy(enough, order, allowed)
     if chosen is None and not enough(order):  # more victims never make less room: no set of them is enough
         return None

@@ -572,6 +572,47 @@ def test_preemption_frees_room_its_pods_surely_pack_onto_where_the_cluster_repor
     assert victims(run([head(10, "a", "critical", gpu=8 * GPU)], small[:4], [one_node])) == [1, 2, 3, 4]
 
 
+def test_victims_on_one_named_node_free_it_together_for_a_pod_none_of_them_holds():
+    # Two full 8-GPU nodes, four 2-GPU batch jobs on each. Where the cluster names its nodes and the jobs say
+    # which they run on, the four on one node free it whole for the 8-GPU pod, though none alone holds it.
+    small = [replace(running(i, "b", "c", "batch", gpu=2 * GPU), nodes=(("n0" if i <= 4 else "n1", res(gpu=2 * GPU)),))
+             for i in range(1, 9)]
+    c = replace(cluster("c", small, gpu=16 * GPU, largest=res(gpu=0)), node_free=({G: 0},) * 2,
+                node_names=("n0", "n1"))
+    plan = run([head(10, "a", "critical", gpu=8 * GPU), head(11, "a", "standard", gpu=GPU)], small, [c])
+    assert victims(plan) == [1, 2, 3, 4]
+    # The room they give back is on n0, and the hold keeps it there: the 1-GPU job finds none.
+    assert plan.holds[10].kind == "preemption" and 11 not in placed(plan)
+    # Two on each node, beside a job that may not be evicted: no node can be freed, so nobody is evicted.
+    mixed = [replace(running(i, "b", "c", "batch", gpu=2 * GPU), nodes=(("n0" if i <= 2 else "n1", res(gpu=2 * GPU)),))
+             for i in range(1, 5)]
+    mixed += [replace(running(i, "s", "c", "standard", gpu=4 * GPU), nodes=((node, res(gpu=4 * GPU)),))
+              for i, node in ((5, "n0"), (6, "n1"))]
+    c = replace(cluster("c", mixed, gpu=16 * GPU, largest=res(gpu=0)), node_free=({G: 0},) * 2,
+                node_names=("n0", "n1"))
+    plan = run([head(10, "a", "critical", gpu=8 * GPU)], mixed, [c])
+    assert plan.preemptions == []
+    # A victim on a node the cluster does not name counts as before: only its own pod's room.
+    c = replace(cluster("c", small, gpu=16 * GPU, largest=res(gpu=0)), node_free=({G: 0},) * 2,
+                node_names=("m0", "m1"))
+    assert run([head(10, "a", "critical", gpu=8 * GPU)], small, [c]).preemptions == []
+
+
+def test_reclaim_counts_on_named_nodes_while_a_hold_keeps_more_than_is_free():
+    # Four 8-GPU nodes: b's 8-GPU jobs fill n0 to n2 and 4 GPUs of n3; b's job 9 has reserved 16 GPUs, more than
+    # the 4 free, which leaves every node of the view below zero. a, below its guarantee, must evict three of
+    # b's jobs (the 12 GPUs the hold still needs and 8 for its own pod) and finds them node by node.
+    queues = [QueueQuota("a", guaranteed=res(gpu=8 * GPU)), QueueQuota("b", guaranteed=res(gpu=4 * GPU))]
+    act = [replace(running(i, "b", "c", gpu=8 * GPU), nodes=((f"n{i - 1}", res(gpu=8 * GPU)),)) for i in (1, 2, 3)]
+    act.append(replace(running(4, "b", "c", gpu=4 * GPU), nodes=(("n3", res(gpu=4 * GPU)),)))
+    c = replace(cluster("c", act, gpu=32 * GPU, largest=res(gpu=4 * GPU)),
+                node_free=({G: 0},) * 3 + ({G: 4 * GPU},), node_names=("n0", "n1", "n2", "n3"))
+    hold = Hold(9, "c", res(gpu=16 * GPU), "reservation", NOW - 60, pods=((2, res(gpu=8 * GPU)),))
+    plan = run([head(9, "b", "big", waited=900, gpu=8 * GPU), head(10, "a", gpu=8 * GPU)], act, [c],
+               queues=queues, holds={9: hold})
+    assert victims(plan) == [1, 2, 3] and plan.holds[10].kind == "preemption"
+
+
 def test_room_held_for_a_gang_is_kept_on_the_nodes_its_pods_would_take():
     # Job 10's victims freed four whole 8-GPU nodes for its four 8-GPU pods; 8 more GPUs are free, 4 on
     # each of two nodes. Job 11 (one 8-GPU pod) must not take one of the held nodes.
