@@ -167,6 +167,20 @@ def test_on_philly_the_built_guarantees_hold_every_queue_near_its_share_hour_by_
     assert guaranteed["meanWaitSeconds"] < unguaranteed["meanWaitSeconds"] / 10
 
 
+def test_a_queue_below_its_guarantee_reclaims_a_whole_node_from_a_borrowers_small_jobs():
+    # Two 8-cpu nodes: b's eight 2-cpu jobs fill them. a (guaranteed 8) submits one 8-cpu job: the replay's
+    # cluster names its nodes as the sim agents do, so the four jobs on one node are evicted together and
+    # a's job starts at once, not when b's jobs end.
+    config = [ServiceClassObject("standard", priority=500),
+              QueueObject("a", guaranteed={CPU: 8000}), QueueObject("b", guaranteed={CPU: 4000}),
+              ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(2, {CPU: 8000}))]
+    t = trace(*(job(i, 0, 3600, 2, queue="b") for i in range(1, 9)), job(9, 60, 100, 8, queue="a"))
+    result = simulate(t, config, ["sluice"])
+    assert starts(result, "sluice")[9] == 60
+    evicted = {o.id for o in result.outcomes["sluice"] if o.preemptions}
+    assert len(evicted) == 4 and result.figures["sluice"]["preemptions"] == 4
+
+
 def test_burst_spends_on_the_paid_cluster_within_its_budget():
     config = [ServiceClassObject("standard", priority=500, burst_allowed=True),
               QueueObject("a"),
