@@ -42,8 +42,8 @@ class ClusterState:
     # Each usable node's free capacity, as the agent reports it; () when unknown (then only the aggregate
     # checks above apply). Kept no larger than `free` per resource.
     node_free: tuple[dict[str, int], ...] = ()
-    # Each node_free entry's node name, where the agent names them (() from older agents), so that the room
-    # an active attempt holds on a node (Active.nodes) can be found in it. Not yet used by the victim search.
+    # Each node_free entry's node name, where the agent names them (() from older agents): the victim search
+    # finds there the room an active attempt holds on a node (Active.nodes).
     node_names: tuple[str, ...] = ()
 
 
