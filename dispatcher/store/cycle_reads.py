@@ -42,21 +42,23 @@ def _heads_query(per_queue: int, queues: list[str] | None = None) -> tuple[str, 
             {"n": per_queue, "queues": queues})
 
 
-# What active_attempts reads of each dispatched or running job (the columns of an Active, and its maxRuntime).
+# What active_attempts reads of each dispatched or running job (the columns of an Active, and its maxRuntime),
+# with or without (NULL) what its pods hold on each node: a look-up in attempts per row, only for victims.
 _ACTIVE_ATTEMPTS = f"""SELECT id, attempt, queue, service_class, class_priority, priority, cluster, requests,
                              coalesce(started_at, dispatched_at) AS since, {_MAX_RUNTIME} AS max_runtime, pods,
-                             (SELECT a.nodes FROM attempts a WHERE a.job_id = jobs.id AND a.attempt = jobs.attempt)
-                               AS nodes
+                             {{nodes}} AS nodes
                         FROM jobs WHERE state IN {_ACTIVE}"""
+_NODES = "(SELECT a.nodes FROM attempts a WHERE a.job_id = jobs.id AND a.attempt = jobs.attempt)"
 
 
 def active_attempts(session: Session, *, clusters=None, timed: bool = False, preemptible=(),
-                    below: int | None = None, queues=()) -> list:
+                    below: int | None = None, queues=(), nodes: bool = False) -> list:
     """Dispatched or running jobs: what each holds, where, and as which attempt (preemption candidates,
     expected ends, and the attempts a capacity reading may not show yet), as named tuples. Every one
     without filters; with `clusters`, only those on these clusters, and then, if any of the others is
     given, only those that are `timed` (have a maxRuntime), or of a `preemptible` class with a class
-    priority `below`, or of one of `queues`. Plain SQL: a cycle asks for them once or twice."""
+    priority `below`, or of one of `queues`. nodes: with what each one's pods hold on which node (else
+    None), as the victim search needs. Plain SQL: a cycle asks for them once or twice."""
     where = []
     if clusters is not None:
         if not clusters:
@@ -73,7 +75,7 @@ def active_attempts(session: Session, *, clusters=None, timed: bool = False, pre
         where.append(f"({' OR '.join(which)})")
     elif preemptible or queues:  # asked for some, and none can match
         return []
-    return named(session, " AND ".join([_ACTIVE_ATTEMPTS, *where]),
+    return named(session, " AND ".join([_ACTIVE_ATTEMPTS.format(nodes=_NODES if nodes else "NULL::jsonb"), *where]),
                  {"clusters": list(clusters or ()), "preemptible": list(preemptible), "below": below,
                   "queues": list(queues)})
 

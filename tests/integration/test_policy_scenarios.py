@@ -392,3 +392,19 @@ def test_a_job_its_guarantee_holds_whole_takes_a_borrowers_last_job(sluice):
     wait_for(lambda: c.get(large)["reason"].startswith("no cluster fits"), 10, "h's job waits for room")
     assert c.get(mine)["state"] == "RUNNING" and preempted_by(c, mine) == []
     c.cancel([small, large, mine])
+
+
+def test_reclaim_evicts_the_small_jobs_on_one_node_together_to_make_room_for_a_bigger_pod(sluice):
+    # Two 4-cpu nodes, each running two of h's 2-cpu jobs. g's 4-cpu pod needs a whole node: the agent says
+    # on which node each job runs, so the two on one node are evicted together (neither alone holds the pod;
+    # before the dispatcher knew the nodes, g waited for h's jobs to end).
+    s = sluice(CLASSES + queue("g", guaranteed={"cpu": "4", "memory": "8Gi"}) + queue("h") + cluster("c1", 4, nodes=2))
+    c = s.client
+    borrowers = c.submit([job("h", "2", "300s", name="borrow") for _ in range(4)])
+    wait_for(lambda: len(c.list(queue="h", state="RUNNING")) == 4, 10, "queue h fills both nodes")
+    [mine] = c.submit([job("g", "4", "30s", name="mine")])
+    wait_for(lambda: c.get(mine)["state"] in ("RUNNING", *FINAL), 15, "g's job runs")
+    victims = [b for b in borrowers if preempted_by(c, b)]
+    assert len(victims) == 2 and all(preempted_by(c, v) == [mine] for v in victims), victims
+    assert s.sims["c1"].max_overcommit == {}
+    c.cancel([*borrowers, mine])

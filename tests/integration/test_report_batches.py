@@ -213,7 +213,7 @@ def test_a_running_attempt_s_nodes_are_written_when_said_and_read_by_the_cycle_a
 
     def read() -> dict:
         with sessions() as session:
-            return {x.job_id: x.nodes for x in active_from_rows(cycle_reads.active_attempts(session), {})}
+            return {x.job_id: x.nodes for x in active_from_rows(cycle_reads.active_attempts(session, nodes=True), {})}
 
     with sessions.begin() as session:
         reports.apply_many(session, "onprem", [Report(a, 1, "RUNNING", nodes=(("n1", gpu), ("n2", gpu))),

@@ -87,7 +87,8 @@ def test_the_dispatcher_knows_on_which_named_nodes_a_running_attempt_holds_its_r
     db = database.connect(database.DatabaseSettings(url=db_url))
     try:
         with sessionmaker(db.engine)() as session:
-            [active] = [a for a in active_from_rows(cycle_reads.active_attempts(session), {}) if a.job_id == job_id]
+            [active] = [a for a in active_from_rows(cycle_reads.active_attempts(session, nodes=True), {})
+                        if a.job_id == job_id]
             read = snapshot.read(session, datetime.now(UTC), unreachable_after_s=60)
             clusters = {c.state.name: c.state for c in read}
     finally:
