@@ -70,6 +70,7 @@ class ActiveNeeds:
     queues: frozenset[str] = frozenset()  # reclaim may be asked: jobs of these queues may borrow in this cycle
     timed: bool = False  # a burst may be weighed: jobs with an expected end (ends_at) tell the unpaid start
     reserving: bool = False  # a reservation is held or may be made: the same expected ends tell when it starts
+    named: bool = False  # an unpaid cluster names its nodes: a victim's nodes (Active.nodes) count there
 
     @property
     def ends(self) -> bool:
@@ -116,7 +117,8 @@ def active_needs(heads: dict[str, list[Candidate]], clusters: list[ClusterState]
     # one is held, or a head has waited long enough to make one.
     reserving = any(h.kind == "reservation" for h in (holds or {}).values()) or any(
         may_reserve(c, classes) for c in candidates)
-    return ActiveNeeds(unpaid, below, preemptible, borrowing, timed, reserving)
+    named = any(c.node_names for c in clusters if not c.paid)
+    return ActiveNeeds(unpaid, below, preemptible, borrowing, timed, reserving, named)
 
 
 def needed(a: Active, needs: ActiveNeeds, *, victims: bool = True) -> bool:

@@ -271,12 +271,14 @@ class PostgresCycle:
         return Heads(by_queue, reasons, dict(Counter(r[1] for r in rows)), bool(avoid))
 
     def active(self, needs: ActiveNeeds, *, victims: bool) -> list[Active]:
-        # Where the cycle may search for victims, with their nodes (the expected ends read first may be victims too).
+        # Where the cycle may search for victims on clusters that name their nodes, with the victims' nodes (the
+        # expected ends read first may be victims too).
+        nodes = needs.victims and needs.named
         if victims:
             rows = cycle_reads.active_attempts(self._session, clusters=needs.clusters, preemptible=needs.preemptible,
-                                               below=needs.below, queues=needs.queues, nodes=True)
+                                               below=needs.below, queues=needs.queues, nodes=nodes)
         else:
-            rows = cycle_reads.active_attempts(self._session, clusters=needs.clusters, timed=True, nodes=needs.victims)
+            rows = cycle_reads.active_attempts(self._session, clusters=needs.clusters, timed=True, nodes=nodes)
         return active_from_rows(rows, self._config.classes)
 
     def dispatch_ahead(self, clusters: list[str]) -> lifecycle.DispatchAhead:
