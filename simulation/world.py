@@ -16,7 +16,7 @@ from dispatcher.capacity.snapshot import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob
 from dispatcher.policy.plans import Active, ClassPolicy
 from sluice.objects import ClusterObject
-from sluice.packing import expand, first_fit_decreasing, gang_nodes_to_request
+from sluice.packing import expand, first_fit_decreasing, gang_nodes_to_request, held_per_node
 from sluice.quantity import add, fits, subtract
 
 QUEUED, RUNNING, DONE, UNRUNNABLE = "queued", "running", "done", "unrunnable"
@@ -341,10 +341,8 @@ class World:
 
     def _started(self, job: SimJob, now: float) -> None:
         job.pending, job.started, job.ends = False, now, now + job.run_s - job.saved_s
-        held: dict[str, dict[str, int]] = {}  # on each node, what its pods hold there (as an agent reports it)
-        for slot, pod in zip(job.placed_on, expand(job.pods)):
-            held[str(slot)] = add(held.get(str(slot), {}), pod)
-        self.actives[job.id] = replace(self.actives[job.id], nodes=tuple(held.items()))
+        self.actives[job.id] = replace(self.actives[job.id],  # where its pods are, as an agent reports it
+                                       nodes=held_per_node(zip(map(str, job.placed_on), expand(job.pods))))
         self.busy = add(self.busy, job.requests)
         self.started.append(job)
         if job.first_start is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sluice.quantity import fits, subtract
+from sluice.quantity import add, fits, subtract
 
 
 def first_fit(request: dict[str, int], free_per_node: Sequence[dict[str, int]]) -> int | None:
@@ -14,6 +14,15 @@ def first_fit(request: dict[str, int], free_per_node: Sequence[dict[str, int]]) 
         if fits(request, free):
             return index
     return None
+
+
+def held_per_node(bound: Iterable[tuple[str, dict[str, int]]]) -> tuple[tuple[str, dict[str, int]], ...]:
+    """What pods bound to nodes, (node, request) each, hold on each node, in node name order: what an agent
+    says of a running attempt (AttemptStatus.nodes), and evicting it gives back there."""
+    held: dict[str, dict[str, int]] = {}
+    for node, request in bound:
+        held[node] = add(held.get(node, {}), request)
+    return tuple(sorted(held.items()))
 
 
 def expand(pods: Iterable[tuple[int, dict[str, int]]]) -> list[dict[str, int]]:

@@ -92,7 +92,6 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
             age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
             unseen = after_report.get(c.name, {})
         free, largest, nodes = _less(capacity, unseen)
-        names = tuple(capacity.get("nodeNames", ()))
         heard = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
         status = c.state
         unavailable = ""
@@ -107,7 +106,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         allocatable = dict(capacity.get("allocatable", {}))
         out.append(ClusterCapacity(
             ClusterState(c.name, c.tier, c.site, dict(c.labels), free, largest, unavailable, allocatable,
-                         node_free=nodes, node_names=names if len(names) == len(nodes) else (),
+                         node_free=nodes, node_names=tuple(capacity.get("nodeNames", ())),
                          **terms(c.spec, allocatable)),
             status, source, age, allocatable))
     return out

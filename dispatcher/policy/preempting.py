@@ -258,7 +258,7 @@ def _nodes_first(shapes: list[dict[str, int]], cluster: ClusterState, victims: l
     pod = max(shapes, key=lambda shape: sorted(shape.items()))
     names = cluster.node_names
     on: dict[str, list[tuple[Active, dict[str, int]]]] = {}
-    for a in sorted(victims, key=lambda a: (a.class_priority, a.priority, -a.job_id)):
+    for a in sorted(victims, key=_victim_order):
         if _located(a, cluster):
             for node, held in a.nodes:
                 on.setdefault(node, []).append((a, held))
@@ -354,6 +354,11 @@ def _borrowed_before_the_last(borrowed: dict[str, int], taken: dict[str, int], l
     return any(limit > 0 and taken.get(r, 0) > 0 and taken[r] - largest[r] < limit for r, limit in borrowed.items())
 
 
+def _victim_order(a: Active) -> tuple:
+    """The order victims are taken in: lowest class and priority, then youngest, first."""
+    return a.class_priority, a.priority, -a.job_id
+
+
 def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings,
                   first: dict[int, int] | None = None) -> list[Active] | None:
     """The fewest victims that are `enough`, lowest class and priority (then youngest) first: chosen greedily
@@ -364,8 +369,7 @@ def _smallest_set(enough: _Enough, eligible: list[Active], allowed: _Takings,
     (_nodes_first: node by node)."""
     if enough([]):
         return []
-    order = sorted(eligible, key=lambda a: (first.get(a.job_id, -1) if first else 0, a.class_priority, a.priority,
-                                            -a.job_id))
+    order = sorted(eligible, key=lambda a: (first.get(a.job_id, -1) if first else 0, *_victim_order(a)))
     chosen = _greedy(enough, order, allowed)
     if chosen is None and not enough(order):  # more victims never make less room: no set of them is enough
         return None

@@ -52,6 +52,7 @@ from agent.backends.base import (
 )
 from agent.backends.base import pod_requests as tolerant_pod_requests
 from agent.backends.kubernetes import objects as ko
+from sluice.packing import held_per_node
 from sluice.quantity import (
     QuantityError,
     add,
@@ -342,12 +343,8 @@ def pod_requests(pod_spec: object) -> dict[str, int]:
 def nodes_held(pods: list[dict]) -> tuple[tuple[str, dict[str, int]], ...]:
     """What the running pods among `pods` hold on each node they are bound to (spec.nodeName), in node name
     order: evicting their attempt gives that room back there."""
-    held: dict[str, dict[str, int]] = {}
-    for pod in pods:
-        usage = usage_of(pod)
-        if usage.node is not None and phase(pod) == "Running":
-            held[usage.node] = add(held.get(usage.node, {}), usage.requests)
-    return tuple(sorted(held.items()))
+    usages = [usage_of(pod) for pod in pods if phase(pod) == "Running"]
+    return held_per_node((u.node, u.requests) for u in usages if u.node is not None)
 
 
 def node_usable(node: dict) -> bool:

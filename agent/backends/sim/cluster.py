@@ -91,7 +91,7 @@ from agent.backends.base import (
 from agent.backends.sim.ledger import read_ledger
 from agent.backends.sim.views import SimNodeView, SimPod, SimPodView, SimView
 from sluice.objects import DEFAULT_GANG_START_TIMEOUT_S
-from sluice.packing import first_fit_decreasing, gang_nodes_to_request
+from sluice.packing import first_fit_decreasing, gang_nodes_to_request, held_per_node
 from sluice.quantity import QuantityError, add, format_duration, parse_duration, shortfall, subtract
 from sluice.spec import SIM_DURATION_KEY, SIM_EXIT_CODE_KEY, sim_exit_code
 
@@ -248,12 +248,8 @@ class _Attempt:
                              address=self.address if running else "", nodes=self.nodes() if running else ())
 
     def nodes(self) -> tuple[tuple[str, dict[str, int]], ...]:
-        """What its pods hold on each node they are bound to, in node order."""
-        held: dict[int, dict[str, int]] = {}
-        for pod in self.pods:
-            if pod.node is not None:
-                held[pod.node] = add(held.get(pod.node, {}), pod.request)
-        return tuple((_node_name(index), room) for index, room in sorted(held.items()))
+        """What its pods hold on each node they are bound to."""
+        return held_per_node((_node_name(pod.node), pod.request) for pod in self.pods if pod.node is not None)
 
 
 class SimCluster:
