@@ -22,6 +22,7 @@ that resource's seconds.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import Counter
@@ -183,10 +184,14 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     whole capacity for one second), queues: {QUEUE: {share, entitledShare, attainableShare, fairShare,
     waitingThroughout, waitingAnyTime}}. share is None in a window where nothing ran.
 
-    A queue cannot be held to more than its own jobs could have used. Its demand in a window is, over its
-    jobs present then (submitted, not finished; unrunnable jobs never count), each job's dominant share
-    times the smaller of its run time and its time present in the window. So:
-    - attainableShare = min(entitledShare, demand / used in the window): the entitlement, capped by demand.
+    A queue cannot be held to more than its own jobs could have used, nor to its entitlement while it had no
+    work. Its demand in a window is, over its jobs present then (submitted, not finished; unrunnable jobs
+    never count), each job's dominant share times the smaller of its run time and its time present in the
+    window. Moment by moment, it is due its entitled share of what ran, or the dominant shares of all its
+    jobs present then where they are less: a queue whose work arrives ten minutes before the hour ends is
+    due its share of those ten minutes, not of the hour. So:
+    - attainableShare = min(entitledShare, demand / used in the window, what it was due moment by moment /
+      used in the window): the entitlement, capped by demand and by when the demand was there.
     - fairShare: the weighted max-min share (entitled shares as weights, each capped by its demand, what a
       queue cannot use shared among the others in proportion), i.e. what a work-conserving fair-share
       scheduler hands out when some queues are idle. While the entitled shares of the queues present sum
@@ -239,6 +244,7 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
             waiting_any[queue].add(start, end, _one)
     totals = {q: (used[q].totals(), demand[q].totals(), waiting_time[q].totals(), waiting_any[q].totals())
               for q in queues}
+    due = _due_moment_by_moment(outcomes, capacity, entitled, origin, window_s, count, horizon)
     windows = []
     for k in range(count):
         start = origin + k * window_s
@@ -252,7 +258,7 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
             window_queues[q] = {
                 "share": totals[q][0][k] / used_total if used_total else None,
                 "entitledShare": entitled[q],
-                "attainableShare": min(entitled[q], caps[q]) if used_total else None,
+                "attainableShare": min(entitled[q], caps[q], due[q][k] / used_total) if used_total else None,
                 "fairShare": fair.get(q) if used_total else None,
                 "waitingThroughout": totals[q][2][k] >= (end - start) - _WAITING_EPSILON_S,
                 "waitingAnyTime": totals[q][3][k] > 0,
@@ -260,6 +266,70 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
         windows.append({"startSeconds": start, "endSeconds": end, "usedCapacitySeconds": used_total,
                         "queues": window_queues})
     return windows
+
+
+def _due_moment_by_moment(outcomes: list[JobOutcome], capacity: dict[str, int], entitled: dict[str, float],
+                          origin: float, window_s: float, count: int, horizon: float) -> dict[str, list[float]]:
+    """Per queue, per window: the integral over the window of min(entitled share x dominant shares running,
+    dominant shares of the queue's jobs present), in dominant-resource seconds (window_shares)."""
+    running: list[tuple[float, float]] = []  # (time, change in the dominant shares running)
+    present: dict[str, list[tuple[float, float]]] = {}
+    for o in outcomes:
+        if o.unrunnable is not None:
+            continue
+        size = _dominant(o.requests, capacity)
+        for start, end in _runs(o):
+            running += ((start, size), (end, -size))
+        present.setdefault(o.queue, []).extend(((o.submit_s, size), (horizon if o.end_s is None else o.end_s, -size)))
+    times, levels = _steps(running)
+    out: dict[str, list[float]] = {}
+    for queue in {o.queue for o in outcomes}:
+        sums = out[queue] = [0.0] * count
+        share = entitled[queue]
+        demand_times, demand_levels = _steps(present.get(queue, []))
+        # Both step functions walked together, over the moments the queue has work present only.
+        i = 0
+        for j, begin in enumerate(demand_times[:-1]):
+            demand, end = demand_levels[j], demand_times[j + 1]
+            if demand <= 0:
+                continue
+            i = max(i, bisect.bisect_right(times, begin) - 1)
+            t = begin
+            while t < end:
+                following = times[i + 1] if i + 1 < len(times) else math.inf
+                upto = min(end, following)
+                rate = min(share * levels[i], demand) if i >= 0 else 0.0
+                if rate > 0:
+                    _spread(sums, origin, window_s, t, upto, rate)
+                t = upto
+                if upto == following:
+                    i += 1
+    return out
+
+
+def _steps(changes: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """A step function from its changes: the times it changes at, and its level from each of them on."""
+    times: list[float] = []
+    levels: list[float] = []
+    level = 0.0
+    for time, change in sorted(changes):
+        level += change
+        if times and times[-1] == time:
+            levels[-1] = level
+        else:
+            times.append(time)
+            levels.append(level)
+    return times, [max(0.0, v) for v in levels]  # float sums may leave -1e-17 where nothing runs
+
+
+def _spread(sums: list[float], origin: float, width: float, start: float, end: float, rate: float) -> None:
+    """Add rate x the overlap of [start, end) with each window to that window's sum."""
+    k = min(len(sums) - 1, max(0, int((start - origin) // width)))
+    while start < end:
+        edge = origin + (k + 1) * width if k < len(sums) - 1 else end
+        upto = min(end, edge)
+        sums[k] += rate * (upto - start)
+        start, k = upto, k + 1
 
 
 def fair_share_violations(windows: list[dict], *, tolerance: float = 0.10, relative: bool = True,

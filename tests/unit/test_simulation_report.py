@@ -139,14 +139,15 @@ def test_window_shares_worked_by_hand():
     assert first["usedCapacitySeconds"] == 52.5  # only a ran: 0.5 x 100 + 0.5 x 5
     assert first["queues"]["a"] == {"share": 1.0, "entitledShare": 0.5, "attainableShare": 0.5, "fairShare": 0.5,
                                     "waitingThroughout": False, "waitingAnyTime": False}
-    # b waited from 10 to 100 and could have used 90 whole-machine seconds: it can be held to its 0.5
-    assert first["queues"]["b"] == {"share": 0.0, "entitledShare": 0.5, "attainableShare": 0.5, "fairShare": 0.5,
-                                    "waitingThroughout": False, "waitingAnyTime": True}
+    # b waited from 10 to 100 (its demand, 90 whole-machine seconds, is no cap) while half the machine ran: it is
+    # due half of that, 0.5 x 0.5 x 90, of the window's 52.5
+    assert first["queues"]["b"] == {"share": 0.0, "entitledShare": 0.5, "attainableShare": 22.5 / 52.5,
+                                    "fairShare": 0.5, "waitingThroughout": False, "waitingAnyTime": True}
     assert set(second["queues"]) == {"b"} and second["queues"]["b"]["share"] == 1.0
     assert second["queues"]["b"]["fairShare"] == 1.0 and second["queues"]["b"]["attainableShare"] == 0.5
     assert third["usedCapacitySeconds"] == 100.0
     assert fair_share_violations(windows) == [
-        {"startSeconds": 0, "endSeconds": 100, "queue": "b", "share": 0.0, "due": 0.5}]
+        {"startSeconds": 0, "endSeconds": 100, "queue": "b", "share": 0.0, "due": 22.5 / 52.5}]
 
 
 def test_windows_spanning_many_and_a_partial_last_window():
@@ -174,6 +175,27 @@ def test_waiting_throughout_and_demand_capped_entitlement():
     assert b["fairShare"] == pytest.approx(6 / 3600)
     assert windows[1]["queues"]["b"]["waitingThroughout"] and windows[2]["queues"]["b"]["share"] == 1.0
     assert [(v["queue"], v["startSeconds"]) for v in fair_share_violations(windows)] == [("b", 0.0), ("b", 3600.0)]
+
+
+def test_a_queue_is_due_its_entitlement_only_while_it_has_work():
+    # a (entitled to 3/4) holds three quarters of the machine all hour; b (1/4) gets four quarter-machine jobs 50
+    # minutes in: one starts at once, the others wait past the hour while b is at its entitlement.
+    entitled = {"a": 0.75, "b": 0.25}
+    a = [JobOutcome(i, "a", 0.0, 0.0, 3600.0, 3600.0, {"cpu": 1000}) for i in range(3)]
+    b = [JobOutcome(10, "b", 3000.0, 3000.0, 3600.0, 600.0, {"cpu": 1000})] + \
+        [JobOutcome(11 + i, "b", 3000.0, 3600.0, 4200.0, 600.0, {"cpu": 1000}) for i in range(3)]
+    window = window_shares(a + b, capacity=CAPACITY, entitled=entitled)[0]
+    used = 0.75 * 3600 + 0.25 * 600
+    assert window["usedCapacitySeconds"] == pytest.approx(used)
+    # Its demand over the hour (four quarters for 600 s: 600 of the 2,850 used) would hold it to 21 %; it had
+    # work for the last 600 s only, and is due its quarter of what ran then.
+    assert window["queues"]["b"]["attainableShare"] == pytest.approx(0.25 * 600 / used)
+    assert window["queues"]["b"]["share"] == pytest.approx(0.25 * 600 / used)
+    assert fair_share_violations([window]) == []
+    # The same jobs, the first started only at the hour's last 10 s, are short of it.
+    late = [JobOutcome(10, "b", 3000.0, 3590.0, 4190.0, 600.0, {"cpu": 1000})] + b[1:]
+    assert [v["queue"] for v in fair_share_violations(window_shares(a + late, capacity=CAPACITY,
+                                                                      entitled=entitled)[:1])] == ["b"]
 
 
 def test_violation_tolerance_relative_or_absolute():
