@@ -303,7 +303,7 @@ class Agent:
             d = command.dispatch
             spec = json.loads(d.spec_json)
             with self.metrics.backend_errors.count_exceptions():
-                created = self.backend.create_attempt(d.job_id, d.attempt, spec)
+                created = self.backend.create_attempt(d.job_id, d.attempt, spec, tuple(d.avoid_nodes))
             if created:
                 self.metrics.attempts_created.inc()
             log.info("attempt created" if created else "attempt already existed",

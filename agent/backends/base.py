@@ -111,8 +111,9 @@ class Backend(Protocol):
     def start(self, on_status: StatusCallback) -> None:
         """Begin running; every later change of an attempt's state is passed to on_status, in order."""
 
-    def create_attempt(self, job_id: int, attempt: int, spec: dict) -> bool:
-        """Create the objects of every pod set of the attempt. False when they already exist(ed)."""
+    def create_attempt(self, job_id: int, attempt: int, spec: dict, avoid_nodes: tuple[str, ...] = ()) -> bool:
+        """Create the objects of every pod set of the attempt, its pods kept off the nodes named in avoid_nodes
+        (the dispatcher holds the room there for other jobs). False when they already exist(ed)."""
 
     def delete_attempt(self, job_id: int, attempt: int) -> None:
         """Delete the attempt's objects (cancel, preempt, orphan). No error when absent."""

@@ -527,6 +527,6 @@ def _intake_answer(answer: intake.Answer) -> agents_pb2.IntakeAnswer:
 def _command(row) -> agents_pb2.Command:
     if row.kind == "dispatch":
         return agents_pb2.Command(id=row.id, dispatch=agents_pb2.DispatchAttempt(
-            job_id=row.job_id, attempt=row.attempt, spec_json=row.spec_json))
+            job_id=row.job_id, attempt=row.attempt, spec_json=row.spec_json, avoid_nodes=row.avoid_nodes))
     return agents_pb2.Command(id=row.id, cancel=agents_pb2.CancelAttempt(
         job_id=row.job_id, attempt=row.attempt, reason=row.reason))

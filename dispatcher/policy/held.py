@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, matching, take
 from dispatcher.policy.plans import Hold
+from sluice.packing import expand
 from sluice.quantity import fits
 
 HELD_BACK = "reserved capacity for job "  # how held_back's reasons begin
@@ -89,6 +90,22 @@ def less_held(cluster: ClusterState, held: dict[str, list[Hold]] | list[Hold]) -
         # nearest to them: a small job admitted there would take what frees up first.
         cluster = take(cluster, keeps, hold.pods if keeps is hold.requests else (), drain=True)
     return cluster
+
+
+def kept_for_others(job: QueuedJob, cluster: ClusterState, seen: ClusterState) -> tuple[int, ...]:
+    """The indices of the cluster's nodes on which the room held for other jobs leaves none of `job`'s pods
+    room, where some was free (`seen`: the cluster as the job sees it, less those holds). Placement never
+    packs the job there; the cluster, which knows nothing of holds, is told to keep its pods off them."""
+    if seen is cluster or not cluster.node_names or len(seen.node_free) != len(cluster.node_free):
+        return ()
+    if job.pods:
+        pods = expand(job.pods)
+    elif job.largest_pod == job.requests:
+        pods = [job.requests]
+    else:  # its pods are not known one by one: no node can be said to hold none of them
+        return ()
+    return tuple(i for i, (free, left) in enumerate(zip(cluster.node_free, seen.node_free))
+                 if left != free and not any(fits(pod, left) for pod in pods))
 
 
 def may_use(hold: Hold, job: QueuedJob, now: float) -> bool:

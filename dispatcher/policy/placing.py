@@ -65,6 +65,9 @@ class QueuedJob:
 class Place:
     job_id: int
     cluster: str
+    # Nodes the cluster must keep its pods off: room held there for other jobs leaves none of its pods room
+    # (held.kept_for_others), though the cluster's own scheduler would see it free.
+    avoid: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -313,18 +316,27 @@ def _wait_reason(job: QueuedJob, clusters: list[ClusterState], known: dict[str, 
 
 
 def take(cluster: ClusterState, requests: dict[str, int],
-         pods: tuple[tuple[int, dict[str, int]], ...] = (), *, drain: bool = False) -> ClusterState:
+         pods: tuple[tuple[int, dict[str, int]], ...] = (), *, drain: bool = False,
+         avoid: frozenset[int] = frozenset()) -> ClusterState:
     """The cluster with `requests` less free, and, when it reports its nodes, `pods` (or `requests` as one
     pod) taken off the nodes first-fit decreasing packs them onto, and its largest free node what is left
     on them; without per-node figures, its largest free node can hold no more than what is left.
     drain (room held for a job): a pod that fits no node now takes all that is free, up to its size, on
-    the node nearest to holding it, so that room freed there is kept for it until the pod fits."""
+    the node nearest to holding it, so that room freed there is kept for it until the pod fits.
+    avoid: the indices of nodes the pods are kept off (Place.avoid), as the cluster is told to."""
     free = subtract(cluster.free, requests)
     # dataclasses.replace without its __init__ (14 fields set one by one): a busy cycle takes thousands.
     taken = object.__new__(ClusterState)
     taken.__dict__.update(cluster.__dict__, free=free)
     if cluster.node_free:  # the largest free node is known again: the most of each resource left on one node
-        nodes = taken.__dict__["node_free"] = _take_off_nodes(cluster.node_free, requests, pods, free, drain)
+        if avoid:
+            kept_off = tuple({} if i in avoid else n for i, n in enumerate(cluster.node_free))
+            after = _take_off_nodes(kept_off, requests, pods, free, drain)
+            nodes = tuple({r: min(v, free.get(r, 0)) for r, v in cluster.node_free[i].items()} if i in avoid else n
+                          for i, n in enumerate(after))
+        else:
+            nodes = _take_off_nodes(cluster.node_free, requests, pods, free, drain)
+        taken.__dict__["node_free"] = nodes
         largest = {r: min(free.get(r, 0), max(node.get(r, 0) for node in nodes)) for r in cluster.largest_free_node}
     else:
         largest = {r: min(v, free.get(r, 0)) for r, v in cluster.largest_free_node.items()}

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 from dispatcher.policy import bursting
 from dispatcher.policy.bursting import BurstDecision, BurstRule, Running, Spend
-from dispatcher.policy.held import HeldView, held_back, job_view, reservation_cluster, unpaid
+from dispatcher.policy.held import HeldView, held_back, job_view, kept_for_others, reservation_cluster, unpaid
 from dispatcher.policy.out_of_reach import OutOfReach, Replan
 from dispatcher.policy.placing import Clusters, ClusterState, Place, QueuedJob, decide, shape_key, take
 from dispatcher.policy.plans import (
@@ -439,7 +439,8 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
         view = views.seen_by(out.holds, job, now)
         decision = view.best(job)
     if isinstance(decision, Place):
-        _place(c, decision.cluster, tree, state, out, burst, now)
+        _place(c, decision.cluster, tree, state, out, burst, now,
+               kept_for_others(job, state[decision.cluster], view[decision.cluster]))
         return
     held = out.holds.get(job.id)
     if held is not None and held.kind == "preemption":
@@ -480,11 +481,13 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
 
 
 def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan,
-           burst: _Burst, now: float) -> None:
+           burst: _Burst, now: float, avoid: tuple[int, ...] = ()) -> None:
+    """avoid: the indices of the cluster's nodes its pods are kept off (held.kept_for_others)."""
     job = c.job
-    state[cluster] = take(state[cluster], job.requests, job.pods)
+    names = state[cluster].node_names
+    state[cluster] = take(state[cluster], job.requests, job.pods, avoid=frozenset(avoid))
     tree.charge(c.queue, job.requests)
-    out.places.append(Place(job.id, cluster))
+    out.places.append(Place(job.id, cluster, tuple(names[i] for i in avoid)))
     out.holds.pop(job.id, None)
     # It holds its room until its expected end, as what runs does: a reservation made later in this cycle, or a
     # burst weighed, counts on that end as on theirs.

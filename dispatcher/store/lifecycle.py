@@ -485,14 +485,16 @@ class Dispatched:
 
 
 def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None,
-             reasons: dict[int, str] | None = None, commit: bool = False) -> list[Dispatched]:
+             reasons: dict[int, str] | None = None, commit: bool = False,
+             avoid: dict[int, tuple[str, ...]] | None = None) -> list[Dispatched]:
     """Move queued jobs to DISPATCHED on their chosen clusters, all in the caller's transaction.
 
     One UPDATE for the batch, compare-and-set on QUEUED (a job cancelled meanwhile is skipped), then
     the attempts, events and outbox commands of exactly the jobs that moved. bursts: per job sent to a
     paid cluster, its burst decision (kept with the attempt; its summary is the event's reason).
     reasons: first, set_reasons of other jobs. commit: then COMMIT, in the same round trip (the caller's
-    session then has nothing left to commit; nothing may follow in its transaction).
+    session then has nothing left to commit; nothing may follow in its transaction). avoid: per job, the
+    nodes its pods must not be bound to (Place.avoid), sent with its dispatch command.
     """
     if not decisions and not commit:
         set_reasons(session, reasons or {})
@@ -503,17 +505,20 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
         set_reasons(session, reasons or {})
         if decisions:
             lock_clusters(session, [cluster for _, cluster in decisions])
-            cursor = _send_dispatch(conn, decisions, bursts or {})
+            cursor = _send_dispatch(conn, decisions, bursts or {}, avoid or {})
         if commit:
             conn.execute("COMMIT")
     return [Dispatched(*r) for r in cursor.fetchall()] if cursor is not None else []
 
 
-def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dict]):
+def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dict],
+                   avoid: dict[int, tuple[str, ...]]):
     """dispatch's statement, sent on psycopg connection `conn`; its cursor (rows: Dispatched's fields)."""
+    kept_off = [(i, nodes) for i, _ in decisions if (nodes := avoid.get(i))]
     return conn.execute(
         f"""WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
            b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
+           a AS (SELECT * FROM unnest(CAST(%(avoid_ids)s AS bigint[]), CAST(%(avoid_docs)s AS jsonb[])) AS a(id, doc)),
            moved AS (
                UPDATE jobs SET state = '{DISPATCHED}', reason = 'dispatched to ' || d.cluster,
                       cluster = d.cluster, attempt = jobs.attempt + 1, dispatched_at = now(),
@@ -530,8 +535,8 @@ def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dic
                FROM moved m LEFT JOIN b ON b.id = m.id),
            commands AS (
                INSERT INTO outbox (cluster, kind, job_id, attempt, payload)
-               SELECT m.cluster, 'dispatch', m.id, m.attempt, '{{}}'::jsonb
-               FROM moved m ORDER BY m.id
+               SELECT m.cluster, 'dispatch', m.id, m.attempt, coalesce(a.doc, '{{}}'::jsonb)
+               FROM moved m LEFT JOIN a ON a.id = m.id ORDER BY m.id
                RETURNING id, job_id),
            -- each cluster's link, and the event watchers, once the jobs moved (delivered at commit)
            notified AS (
@@ -542,6 +547,8 @@ def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dic
         {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
          "burst_ids": [i for i, _ in decisions if i in bursts],
          "burst_docs": [json.dumps(bursts[i]) for i, _ in decisions if i in bursts],
+         "avoid_ids": [i for i, _ in kept_off],
+         "avoid_docs": [json.dumps({"avoidNodes": list(nodes)}) for _, nodes in kept_off],
          "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
 
 
@@ -568,7 +575,7 @@ class DispatchAhead:
         self.sent = 0  # how many of the plan's places were sent
 
     def placed(self, places: list, bursts: dict) -> None:
-        """The plan so far (its places, each with .job_id and .cluster; bursts by job id, with .record()):
+        """The plan so far (its places, each with .job_id, .cluster and .avoid; bursts by job id, with .record()):
         sends the places not yet sent, once there are AHEAD of them."""
         if len(places) - self.sent < self.AHEAD:
             return
@@ -577,8 +584,10 @@ class DispatchAhead:
             self._pipeline = conn.pipeline()
             self._pipeline.__enter__()
             lock_clusters(self._session, self._clusters)
-        part = [(p.job_id, p.cluster) for p in places[self.sent:]]
-        self._cursors.append(_send_dispatch(conn, part, {i: bursts[i].record() for i, _ in part if i in bursts}))
+        part = places[self.sent:]
+        self._cursors.append(_send_dispatch(conn, [(p.job_id, p.cluster) for p in part],
+                                            {p.job_id: bursts[p.job_id].record() for p in part if p.job_id in bursts},
+                                            {p.job_id: p.avoid for p in part if p.avoid}))
         self.sent = len(places)
 
     def end(self) -> list[Dispatched]:

@@ -31,9 +31,11 @@ _DOCUMENT = """CASE WHEN j.array_id IS NULL THEN j.spec::text
 def pending(session: Session, cluster: str, after_id: int = 0, limit: int = 500) -> list:
     """Unacked commands for a cluster in id order, after a cursor, each with its job's document (`spec`):
     a dispatch command does not copy it, every attempt of a job runs the same document. Rows: id, kind,
-    job_id, attempt, reason (a cancel's), spec_json (the document as JSON text, as the link sends it)."""
+    job_id, attempt, reason (a cancel's), avoid_nodes (a dispatch's: the nodes its pods must not be bound to),
+    spec_json (the document as JSON text, as the link sends it)."""
     return named(session,
                  f"""SELECT o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                           coalesce(o.payload -> 'avoidNodes', '[]'::jsonb) AS avoid_nodes,
                            {_DOCUMENT} AS spec_json
                     FROM outbox o JOIN jobs j ON j.id = o.job_id
                     WHERE o.cluster = %(cluster)s AND o.acked_at IS NULL AND o.id > %(after)s
@@ -45,6 +47,7 @@ def pending_many(session: Session, wants: list[tuple[str, int]], limit: int = 50
     out: list[list] = [[] for _ in wants]
     for row in named(session,
                      f"""SELECT w.n, o.id, o.kind, o.job_id, o.attempt, coalesce(o.payload ->> 'reason', '') AS reason,
+                           coalesce(o.payload -> 'avoidNodes', '[]'::jsonb) AS avoid_nodes,
                                {_DOCUMENT} AS spec_json
                         FROM unnest(%(clusters)s::text[], %(afters)s::bigint[]) WITH ORDINALITY AS w(cluster, after, n)
                         CROSS JOIN LATERAL (SELECT * FROM outbox o

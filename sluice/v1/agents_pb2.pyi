@@ -115,14 +115,16 @@ class AgentMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[AgentMessage, _Mapping]]] = ...) -> None: ...
 
 class DispatchAttempt(_message.Message):
-    __slots__ = ("job_id", "attempt", "spec_json")
+    __slots__ = ("job_id", "attempt", "spec_json", "avoid_nodes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    AVOID_NODES_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     spec_json: str
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., spec_json: _Optional[str] = ...) -> None: ...
+    avoid_nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., spec_json: _Optional[str] = ..., avoid_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelAttempt(_message.Message):
     __slots__ = ("job_id", "attempt", "reason")

@@ -121,3 +121,26 @@ def test_a_job_that_still_cannot_start_keeps_its_reason_and_explain_tells_what_i
         assert explain(session, job, world.now, unreachable_after_s=60).clusters == [("c0", "needs 6 cpu, 4 free")]
     free(8000)
     assert run_cycle(world.sessions, SchedulerSettings(), world.now).dispatched == 1
+
+
+def test_the_nodes_a_dispatch_keeps_a_job_off_go_to_its_cluster_with_the_command(world):
+    from dispatcher.api.agents import _command
+    from dispatcher.policy.placing import Place
+    from dispatcher.store import outbox
+
+    first, second, third, fourth = world.submit("1", "1", "1", "1")
+    with world.sessions.begin() as session:
+        ahead = lifecycle.DispatchAhead(session, ["c0"])
+        ahead.AHEAD = 2  # a part of two: the places sent while a plan is still made carry their nodes too
+        ahead.placed([Place(first, "c0", ("node-3", "node-1")), Place(second, "c0")], {})
+        assert ahead.sent == 2
+        ahead.end()
+        lifecycle.dispatch(session, [(third, "c0"), (fourth, "c0")], avoid={third: ("node-0",)})
+    with world.sessions() as session:
+        rows = {row.job_id: row for row in outbox.pending(session, "c0")}
+        [many] = outbox.pending_many(session, [("c0", 0)])
+    assert {j: r.avoid_nodes for j, r in rows.items()} == {first: ["node-3", "node-1"], second: [], third: ["node-0"],
+                                                           fourth: []}
+    assert [r.avoid_nodes for r in many] == [rows[j].avoid_nodes for j in sorted(rows)]
+    assert list(_command(rows[first]).dispatch.avoid_nodes) == ["node-3", "node-1"]
+    assert list(_command(rows[second]).dispatch.avoid_nodes) == []

@@ -135,7 +135,7 @@ class BrokenCluster:
     def start(self, on_status) -> None:
         pass
 
-    def create_attempt(self, job_id: int, attempt: int, spec: dict) -> bool:
+    def create_attempt(self, job_id: int, attempt: int, spec: dict, avoid_nodes: tuple[str, ...] = ()) -> bool:
         raise OSError("cluster API unreachable")
 
     def delete_attempt(self, job_id: int, attempt: int) -> None:

@@ -62,6 +62,33 @@ def test_pods_workload_manifests_are_valid_named_and_labelled():
         assert attempt_key(manifest) == (12, 3)
 
 
+def test_pods_are_kept_off_the_nodes_a_dispatch_names_in_each_of_their_own_node_affinity_terms():
+    off = {"key": "metadata.name", "operator": "NotIn", "values": ["node-a", "node-b"]}
+    plain = plan_attempt(12, 3, job(pod_set()), ClusterSettings(), CREATED, ("node-a", "node-b"))
+    for manifest in plain.manifests:
+        assert manifest["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [off]}]}}}
+        kubernetes_validate.validate(manifest, "1.33", strict=True)
+    # The pod's own terms are ORed: each keeps its expressions and gets the nodes to keep off, beside its
+    # preferences, which are left alone.
+    gpu = {"key": "gpu", "operator": "In", "values": ["a100"]}
+    zone = {"key": "zone", "operator": "In", "values": ["z1"]}
+    prefer = [{"weight": 1, "preference": {"matchExpressions": [zone]}}]
+    own = pod_set(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [gpu]},
+                                                                                 {"matchExpressions": [zone]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": prefer}})
+    jobs = plan_attempt(12, 3, job(own), ClusterSettings(workload="jobs"), CREATED, ("node-a", "node-b"))
+    [manifest] = jobs.manifests
+    affinity = manifest["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [gpu], "matchFields": [off]}, {"matchExpressions": [zone], "matchFields": [off]}]
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == prefer
+    kubernetes_validate.validate(manifest, "1.33", strict=True)
+    # No nodes named: the template's spec as it was.
+    assert "affinity" not in plan_attempt(12, 3, job(pod_set()), ClusterSettings(), CREATED).manifests[0]["spec"]
+
+
 def test_jobs_workload_is_one_indexed_job_per_pod_set_that_never_replaces_a_pod():
     plan = plan_attempt(12, 3, job(pod_set(), pod_set("ps", 1, restartPolicy="OnFailure")),
                         ClusterSettings(workload="jobs"), CREATED)

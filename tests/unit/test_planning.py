@@ -1190,3 +1190,23 @@ def test_reclaims_come_to_an_end_while_nothing_ends(scene):
                                      c.job.requests, cls.preemptible)
         active, holds = list(by_id.values()), plan.holds
     raise AssertionError(f"still placing or evicting after 200 cycles ({evictions} evictions)")
+
+
+def test_jobs_placed_beside_held_nodes_are_kept_off_them_where_the_cluster_names_its_nodes():
+    # Job 10's victims are stopping: its hold keeps n0 and n1 whole and all of n2's 6 free GPUs for its three
+    # 8-GPU pods. Two 1-GPU jobs fit the 2 GPUs left on n3. The cluster's scheduler knows nothing of the hold and
+    # binds first fit, so each is told to keep off the held nodes, and the plan's own state takes them from n3.
+    hold = Hold(10, "c", res(gpu=24 * GPU), "preemption", NOW - 10, victims=(1,), pods=((3, res(gpu=8 * GPU)),))
+    c = replace(cluster("c", gpu=32 * GPU, largest=res(gpu=8 * GPU)), free=res(gpu=26 * GPU),
+                node_free=({G: 8 * GPU}, {G: 8 * GPU}, {G: 6 * GPU}, {G: 4 * GPU}), node_names=("n0", "n1", "n2", "n3"))
+    gang = head(10, "a", pods=3, gpu=8 * GPU)
+    gang = replace(gang, job=replace(gang.job, pods=((3, res(gpu=8 * GPU)),)))
+    heads = [gang, head(11, "b", gpu=GPU), head(12, "b", gpu=GPU)]
+    plan = run(heads, [], [c], holds={10: hold})
+    assert plan.places == [Place(11, "c", ("n0", "n1", "n2")), Place(12, "c", ("n0", "n1", "n2"))]
+    assert plan.holds[10] == hold
+    # Without node names nothing can be said to the cluster: the places name no nodes.
+    unnamed = replace(c, node_names=())
+    assert [p.avoid for p in run(heads, [], [unnamed], holds={10: hold}).places] == [(), ()]
+    # Without the hold, nothing is kept off.
+    assert [p.avoid for p in run(heads[1:], [], [c]).places] == [(), ()]

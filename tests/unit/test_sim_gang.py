@@ -89,3 +89,20 @@ def test_an_unschedulable_gang_is_in_the_ledger_as_ended(tmp_path):
     assert "ended 1 1 UNSCHEDULABLE 0 " in ledger.read_text()
     restored = SimCluster(SimConfig(nodes=1, node=NODE, ledger_path=ledger), clock=clock)
     assert states(restored) == {1: UNSCHEDULABLE}
+
+
+def test_pods_are_kept_off_the_nodes_a_dispatch_names_and_wait_if_only_those_have_room():
+    clock = FakeClock()
+    cluster = SimCluster(SimConfig(nodes=3, node=NODE), clock=clock)
+    # First fit would take node-0; the dispatcher holds node-0 and node-1 for another job.
+    cluster.create_attempt(1, 1, job(pods=2, cpu="2", duration="20s"), ("node-0", "node-1"))
+    assert {p.node for p in cluster.pods() if p.job_id == 1} == {"node-2"}
+    # Only the named nodes have room left for a 4-cpu pod: it waits, holding nothing, until node-2 frees.
+    cluster.create_attempt(2, 1, job(pods=1, cpu="4", duration="10s"), ("node-0", "node-1"))
+    assert states(cluster)[2] == PENDING and cluster.capacity().node_free[0]["cpu"] == 4 * CPU
+    # A name the cluster never had is no node; the others are kept off as before.
+    cluster.create_attempt(3, 1, job(pods=1, cpu="1", duration="10s"), ("node-9", "gpu node", "node-0"))
+    assert {p.node for p in cluster.pods() if p.job_id == 3} == {"node-1"}
+    clock.now += 20  # job 1 ended: node-2 is free, and job 2 starts there
+    assert states(cluster)[2] == RUNNING
+    assert {p.node for p in cluster.pods() if p.job_id == 2} == {"node-2"}

@@ -181,6 +181,22 @@ def test_a_queue_below_its_guarantee_reclaims_a_whole_node_from_a_borrowers_smal
     assert len(evicted) == 4 and result.figures["sluice"]["preemptions"] == 4
 
 
+def test_a_job_placed_while_room_is_held_is_kept_off_the_held_node_and_the_preemptor_starts():
+    # node-0 holds b's eight 1-cpu jobs; node-1 b's 6-cpu job, c's 1-cpu job and 1 cpu free. At 60 a (below its
+    # guarantee) asks for 8 cpus and b for 1: a evicts the eight on node-0 and holds it; b's job takes node-1's
+    # free cpu. The cluster binds first fit, and would put b's job on node-0, freed first, so that a's job never
+    # fits there and evicts again when its hold ends: it is told to keep off node-0.
+    config = [ServiceClassObject("standard", priority=500),
+              QueueObject("a", guaranteed={CPU: 8000}), QueueObject("b", guaranteed={CPU: 4000}),
+              QueueObject("c", guaranteed={CPU: 1000}),
+              ClusterObject("c1", tier="onprem", site="s", simulated=SimulatedSpec(2, {CPU: 8000}))]
+    t = trace(*(job(i, 0, 3600, 1, queue="b") for i in range(1, 9)), job(9, 0, 3600, 6, queue="b"),
+              job(10, 0, 3600, 1, queue="c"), job(11, 60, 100, 8, queue="a"), job(12, 60, 3600, 1, queue="b"))
+    result = simulate(t, config, ["sluice"])
+    assert starts(result, "sluice")[11] == 60 and starts(result, "sluice")[12] == 60
+    assert result.figures["sluice"]["preemptions"] == 8
+
+
 def test_burst_spends_on_the_paid_cluster_within_its_budget():
     config = [ServiceClassObject("standard", priority=500, burst_allowed=True),
               QueueObject("a"),

@@ -233,7 +233,7 @@ class KubernetesBackend:
             thread.join(5)
         self._api.close()
 
-    def create_attempt(self, job_id: int, attempt: int, spec: dict) -> bool:
+    def create_attempt(self, job_id: int, attempt: int, spec: dict, avoid_nodes: tuple[str, ...] = ()) -> bool:
         key = (int(job_id), int(attempt))
         with self._lock:
             if key in self._known:
@@ -245,7 +245,7 @@ class KubernetesBackend:
             if taken is not None:
                 return taken
         try:
-            plan = plan_attempt(key[0], key[1], spec, cluster, _rfc3339(self._clock()))
+            plan = plan_attempt(key[0], key[1], spec, cluster, _rfc3339(self._clock()), tuple(avoid_nodes))
             self._ensure_namespace(plan.namespace, cluster)
         except Refused as exc:
             self._decide(key, FAILED, str(exc))

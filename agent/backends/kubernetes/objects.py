@@ -126,8 +126,10 @@ def event_manifest(obj: dict, reason: str, message: str, *, warning: bool, at: s
             "source": {"component": "sluice-agent"}, "firstTimestamp": at, "lastTimestamp": at, "count": 1}
 
 
-def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSettings, created_at: str) -> AttemptPlan:
-    """The manifests of one attempt, or Refused (pod policy, namespace, restart policy, malformed document)."""
+def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSettings, created_at: str,
+                 avoid_nodes: tuple[str, ...] = ()) -> AttemptPlan:
+    """The manifests of one attempt, or Refused (pod policy, namespace, restart policy, malformed document).
+    avoid_nodes: the nodes its pods must not be bound to (DispatchAttempt.avoid_nodes)."""
     spec = document.get("spec") if isinstance(document, dict) else None
     if not isinstance(spec, dict):
         raise Refused("the job document has no spec")
@@ -180,6 +182,7 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
             annotations[ANNOTATION_MAX_RUNTIME] = str(spec["maxRuntime"]).strip()
         marks.append((dict(labels), dict(annotations)))
         metadata, pod_spec = _pod_parts(template, labels, annotations, deadline, environment)
+        _kept_off(pod_spec, avoid_nodes)
         if cluster.workload == WORKLOAD_JOBS:
             restart = pod_spec["restartPolicy"]
             manifests.append({
@@ -293,6 +296,24 @@ def _pod_parts(template: dict, labels: dict, annotations: dict, deadline: int | 
         _add_environment(spec, environment)
     _quantities_as_strings(spec)
     return metadata, spec
+
+
+def _kept_off(spec: dict, nodes: tuple[str, ...]) -> None:
+    """Keep the pods off `nodes`: a required node affinity on the node's name (matchFields metadata.name NotIn),
+    added to each of the pod's own required terms, which are ORed (so each must carry it). A malformed
+    affinity is left for the API server to refuse, in its words."""
+    if not nodes:
+        return
+    off = {"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}
+    affinity = spec.setdefault("affinity", {})
+    node_affinity = affinity.setdefault("nodeAffinity", {}) if isinstance(affinity, dict) else None
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}) \
+        if isinstance(node_affinity, dict) else None
+    if not isinstance(required, dict):
+        return
+    terms = required.get("nodeSelectorTerms") or [{}]
+    if isinstance(terms, list) and all(isinstance(t, dict) for t in terms):
+        required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), off]} for t in terms]
 
 
 def _add_environment(spec: dict, environment: dict[str, str]) -> None:

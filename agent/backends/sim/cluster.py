@@ -237,6 +237,7 @@ class _Attempt:
     succeeded: int = 0
     logged: list[_Pod] = field(default_factory=list)  # every pod it had, kept with their logs after they end
     address: str = ""  # how to reach its first pod while it runs (made up, but stable)
+    kept_off: frozenset[int] = frozenset()  # the nodes its pods may not be bound to (DispatchAttempt.avoid_nodes)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -296,7 +297,7 @@ class SimCluster:
             self._thread = threading.Thread(target=self._run, name="sim-cluster", daemon=True)
         self._thread.start()
 
-    def create_attempt(self, job_id: int, attempt: int, spec: dict) -> bool:
+    def create_attempt(self, job_id: int, attempt: int, spec: dict, avoid_nodes: tuple[str, ...] = ()) -> bool:
         key = (int(job_id), int(attempt))
         with self._cond:
             now = self._advance()
@@ -304,6 +305,7 @@ class SimCluster:
                 return False
             self._known.add(key)
             record = self._build_attempt(key, spec, now)
+            record.kept_off = frozenset(self._nodes_named(avoid_nodes))
             self._ledger_write(f"created {key[0]} {key[1]} {pod.name}\n" for pod in record.pods)
             for pod in record.pods:
                 if pod.name in self._pod_names:
@@ -600,6 +602,16 @@ class SimCluster:
             raise KeyError(name)
         return int(number)
 
+    def _nodes_named(self, names: Iterable[str]) -> list[int]:
+        """The numbers of the nodes among `names` that this cluster has (a name it never had is no node)."""
+        found = []
+        for name in names:
+            try:
+                found.append(self._node_index(name))
+            except KeyError:
+                pass
+        return found
+
     def _room_on(self, nodes: list[int]) -> list[dict[str, int]]:
         """What each of these nodes has free, in their order."""
         return [subtract(self._node_alloc, self._nodes[index].used) for index in nodes]
@@ -627,8 +639,14 @@ class SimCluster:
         usable = self._usable_nodes()
         free = self._room_on(usable)
         still_pending = []
-        for pods in self._waiting_gangs().values():
-            after, slots = first_fit_decreasing([pod.request for pod in pods], free)
+        for record, pods in self._waiting_gangs().items():
+            if record.kept_off:  # its pods may not go there: the nodes count as full for it
+                room = [{} if index in record.kept_off else left for index, left in zip(usable, free)]
+                after, slots = first_fit_decreasing([pod.request for pod in pods], room)
+                after = [left if index in record.kept_off else now_left
+                         for index, left, now_left in zip(usable, free, after)]
+            else:
+                after, slots = first_fit_decreasing([pod.request for pod in pods], free)
             if None in slots:
                 still_pending.extend(pods)
                 continue
