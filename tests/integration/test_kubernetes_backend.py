@@ -160,6 +160,18 @@ def test_array_elements_pods_carry_their_index_in_env_and_labels(start, fake, wo
     assert statuses.wait(21, "RUNNING").state == "RUNNING"
 
 
+@pytest.mark.parametrize("workload", ["pods", "jobs"])
+def test_pods_of_a_dispatch_that_names_nodes_to_avoid_carry_it_to_the_api_server(start, fake, workload):
+    backend, _ = start(cluster_document(workload=workload))
+    assert backend.create_attempt(26, 1, job_doc(pod_set("worker", 2)), ("node-b", "node-c")) is True
+    created = pods(fake, 26)
+    assert len(created) == 2  # accepted by the API server's validation, as made (or by the Job controller)
+    for pod in created:
+        assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
+                                                    "values": ["node-b", "node-c"]}]}]}
+
+
 def test_running_reports_the_first_pod_s_address_and_again_when_it_changes(start, fake):
     backend, statuses = start()
     server = pod_set("server", 1)
