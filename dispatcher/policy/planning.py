@@ -484,10 +484,10 @@ def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, Cluster
            burst: _Burst, now: float, avoid: tuple[int, ...] = ()) -> None:
     """avoid: the indices of the cluster's nodes its pods are kept off (held.kept_for_others)."""
     job = c.job
-    names = state[cluster].node_names
+    kept_off = tuple(state[cluster].node_names[i] for i in avoid) if avoid else ()
     state[cluster] = take(state[cluster], job.requests, job.pods, avoid=frozenset(avoid))
     tree.charge(c.queue, job.requests)
-    out.places.append(Place(job.id, cluster, tuple(names[i] for i in avoid)))
+    out.places.append(Place(job.id, cluster, kept_off))
     out.holds.pop(job.id, None)
     # It holds its room until its expected end, as what runs does: a reservation made later in this cycle, or a
     # burst weighed, counts on that end as on theirs.
