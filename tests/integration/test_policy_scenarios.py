@@ -408,3 +408,31 @@ def test_reclaim_evicts_the_small_jobs_on_one_node_together_to_make_room_for_a_b
     assert len(victims) == 2 and all(preempted_by(c, v) == [mine] for v in victims), victims
     assert s.sims["c1"].max_overcommit == {}
     c.cancel([*borrowers, mine])
+
+
+def test_a_job_placed_beside_a_held_node_is_kept_off_it_and_the_preemptor_starts(sluice):
+    # Three 4-cpu nodes: h's two 2-cpu jobs fill node-0, k's 3-cpu job leaves 1 cpu on node-2, node-1 is free.
+    # g's gang of two 4-cpu pods needs two whole nodes: it evicts h's jobs and holds node-1 with node-0. h's 1-cpu
+    # job, submitted with it, fits node-2's free cpu; the agent, told to keep it off node-1, does not bind it
+    # there first fit, and g starts once h's jobs stop (not when its hold lapses and it evicts again).
+    s = sluice(CLASSES + queue("g", guaranteed={"cpu": "8", "memory": "16Gi"}) + queue("h")
+               + queue("k", guaranteed={"cpu": "8", "memory": "16Gi"}) + cluster("c1", 4, nodes=3))
+    c = s.client
+    borrowers = c.submit([job("h", "2", "300s", name="borrow") for _ in range(2)])
+    wait_for(lambda: len(c.list(queue="h", state="RUNNING")) == 2, 10, "h fills node-0")
+    [placeholder] = c.submit([job("k", "4", "300s", name="placeholder")])
+    wait_for(lambda: c.get(placeholder)["state"] == "RUNNING", 10, "k's placeholder takes node-1")
+    [stays] = c.submit([job("k", "3", "300s", name="stays")])
+    wait_for(lambda: c.get(stays)["state"] == "RUNNING", 10, "k's job takes node-2")
+    c.cancel([placeholder])
+    wait_for(lambda: c.get(placeholder)["state"] in FINAL, 10, "node-1 is free")
+    gang = job("g", "4", "30s", name="gang")
+    gang["spec"]["podSets"][0]["count"] = 2
+    mine, small = c.submit([gang, job("h", "1", "300s", name="small")])
+    wait_for(lambda: c.get(mine)["state"] in ("RUNNING", *FINAL), 15, "g's gang runs")
+    assert sorted(b for b in borrowers if preempted_by(c, b)) == sorted(borrowers)
+    nodes = {p.name: p.node for p in s.sims["c1"].pods() if p.node is not None}
+    assert sorted(node for name, node in nodes.items() if name.startswith(f"{mine}-")) == ["node-0", "node-1"]
+    assert [node for name, node in nodes.items() if name.startswith(f"{small}-")] == ["node-2"]
+    assert s.sims["c1"].max_overcommit == {}
+    c.cancel([*borrowers, mine, small, stays])
