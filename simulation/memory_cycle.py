@@ -148,7 +148,7 @@ class MemoryCycle:
         for place in agent_order(plan.places[sent:], self._sink.parts):
             job = jobs[place.job_id]
             job.reason = ""
-            started = self.world.dispatch(job, place.cluster, t, place.avoid)
+            started = self.world.dispatch(job, place.cluster, t, place.avoid_nodes)
             burst = plan.bursts.get(job.id)
             if burst is not None:  # it costs from its start, which a gang waiting for nodes has not made yet
                 self.burst_of[job.id] = len(self.bursts)

@@ -64,7 +64,7 @@ class SimJob:
     reason: str = ""  # why it waits, as the last decision about it said
     pending: bool = False  # dispatched, waiting on its cluster until its pods pack onto nodes
     placed_on: list[int] = field(default_factory=list)  # node index per pod while it runs
-    kept_off: frozenset[int] = frozenset()  # this attempt's: the nodes its pods may not bind to (Place.avoid)
+    kept_off: frozenset[int] = frozenset()  # this attempt's: the nodes its pods may not bind to (Place.avoid_nodes)
     queued_job: QueuedJob | None = None
     shape_key: tuple | None = None
     checkpoint_s: float | None = None  # it saves its progress this often: an eviction loses only what ran since
@@ -173,10 +173,9 @@ class SimCluster:
         """The node of each of the job's pods (in pod order), first-fit decreasing over what the nodes have
         free, as the dispatcher's check and the sim agent pack them; None if they do not all fit at once."""
         slots, free = self._usable()
-        if job.kept_off:
-            free = [{} if slot in job.kept_off else room
-                    for slot, room in zip(range(len(free)) if slots is None else slots, free)]
-        _, found = first_fit_decreasing(expand(job.pods), free)
+        kept_off = {i for i, slot in enumerate(range(len(free)) if slots is None else slots)
+                    if slot in job.kept_off} if job.kept_off else ()
+        _, found = first_fit_decreasing(expand(job.pods), free, kept_off)
         if None in found:
             return None
         return found if slots is None else [slots[i] for i in found]
@@ -324,13 +323,13 @@ class World:
     def queued_count(self) -> int:
         return sum(len(q) for q in self.queued.values())
 
-    def dispatch(self, job: SimJob, cluster: str, now: float, avoid: tuple[str, ...] = ()) -> bool:
-        """Start the job on the cluster now (True), or leave it dispatched there until its pods pack; `avoid`:
-        the names of nodes its pods may not bind to (Place.avoid; the capacity names nodes by slot)."""
+    def dispatch(self, job: SimJob, cluster: str, now: float, avoid_nodes: tuple[str, ...] = ()) -> bool:
+        """Start the job on the cluster now (True), or leave it dispatched there until its pods pack; `avoid_nodes`:
+        the names of nodes its pods may not bind to (Place.avoid_nodes; the capacity names nodes by slot)."""
         entries = self.queued[job.queue]
         del entries[bisect.bisect_left(entries, job.order, key=lambda e: e[0])]
         job.state, job.cluster, job.attempt = RUNNING, cluster, job.attempt + 1
-        job.kept_off = frozenset(map(int, avoid))
+        job.kept_off = frozenset(map(int, avoid_nodes))
         self.running[job.id] = job
         self.usage[job.queue] = add(self.usage.get(job.queue, {}), job.requests)
         cls = self.classes.get(job.service_class)

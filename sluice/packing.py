@@ -4,14 +4,17 @@ their autoscaler asks for. Pure functions over milli-unit resource maps (sluice/
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from sluice.quantity import add, fits, subtract
 
 
-def first_fit(request: dict[str, int], free_per_node: Sequence[dict[str, int]]) -> int | None:
-    """Index of the first node whose free resources hold the request, or None."""
+def first_fit(request: dict[str, int], free_per_node: Sequence[dict[str, int]],
+              kept_off: AbstractSet[int] = frozenset()) -> int | None:
+    """Index of the first node whose free resources hold the request, or None; never one of `kept_off` (the
+    indices of nodes the pod must not be bound to: room held there for other jobs)."""
     for index, free in enumerate(free_per_node):
-        if fits(request, free):
+        if fits(request, free) and index not in kept_off:
             return index
     return None
 
@@ -30,19 +33,20 @@ def expand(pods: Iterable[tuple[int, dict[str, int]]]) -> list[dict[str, int]]:
     return [request for count, request in pods for _ in range(count)]
 
 
-def first_fit_decreasing(requests: Sequence[dict[str, int]], free_per_node: Sequence[dict[str, int]]
-                         ) -> tuple[list[dict[str, int]], list[int | None]]:
+def first_fit_decreasing(requests: Sequence[dict[str, int]], free_per_node: Sequence[dict[str, int]],
+                         kept_off: AbstractSet[int] = frozenset()) -> tuple[list[dict[str, int]], list[int | None]]:
     """Every pod's request, the largest first, onto the first node that still holds it.
 
     Largest by each resource in name order (milli-units of different resources are not comparable, a fixed
     order is); equal requests keep their order. Returns the nodes' free resources after the pods that fit,
-    and each request's node index, in the order given (None for one that fits nowhere: not all fit at once)."""
+    and each request's node index, in the order given (None for one that fits nowhere: not all fit at once).
+    No pod goes to a node in `kept_off` (first_fit)."""
     names = sorted({name for request in requests for name in request})
     order = sorted(range(len(requests)), key=lambda i: tuple(-requests[i].get(name, 0) for name in names))
     free = list(free_per_node)
     slots: list[int | None] = [None] * len(requests)
     for index in order:
-        slot = first_fit(requests[index], free)
+        slot = first_fit(requests[index], free, kept_off)
         if slot is not None:
             free[slot] = subtract(free[slot], requests[index])
             slots[index] = slot

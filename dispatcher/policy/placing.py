@@ -67,7 +67,7 @@ class Place:
     cluster: str
     # Nodes the cluster must keep its pods off: room held there for other jobs leaves none of its pods room
     # (held.kept_for_others), though the cluster's own scheduler would see it free.
-    avoid: tuple[str, ...] = ()
+    avoid_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,25 +317,19 @@ def _wait_reason(job: QueuedJob, clusters: list[ClusterState], known: dict[str, 
 
 def take(cluster: ClusterState, requests: dict[str, int],
          pods: tuple[tuple[int, dict[str, int]], ...] = (), *, drain: bool = False,
-         avoid: frozenset[int] = frozenset()) -> ClusterState:
+         kept_off: frozenset[int] = frozenset()) -> ClusterState:
     """The cluster with `requests` less free, and, when it reports its nodes, `pods` (or `requests` as one
     pod) taken off the nodes first-fit decreasing packs them onto, and its largest free node what is left
     on them; without per-node figures, its largest free node can hold no more than what is left.
     drain (room held for a job): a pod that fits no node now takes all that is free, up to its size, on
     the node nearest to holding it, so that room freed there is kept for it until the pod fits.
-    avoid: the indices of nodes the pods are kept off (Place.avoid), as the cluster is told to."""
+    kept_off: the indices of nodes the pods must not be bound to (Place.avoid_nodes), as the cluster is told."""
     free = subtract(cluster.free, requests)
     # dataclasses.replace without its __init__ (14 fields set one by one): a busy cycle takes thousands.
     taken = object.__new__(ClusterState)
     taken.__dict__.update(cluster.__dict__, free=free)
     if cluster.node_free:  # the largest free node is known again: the most of each resource left on one node
-        if avoid:
-            kept_off = tuple({} if i in avoid else n for i, n in enumerate(cluster.node_free))
-            after = _take_off_nodes(kept_off, requests, pods, free, drain)
-            nodes = tuple({r: min(v, free.get(r, 0)) for r, v in cluster.node_free[i].items()} if i in avoid else n
-                          for i, n in enumerate(after))
-        else:
-            nodes = _take_off_nodes(cluster.node_free, requests, pods, free, drain)
+        nodes = _take_off_nodes(cluster.node_free, requests, pods, free, drain, kept_off)
         taken.__dict__["node_free"] = nodes
         largest = {r: min(free.get(r, 0), max(node.get(r, 0) for node in nodes)) for r in cluster.largest_free_node}
     else:
@@ -346,15 +340,15 @@ def take(cluster: ClusterState, requests: dict[str, int],
 
 def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
                     pods: tuple[tuple[int, dict[str, int]], ...], free: dict[str, int],
-                    drain: bool = False) -> tuple[dict[str, int], ...]:
+                    drain: bool = False, kept_off: frozenset[int] = frozenset()) -> tuple[dict[str, int], ...]:
     if not pods or sum(n for n, _ in pods) <= 1:
-        slot = first_fit(requests, nodes)  # one pod (or pods unknown): the cheap case of the hot path
+        slot = first_fit(requests, nodes, kept_off)  # one pod (or pods unknown): the cheap case of the hot path
         if slot is not None:
             return nodes[:slot] + (subtract(nodes[slot], requests),) + nodes[slot + 1:]
         each, after, slots = [requests], list(nodes), [None]
     else:
         each = expand(pods)
-        after, slots = first_fit_decreasing(each, nodes)
+        after, slots = first_fit_decreasing(each, nodes, kept_off)
     if None in slots and drain:
         taken = {s for s in slots if s is not None}
         ranked: list[int] = []

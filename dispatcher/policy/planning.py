@@ -481,13 +481,13 @@ def _decide(c: Candidate, tree: QuotaTree, state: Clusters, views: HeldView,
 
 
 def _place(c: Candidate, cluster: str, tree: QuotaTree, state: dict[str, ClusterState], out: CyclePlan,
-           burst: _Burst, now: float, avoid: tuple[int, ...] = ()) -> None:
-    """avoid: the indices of the cluster's nodes its pods are kept off (held.kept_for_others)."""
+           burst: _Burst, now: float, kept_off: tuple[int, ...] = ()) -> None:
+    """kept_off: the indices of the cluster's nodes its pods must not be bound to (held.kept_for_others)."""
     job = c.job
-    kept_off = tuple(state[cluster].node_names[i] for i in avoid) if avoid else ()
-    state[cluster] = take(state[cluster], job.requests, job.pods, avoid=frozenset(avoid))
+    avoid_nodes = tuple(state[cluster].node_names[i] for i in kept_off) if kept_off else ()
+    state[cluster] = take(state[cluster], job.requests, job.pods, kept_off=frozenset(kept_off))
     tree.charge(c.queue, job.requests)
-    out.places.append(Place(job.id, cluster, kept_off))
+    out.places.append(Place(job.id, cluster, avoid_nodes))
     out.holds.pop(job.id, None)
     # It holds its room until its expected end, as what runs does: a reservation made later in this cycle, or a
     # burst weighed, counts on that end as on theirs.

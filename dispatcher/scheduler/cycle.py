@@ -294,7 +294,7 @@ class PostgresCycle:
         return lifecycle.dispatch(self._session, [(p.job_id, p.cluster) for p in rest],
                                   {p.job_id: plan.bursts[p.job_id].record() for p in rest if p.job_id in plan.bursts},
                                   reasons=reasons, commit=database.owns_transaction(self._session),
-                                  avoid={p.job_id: p.avoid for p in rest if p.avoid})
+                                  avoid_nodes={p.job_id: p.avoid_nodes for p in rest if p.avoid_nodes})
 
 
 def run_cycle(sessions: Sessions, settings: SchedulerSettings, now: datetime, *,

@@ -486,15 +486,15 @@ class Dispatched:
 
 def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None,
              reasons: dict[int, str] | None = None, commit: bool = False,
-             avoid: dict[int, tuple[str, ...]] | None = None) -> list[Dispatched]:
+             avoid_nodes: dict[int, tuple[str, ...]] | None = None) -> list[Dispatched]:
     """Move queued jobs to DISPATCHED on their chosen clusters, all in the caller's transaction.
 
     One UPDATE for the batch, compare-and-set on QUEUED (a job cancelled meanwhile is skipped), then
     the attempts, events and outbox commands of exactly the jobs that moved. bursts: per job sent to a
     paid cluster, its burst decision (kept with the attempt; its summary is the event's reason).
     reasons: first, set_reasons of other jobs. commit: then COMMIT, in the same round trip (the caller's
-    session then has nothing left to commit; nothing may follow in its transaction). avoid: per job, the
-    nodes its pods must not be bound to (Place.avoid), sent with its dispatch command.
+    session then has nothing left to commit; nothing may follow in its transaction). avoid_nodes: per job,
+    the nodes its pods must not be bound to (Place.avoid_nodes), sent with its dispatch command.
     """
     if not decisions and not commit:
         set_reasons(session, reasons or {})
@@ -505,16 +505,16 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
         set_reasons(session, reasons or {})
         if decisions:
             lock_clusters(session, [cluster for _, cluster in decisions])
-            cursor = _send_dispatch(conn, decisions, bursts or {}, avoid or {})
+            cursor = _send_dispatch(conn, decisions, bursts or {}, avoid_nodes or {})
         if commit:
             conn.execute("COMMIT")
     return [Dispatched(*r) for r in cursor.fetchall()] if cursor is not None else []
 
 
 def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dict],
-                   avoid: dict[int, tuple[str, ...]]):
+                   avoid_nodes: dict[int, tuple[str, ...]]):
     """dispatch's statement, sent on psycopg connection `conn`; its cursor (rows: Dispatched's fields)."""
-    kept_off = [(i, nodes) for i, _ in decisions if (nodes := avoid.get(i))]
+    kept_off = [(i, nodes) for i, _ in decisions if (nodes := avoid_nodes.get(i))]
     return conn.execute(
         f"""WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
            b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
@@ -575,7 +575,7 @@ class DispatchAhead:
         self.sent = 0  # how many of the plan's places were sent
 
     def placed(self, places: list, bursts: dict) -> None:
-        """The plan so far (its places, each with .job_id, .cluster and .avoid; bursts by job id, with .record()):
+        """The plan so far (its places, each with .job_id, .cluster and .avoid_nodes; bursts by job id, with .record()):
         sends the places not yet sent, once there are AHEAD of them."""
         if len(places) - self.sent < self.AHEAD:
             return
@@ -587,7 +587,7 @@ class DispatchAhead:
         part = places[self.sent:]
         self._cursors.append(_send_dispatch(conn, [(p.job_id, p.cluster) for p in part],
                                             {p.job_id: bursts[p.job_id].record() for p in part if p.job_id in bursts},
-                                            {p.job_id: p.avoid for p in part if p.avoid}))
+                                            {p.job_id: p.avoid_nodes for p in part if p.avoid_nodes}))
         self.sent = len(places)
 
     def end(self) -> list[Dispatched]:

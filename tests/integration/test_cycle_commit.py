@@ -135,7 +135,7 @@ def test_the_nodes_a_dispatch_keeps_a_job_off_go_to_its_cluster_with_the_command
         ahead.placed([Place(first, "c0", ("node-3", "node-1")), Place(second, "c0")], {})
         assert ahead.sent == 2
         ahead.end()
-        lifecycle.dispatch(session, [(third, "c0"), (fourth, "c0")], avoid={third: ("node-0",)})
+        lifecycle.dispatch(session, [(third, "c0"), (fourth, "c0")], avoid_nodes={third: ("node-0",)})
     with world.sessions() as session:
         rows = {row.job_id: row for row in outbox.pending(session, "c0")}
         [many] = outbox.pending_many(session, [("c0", 0)])

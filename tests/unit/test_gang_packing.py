@@ -18,7 +18,7 @@ from dispatcher.policy.placing import (
     verdicts,
     why_not,
 )
-from sluice.packing import expand, first_fit_decreasing
+from sluice.packing import expand, first_fit, first_fit_decreasing
 
 CPU = 1000
 
@@ -135,3 +135,12 @@ def test_two_gangs_of_one_total_and_largest_pod_but_other_pods_are_each_decided_
                       {}, 0.0)
     assert plan.places == [Place(2, "c")]
     assert "only 1 fit on its nodes" in plan.waits[1]
+
+
+def test_no_pod_is_packed_onto_a_node_kept_off():
+    nodes = [{"cpu": 4000}, {"cpu": 4000}, {"cpu": 1000}]
+    assert first_fit({"cpu": 1000}, nodes, kept_off={0}) == 1
+    assert first_fit({"cpu": 1000}, nodes, kept_off={0, 1}) == 2
+    assert first_fit({"cpu": 2000}, nodes, kept_off={0, 1}) is None
+    after, slots = first_fit_decreasing([{"cpu": 1000}, {"cpu": 4000}], nodes, kept_off={1})
+    assert slots == [2, 0] and after == [{"cpu": 0}, {"cpu": 4000}, {"cpu": 0}]

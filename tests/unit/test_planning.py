@@ -1207,6 +1207,6 @@ def test_jobs_placed_beside_held_nodes_are_kept_off_them_where_the_cluster_names
     assert plan.holds[10] == hold
     # Without node names nothing can be said to the cluster: the places name no nodes.
     unnamed = replace(c, node_names=())
-    assert [p.avoid for p in run(heads, [], [unnamed], holds={10: hold}).places] == [(), ()]
+    assert [p.avoid_nodes for p in run(heads, [], [unnamed], holds={10: hold}).places] == [(), ()]
     # Without the hold, nothing is kept off.
-    assert [p.avoid for p in run(heads[1:], [], [c]).places] == [(), ()]
+    assert [p.avoid_nodes for p in run(heads[1:], [], [c]).places] == [(), ()]

@@ -640,13 +640,8 @@ class SimCluster:
         free = self._room_on(usable)
         still_pending = []
         for record, pods in self._waiting_gangs().items():
-            if record.kept_off:  # its pods may not go there: the nodes count as full for it
-                room = [{} if index in record.kept_off else left for index, left in zip(usable, free)]
-                after, slots = first_fit_decreasing([pod.request for pod in pods], room)
-                after = [left if index in record.kept_off else now_left
-                         for index, left, now_left in zip(usable, free, after)]
-            else:
-                after, slots = first_fit_decreasing([pod.request for pod in pods], free)
+            kept_off = {i for i, index in enumerate(usable) if index in record.kept_off} if record.kept_off else ()
+            after, slots = first_fit_decreasing([pod.request for pod in pods], free, kept_off)
             if None in slots:
                 still_pending.extend(pods)
                 continue
