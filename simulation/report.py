@@ -23,8 +23,10 @@ that resource's seconds.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
+import operator
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -284,7 +286,7 @@ def _due_moment_by_moment(outcomes: list[JobOutcome], capacity: dict[str, int], 
     times, levels = _steps(running)
     out: dict[str, list[float]] = {}
     for queue in {o.queue for o in outcomes}:
-        sums = out[queue] = [0.0] * count
+        sums = _PerWindow(origin, window_s, count)
         share = entitled[queue]
         demand_times, demand_levels = _steps(present.get(queue, []))
         # Both step functions walked together, over the moments the queue has work present only.
@@ -300,10 +302,11 @@ def _due_moment_by_moment(outcomes: list[JobOutcome], capacity: dict[str, int], 
                 upto = min(end, following)
                 rate = min(share * levels[i], demand) if i >= 0 else 0.0
                 if rate > 0:
-                    _spread(sums, origin, window_s, t, upto, rate)
+                    sums.add(t, upto, functools.partial(operator.mul, rate))
                 t = upto
                 if upto == following:
                     i += 1
+        out[queue] = sums.totals()
     return out
 
 
@@ -320,16 +323,6 @@ def _steps(changes: list[tuple[float, float]]) -> tuple[list[float], list[float]
             times.append(time)
             levels.append(level)
     return times, [max(0.0, v) for v in levels]  # float sums may leave -1e-17 where nothing runs
-
-
-def _spread(sums: list[float], origin: float, width: float, start: float, end: float, rate: float) -> None:
-    """Add rate x the overlap of [start, end) with each window to that window's sum."""
-    k = min(len(sums) - 1, max(0, int((start - origin) // width)))
-    while start < end:
-        edge = origin + (k + 1) * width if k < len(sums) - 1 else end
-        upto = min(end, edge)
-        sums[k] += rate * (upto - start)
-        start, k = upto, k + 1
 
 
 def fair_share_violations(windows: list[dict], *, tolerance: float = 0.10, relative: bool = True,

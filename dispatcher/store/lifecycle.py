@@ -514,7 +514,7 @@ def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[in
 def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dict],
                    avoid_nodes: dict[int, tuple[str, ...]]):
     """dispatch's statement, sent on psycopg connection `conn`; its cursor (rows: Dispatched's fields)."""
-    kept_off = [(i, nodes) for i, _ in decisions if (nodes := avoid_nodes.get(i))]
+    avoided = [(i, nodes) for i, _ in decisions if (nodes := avoid_nodes.get(i))]
     return conn.execute(
         f"""WITH d AS (SELECT * FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(clusters)s AS text[])) AS d(id, cluster)),
            b AS (SELECT * FROM unnest(CAST(%(burst_ids)s AS bigint[]), CAST(%(burst_docs)s AS jsonb[])) AS b(id, doc)),
@@ -547,8 +547,8 @@ def _send_dispatch(conn, decisions: list[tuple[int, str]], bursts: dict[int, dic
         {"ids": [d[0] for d in decisions], "clusters": [d[1] for d in decisions],
          "burst_ids": [i for i, _ in decisions if i in bursts],
          "burst_docs": [json.dumps(bursts[i]) for i, _ in decisions if i in bursts],
-         "avoid_ids": [i for i, _ in kept_off],
-         "avoid_docs": [json.dumps({"avoidNodes": list(nodes)}) for _, nodes in kept_off],
+         "avoid_ids": [i for i, _ in avoided],
+         "avoid_docs": [json.dumps({"avoidNodes": list(nodes)}) for _, nodes in avoided],
          "outbox": OUTBOX_CHANNEL, "events": EVENTS_CHANNEL})
 
 
