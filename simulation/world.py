@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from dispatcher.capacity import snapshot
 from dispatcher.capacity.snapshot import ClusterCapacity
-from dispatcher.policy.placing import ClusterState, QueuedJob
+from dispatcher.policy.placing import ClusterState, QueuedJob, nodes_within
 from dispatcher.policy.plans import Active, ClassPolicy
 from sluice.objects import ClusterObject
 from sluice.packing import expand, first_fit_decreasing, gang_nodes_to_request, held_per_node
@@ -156,8 +156,7 @@ class SimCluster:
             largest = {r: min(v, self.free.get(r, 0)) for r, v in largest.items()}
             state = ClusterState(self.name, self.obj.tier, self.obj.site, dict(self.obj.labels), dict(self.free),
                                  largest, "", dict(self.allocatable), **self.terms,
-                                 node_free=tuple({r: min(v, self.free.get(r, 0)) for r, v in n.items()}
-                                                 for n in nodes),
+                                 node_free=tuple(nodes_within(nodes, self.free)),
                                  node_names=tuple(map(str, range(len(nodes)) if slots is None else slots)))
             self._capacity = ClusterCapacity(state, "active", "agent", 0.0, dict(self.allocatable))
         return self._capacity

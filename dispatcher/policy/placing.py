@@ -358,17 +358,35 @@ def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
                 continue
             if pod != shape:  # the nodes by how much of the pod each has free (only the nodes taken change)
                 shape = pod
-                ranked = sorted(range(len(after)), reverse=True,
-                                key=lambda n: (sum(min(after[n].get(r, 0), v) / v for r, v in pod.items() if v), -n))
+                ranked = [-n for _, n in sorted(_nearness(pod, after), reverse=True)]
             # The node with the most of the pod free (the first of those): it fills up for the pod soonest.
-            nearest = next((n for n in ranked if n not in taken), None)
-            if nearest is None:
+            n = next((n for n in ranked if n not in taken), None)
+            if n is None:
                 break
-            after[nearest] = subtract(after[nearest], {r: min(after[nearest].get(r, 0), v) for r, v in pod.items()})
-            taken.add(nearest)
+            after[n] = subtract(after[n], {r: min(after[n].get(r, 0), v) for r, v in pod.items()})
+            taken.add(n)
     if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)
-        after = [{r: min(v, free.get(r, 0)) for r, v in node.items()} for node in after]
+        after = nodes_within(after, free)
     return tuple(after)
+
+
+def _nearness(pod: dict[str, int], nodes: list[dict[str, int]]) -> list[tuple[float, int]]:
+    """Per node, (the share of the pod it has free, minus its index): the largest is the node nearest to
+    holding the pod, the first of equals."""
+    asked = [(r, v) for r, v in pod.items() if v]
+    if len(asked) == 1:  # one resource: its amount free, up to the pod's, orders the nodes as its share would
+        (r, v), = asked
+        return [(min(node.get(r, 0), v), -n) for n, node in enumerate(nodes)]
+    return [(sum(min(node.get(r, 0), v) / v for r, v in asked), -n) for n, node in enumerate(nodes)]
+
+
+def nodes_within(nodes: list[dict[str, int]], free: dict[str, int]) -> list[dict[str, int]]:
+    """The nodes with no resource above what the whole cluster has free (a node within it is kept as it is)."""
+    over = [r for r in {r for node in nodes for r in node} if max(node.get(r, 0) for node in nodes) > free.get(r, 0)]
+    if not over:
+        return nodes
+    return [{r: min(v, free.get(r, 0)) for r, v in node.items()} if any(node.get(r, 0) > free.get(r, 0) for r in over)
+            else node for node in nodes]
 
 
 def verdicts(job: QueuedJob, clusters: list[ClusterState]) -> list[tuple[str, str]]:
