@@ -346,3 +346,29 @@ def test_adopting_reads_the_job_again_after_a_conflict_and_checks_the_pod_policy
         assert not fake.list("jobs", None, "sluice.io/job-id=6") and not attempt_pods(fake, 6, 1)
     finally:
         backend.stop()
+
+
+def test_an_adopted_job_is_kept_off_the_nodes_its_dispatch_names_and_so_are_its_pods(fake, tmp_path):
+    """A dispatch that names nodes to keep off (room held there for other jobs) adopts the Job with them in its
+    node affinity: the API server takes the change while the Job is suspended and never started, and the Job's
+    pods carry it."""
+    backend = KubernetesBackend(KubernetesSettings(kubeconfig=str(tmp_path / "kube-a.kubeconfig"), context="kube-a",
+                                                   tick_s=0.05, backoff_initial_s=0.05, sync_timeout_s=5))
+    backend.start(lambda status: None)
+    try:
+        backend.configure({"apiVersion": "sluice.io/v1", "kind": "Cluster", "metadata": {"name": "kube-a"},
+                           "spec": {"kubernetes": {"namespaces": {"vision": "ml"}}}})
+        uid = fake.put(job_of_its_own("train"))["metadata"]["uid"]
+        assert backend.create_attempt(9, 1, origin_document("train", uid), ("node-b", "node-c")) is True
+        off = {"key": "metadata.name", "operator": "NotIn", "values": ["node-b", "node-c"]}
+        terms = {"nodeSelectorTerms": [{"matchFields": [off]}]}
+        adopted_job = the_job(fake, "train")
+        assert adopted_job["metadata"]["annotations"]["sluice.io/adopted"] == "9-1"
+        assert adopted_job["spec"]["suspend"] is False
+        affinity = adopted_job["spec"]["template"]["spec"]["affinity"]
+        assert affinity == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+        wait_until(lambda: attempt_pods(fake, 9, 1), 5, what="the adopted Job's pod")
+        (pod,) = attempt_pods(fake, 9, 1)
+        assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == terms
+    finally:
+        backend.stop()

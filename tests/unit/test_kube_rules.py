@@ -267,6 +267,36 @@ def test_the_adoption_patch_makes_the_job_the_attempt_s_and_its_release_hands_it
     assert release_patch(running)["metadata"]["resourceVersion"] == "41"  # not a Job that finished since
 
 
+def test_an_adopted_job_is_kept_off_the_nodes_its_dispatch_names_with_its_own_node_affinity_kept():
+    own = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]},
+                                 {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}]}
+    preferred = [{"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In",
+                                                                     "values": ["z1"]}]}}]
+    job = user_job()
+    job["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": own,
+                         "preferredDuringSchedulingIgnoredDuringExecution": preferred},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    plan = plan_attempt(7, 1, origin_document(), ClusterSettings(namespaces={"vision": "team-a"}), CREATED)
+    running = merge_patch(job, adoption_patch(job, *plan.marks[0], "7-1", ("node-b", "node-c")))
+    kubernetes_validate.validate(running, "1.33", strict=True)
+    off = {"key": "metadata.name", "operator": "NotIn", "values": ["node-b", "node-c"]}
+    affinity = running["spec"]["template"]["spec"]["affinity"]
+    # Each of the Job's own terms (ORed) also keeps off the nodes; what else it said stays as it was.
+    assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{**term, "matchFields": [off]} for term in own["nodeSelectorTerms"]]}
+    assert affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == preferred
+    assert affinity["podAntiAffinity"] == job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert {k: v for k, v in running["spec"]["template"]["spec"].items() if k != "affinity"} == \
+        {k: v for k, v in job["spec"]["template"]["spec"].items() if k != "affinity"}
+    # Without nodes to keep off, the pod template's spec is left alone.
+    assert "spec" not in adoption_patch(job, *plan.marks[0], "7-1")["spec"]["template"]
+    bare = merge_patch(user_job(), adoption_patch(user_job(), *plan.marks[0], "7-1", ("node-b",)))
+    assert bare["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-b"]}]}]}}}
+
+
 def test_plan_marks_are_the_labels_and_annotations_of_each_pod_set_s_objects():
     plan = plan_attempt(12, 3, job(pod_set(), pod_set("ps", 1)), ClusterSettings(workload="jobs"), CREATED)
     for mark, manifest in zip(plan.marks, plan.manifests, strict=True):

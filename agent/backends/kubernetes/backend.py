@@ -29,7 +29,8 @@ Guarantees:
   cluster's API server (`spec.origin.cluster` is this cluster's name) runs as that very Job when it can
   (objects.py `adoption`: the same uid, still suspended, never started, never adopted, the job's count of
   pods): one merge patch, conditional on the Job's resourceVersion, puts the attempt's labels and
-  annotations on the Job and its pod template and unsuspends it; from then on it is tracked, evaluated
+  annotations on the Job and its pod template, and the nodes the dispatch names to keep off in its node
+  affinity, and unsuspends it; from then on it is tracked, evaluated
   and listed as any Job of workload `jobs`. Otherwise a copy is made as for any job. The Job is the
   user's: Sluice never deletes it. Where an attempt's objects would be deleted (cancel, preempt, orphan,
   FAILED, LOST, UNSCHEDULABLE), an adopted Job that has not finished is suspended again and no longer
@@ -241,7 +242,7 @@ class KubernetesBackend:
             cluster = self._cluster
         origin = origin_of(spec)
         if origin is not None and cluster.name and origin["cluster"] == cluster.name:
-            taken = self._adopt(key, spec, origin, cluster)
+            taken = self._adopt(key, spec, origin, cluster, tuple(avoid_nodes))
             if taken is not None:
                 return taken
         try:
@@ -276,7 +277,7 @@ class KubernetesBackend:
         return created > 0
 
     def _adopt(self, key: tuple[int, int], document: dict, origin: dict[str, str],
-               cluster: ClusterSettings) -> bool | None:
+               cluster: ClusterSettings, avoid_nodes: tuple[str, ...] = ()) -> bool | None:
         """Run the attempt as the suspended Job its job was submitted as in this cluster: True when adopted now
         (or refused by the pod policy: reported FAILED), False when this attempt adopted it before (a repeated
         command, or one to a restarted agent), None when the Job cannot run it (the caller makes a copy)."""
@@ -308,7 +309,7 @@ class KubernetesBackend:
                 self._decide(key, FAILED, str(exc))
                 return True
             labels, annotations = plan.marks[0]
-            patch = adoption_patch(job, labels, annotations, adoption_mark(*key))
+            patch = adoption_patch(job, labels, annotations, adoption_mark(*key), avoid_nodes)
             try:
                 self._retrying(lambda body=patch: self._api.patch("jobs", namespace, name, body))
             except KubeError as exc:

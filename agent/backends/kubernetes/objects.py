@@ -23,8 +23,10 @@ the environment variables SLUICE_ARRAY_ID and SLUICE_ARRAY_INDEX, unless it defi
 Adoption (the kubectl front door): a job submitted as a suspended batch/v1 Job through this cluster's API
 server (`spec.origin` names the cluster and the Job) runs, when Sluice places it here, as that very Job.
 `adoption` says whether the Job can run the attempt, `adoption_patch` makes it the attempt's (the labels
-and annotations above on the Job and its pod template, `sluice.io/adopted: <job>-<attempt>`, unsuspended)
-and `release_patch` hands it back to its owner, suspended. A Job is adopted once at most.
+and annotations above on the Job and its pod template, `sluice.io/adopted: <job>-<attempt>`, the nodes
+to keep off in its template's node affinity, unsuspended) and `release_patch` hands it back to its owner,
+suspended (the nodes it was kept off stay: a Job that ran may no longer change its template). A Job is
+adopted once at most.
 """
 from __future__ import annotations
 
@@ -258,14 +260,24 @@ def adoption(job: dict | None, document: dict, job_id: int, attempt: int) -> tup
     return ADOPT, ""
 
 
-def adoption_patch(job: dict, labels: dict[str, str], annotations: dict[str, str], mark: str) -> dict:
+def adoption_patch(job: dict, labels: dict[str, str], annotations: dict[str, str], mark: str,
+                   avoid_nodes: tuple[str, ...] = ()) -> dict:
     """The one merge patch that makes a user's suspended Job run an attempt: the attempt's labels and annotations
     on the Job and on its pod template (so its pods are the attempt's), the adoption mark, unsuspended;
-    conditional on the version it was decided on (409 when the Job changed since)."""
+    conditional on the version it was decided on (409 when the Job changed since). `avoid_nodes`: the nodes
+    its pods must keep off (DispatchAttempt.avoid_nodes), added to the template's node affinity as for a copy
+    (a suspended Job that never started may change its node affinity, as Kueue's admission does)."""
+    template: dict = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}
+    if avoid_nodes:
+        pod = copy.deepcopy(((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+        _kept_off(pod, avoid_nodes)
+        affinity = pod.get("affinity")
+        if isinstance(affinity, dict) and isinstance(affinity.get("nodeAffinity"), dict):
+            # A merge patch replaces a list whole: the terms go as the Job's own, each with the nodes kept off.
+            template["spec"] = {"affinity": {"nodeAffinity": affinity["nodeAffinity"]}}
     return {"metadata": {"resourceVersion": (job.get("metadata") or {}).get("resourceVersion"),
                          "labels": dict(labels), "annotations": {**annotations, ANNOTATION_ADOPTED: mark}},
-            "spec": {"suspend": False,
-                     "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}}}
+            "spec": {"suspend": False, "template": template}}
 
 
 def release_patch(job: dict) -> dict:
