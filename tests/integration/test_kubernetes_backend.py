@@ -162,7 +162,7 @@ def test_array_elements_pods_carry_their_index_in_env_and_labels(start, fake, wo
 
 @pytest.mark.parametrize("workload", ["pods", "jobs"])
 def test_pods_of_a_dispatch_that_names_nodes_to_avoid_carry_it_to_the_api_server(start, fake, workload):
-    backend, _ = start(cluster_document(workload=workload))
+    backend, statuses = start(cluster_document(workload=workload))
     assert backend.create_attempt(26, 1, job_doc(pod_set("worker", 2)), ("node-b", "node-c")) is True
     created = pods(fake, 26)
     assert len(created) == 2  # accepted by the API server's validation, as made (or by the Job controller)
@@ -170,6 +170,13 @@ def test_pods_of_a_dispatch_that_names_nodes_to_avoid_carry_it_to_the_api_server
         assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
                                                     "values": ["node-b", "node-c"]}]}]}
+    # A template whose own affinity is malformed is left as it is, for the API server to refuse: FAILED, with
+    # its words (the dispatcher does not check a pod template against Kubernetes' schema).
+    bad = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": 5}]}}}
+    assert backend.create_attempt(27, 1, job_doc(pod_set("worker", 1, affinity=bad)), ("node-b",)) is True
+    failed = statuses.wait(27, "FAILED")
+    assert failed.reason.startswith("Kubernetes refused "), failed.reason
 
 
 def test_running_reports_the_first_pod_s_address_and_again_when_it_changes(start, fake):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from agent.backends.kubernetes import status as ks
 from agent.backends.kubernetes.objects import (
@@ -295,6 +297,52 @@ def test_an_adopted_job_is_kept_off_the_nodes_its_dispatch_names_with_its_own_no
     assert bare["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-b"]}]}]}}}
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+
+
+def _shaped(keys: list[str], inner: st.SearchStrategy) -> st.SearchStrategy:
+    """Anything, or an object with some of these keys holding `inner`: a user's affinity, right or wrong at
+    every level."""
+    return st.fixed_dictionaries({key: inner for key in keys}) \
+        | st.fixed_dictionaries({}, optional={key: inner for key in keys}) | _JSON
+
+
+_TERMS = _JSON | st.lists(_shaped(["matchFields", "matchExpressions"], _JSON), max_size=3)
+_NODE_AFFINITY = _shaped(["requiredDuringSchedulingIgnoredDuringExecution",
+                          "preferredDuringSchedulingIgnoredDuringExecution"], _shaped(["nodeSelectorTerms"], _TERMS))
+_AFFINITY = _shaped(["nodeAffinity", "podAntiAffinity"], _NODE_AFFINITY)
+
+
+@settings(max_examples=300, deadline=None)
+@given(affinity=_AFFINITY)
+@example(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchFields": 5}]}}})
+def test_adopting_a_job_whatever_its_affinity_says_never_fails_and_keeps_every_required_term_off_the_nodes(
+        affinity):
+    """A user's Job is what a user wrote: the patch is made whatever its template's affinity holds. Where its
+    required node terms are a list of terms, each keeps off the nodes; anything else is left as it was, for the
+    API server to judge (it refuses the patch, and the agent makes a copy)."""
+    job = user_job()
+    job["spec"]["template"]["spec"]["affinity"] = affinity
+    plan = plan_attempt(7, 1, origin_document(), ClusterSettings(namespaces={"vision": "team-a"}), CREATED)
+    running = merge_patch(job, adoption_patch(job, *plan.marks[0], "7-1", ("node-b",)))
+    after = running["spec"]["template"]["spec"].get("affinity")
+    node = after.get("nodeAffinity") if isinstance(after, dict) else None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if isinstance(terms, list) and all(isinstance(t, dict) and isinstance(t.get("matchFields") or [], list)
+                                       for t in terms):
+        off = {"key": "metadata.name", "operator": "NotIn", "values": ["node-b"]}
+        assert terms and all(off in (t.get("matchFields") or []) for t in terms)
+    if isinstance(affinity, dict):  # the rest of the affinity (pod affinity, anti-affinity) is not touched
+        assert {k: v for k, v in after.items() if k != "nodeAffinity"} == \
+            {k: v for k, v in affinity.items() if k != "nodeAffinity"}
+    else:
+        assert after == affinity
 
 
 def test_plan_marks_are_the_labels_and_annotations_of_each_pod_set_s_objects():

@@ -324,7 +324,8 @@ def _kept_off(spec: dict, nodes: tuple[str, ...]) -> None:
     if not isinstance(required, dict):
         return
     terms = required.get("nodeSelectorTerms") or [{}]
-    if isinstance(terms, list) and all(isinstance(t, dict) for t in terms):
+    if isinstance(terms, list) and all(isinstance(t, dict) and isinstance(t.get("matchFields") or [], list)
+                                       for t in terms):
         required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), off]} for t in terms]
 
 
