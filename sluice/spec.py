@@ -446,7 +446,7 @@ def _plain_pod_sets(value: object, owned: bool) -> tuple[PodSet, ...] | None:
                 or not 1 <= count <= MAX_POD_SET_COUNT or type(template) is not dict):
             return None
         requests = _plain_requests(template.get("spec"))
-        if requests is None:
+        if requests is None or not _plain_metadata(template):
             return None
         if (annotations := _sim_annotations(template)) is not None:
             values = (annotations.get(SIM_EXIT_CODE_KEY), annotations.get(SIM_DURATION_KEY))
@@ -620,6 +620,7 @@ def _pod_sets(value: object, path: str, owned: bool = False) -> tuple[PodSet, ..
 
 
 def _pod_set(name: str, count: int, template: dict, path: str, owned: bool = False) -> PodSet:
+    _check_template_metadata(template, path)
     _check_sim_annotations(template, path)
     return PodSet(name=name, count=count, template=template if owned else json_copy(template),
                   requests=pod_requests(template, path))
@@ -632,6 +633,23 @@ def sim_exit_code(value: object) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) > MAX_EXIT_CODE:
         raise ValueError(f"must be an integer from 0 to {MAX_EXIT_CODE}, got {value!r}")
     return int(text)
+
+
+def _check_template_metadata(template: dict, path: str) -> None:
+    """The template's metadata, and its labels and annotations, are mappings where given: every agent puts
+    Sluice's own beside them."""
+    metadata = v.mapping(template.get("metadata"), f"{path}.metadata")
+    for key in ("labels", "annotations"):
+        v.mapping(metadata.get(key), f"{path}.metadata.{key}")
+
+
+def _plain_metadata(template: dict) -> bool:
+    """Whether _check_template_metadata passes, asked without wording an error."""
+    metadata = template.get("metadata")
+    if metadata is None:
+        return True
+    return type(metadata) is dict and all(type(metadata.get(key)) in (dict, type(None))
+                                          for key in ("labels", "annotations"))
 
 
 def _sim_annotations(template: dict) -> dict | None:

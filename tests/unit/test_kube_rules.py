@@ -23,6 +23,7 @@ from agent.backends.kubernetes.objects import (
     release_patch,
 )
 from agent.backends.kubernetes.settings import ClusterSettings
+from sluice.spec import SpecError, job_from_document
 from tests.fakekube.patch import merge_patch
 
 CREATED = "2026-01-01T00:00:00.000000Z"
@@ -460,3 +461,57 @@ def test_capacity_counts_usable_nodes_and_active_pods():
     assert ks.usage_of({"spec": {"nodeName": "a", "containers": [
         {"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}]},
         "status": {"phase": "Running"}}) == ks.PodUsage("a", {"cpu": 1000, "memory": 2**30 * 1000}, True)
+
+
+def _container(name: str) -> st.SearchStrategy:
+    """A container `sluice submit` takes (a name and an image), anything in the fields it passes through."""
+    return st.fixed_dictionaries({"name": st.just(name), "image": st.just("train:1")}, optional={
+        "env": st.lists(st.fixed_dictionaries({}, optional={"name": _JSON | st.just("SLUICE_ARRAY_ID"),
+                                                            "value": _JSON}) | _JSON, max_size=2) | _JSON,
+        "resources": st.just({"requests": {"cpu": "1"}}) | _JSON, "securityContext": _JSON,
+        "volumeMounts": _JSON, "ports": _JSON, "envFrom": _JSON})
+
+
+# Pod sets `sluice submit` takes (a name, a count, a template with containers), anything in what they pass
+# through: the template's metadata and the pod spec's other fields.
+_POD_SETS = st.lists(st.fixed_dictionaries({
+    "count": st.integers(1, 3),
+    "template": st.fixed_dictionaries({"spec": st.fixed_dictionaries(
+        {"containers": st.lists(st.sampled_from(["main", "side"]), min_size=1, max_size=2, unique=True).flatmap(
+            lambda names: st.tuples(*map(_container, names)).map(list))},
+        optional={"initContainers": st.lists(_container("init"), max_size=1) | _JSON, "volumes": _JSON,
+                  "ephemeralContainers": _JSON, "restartPolicy": st.sampled_from(["Never", "OnFailure"]) | _JSON,
+                  "activeDeadlineSeconds": _JSON, "hostNetwork": _JSON, "hostPID": _JSON,
+                  "serviceAccountName": _JSON, "securityContext": _JSON, "affinity": _AFFINITY,
+                  "tolerations": _JSON, "nodeSelector": _JSON})},
+        optional={"metadata": st.fixed_dictionaries({}, optional={"labels": _JSON, "annotations": _JSON,
+                                                                  "namespace": _JSON}) | _JSON})}),
+    min_size=1, max_size=2).map(lambda sets: [{"name": f"set{i}", **s} for i, s in enumerate(sets)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(pod_sets=_POD_SETS, max_runtime=st.none() | st.just("1h") | _JSON, element=st.booleans(),
+       workload=st.sampled_from(["pods", "jobs"]), avoid=st.sampled_from([(), ("node-b",)]))
+@example(pod_sets=[pod_set(volumes=5)], max_runtime=None, element=False, workload="pods", avoid=())
+@example(pod_sets=[pod_set(ephemeralContainers=5)], max_runtime=None, element=False, workload="jobs", avoid=())
+@example(pod_sets=[{"name": "worker", "count": 1, "template": {"metadata": {"labels": []}, "spec": {
+    "containers": [{"name": "main", "image": "train:1"}]}}}], max_runtime=None, element=False, workload="pods",
+    avoid=())
+@example(pod_sets=[pod_set(containers=[{"name": "main", "image": "train:1", "env": [{"name": []}]}])],
+         max_runtime=None, element=True, workload="pods", avoid=())
+def test_any_job_document_submit_takes_is_planned_or_refused_never_an_error(pod_sets, max_runtime, element,
+                                                                             workload, avoid):
+    """What a dispatch carries is a job document `sluice submit` took, which checks what Sluice needs of a pod
+    template and passes the rest through (sluice/spec.py): planning it makes manifests or refuses it (FAILED,
+    with why), and never raises anything else, which would fail the command each time it came again."""
+    try:
+        taken = job_from_document(job(*pod_sets, **({} if max_runtime is None else {"maxRuntime": max_runtime})))
+    except SpecError:
+        return  # refused at submit: it never reaches an agent
+    document = taken.to_document()
+    if element:  # the dispatcher's document of an array's element
+        document["spec"].update(arrayId=4, arrayIndex=1)
+    try:
+        plan_attempt(12, 3, document, ClusterSettings(workload=workload), CREATED, avoid)
+    except Refused:
+        pass

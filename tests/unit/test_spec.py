@@ -255,6 +255,12 @@ CONTAINER = "spec.podSets.0.template.spec.containers.0"
     ("spec.podSets.0.template", None, "spec.podSets[0].template", "required"),
     ("spec.podSets.0.template", [], "spec.podSets[0].template", "must be a mapping, got list"),
     ("spec.podSets.0.template.spec", None, "spec.podSets[0].template.spec", "required"),
+    # Every agent puts Sluice's labels and annotations beside the template's own.
+    ("spec.podSets.0.template.metadata", [], "spec.podSets[0].template.metadata", "must be a mapping, got list"),
+    ("spec.podSets.0.template.metadata", {"labels": ["a"]}, "spec.podSets[0].template.metadata.labels",
+     "must be a mapping, got list"),
+    ("spec.podSets.0.template.metadata", {"annotations": "x"}, "spec.podSets[0].template.metadata.annotations",
+     "must be a mapping, got string 'x'"),
     ("spec.podSets.0.template.spec.containers", None, "spec.podSets[0].template.spec.containers", "required"),
     ("spec.podSets.0.template.spec.containers", [], "spec.podSets[0].template.spec.containers",
      "must not be empty"),

@@ -75,6 +75,7 @@ from agent.backends.kubernetes.objects import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     MANAGED_SELECTOR,
+    AttemptPlan,
     Refused,
     adopted,
     adoption,
@@ -245,8 +246,10 @@ class KubernetesBackend:
             taken = self._adopt(key, spec, origin, cluster, tuple(avoid_nodes))
             if taken is not None:
                 return taken
+        plan = self._plan(key, spec, cluster, tuple(avoid_nodes))
+        if plan is None:
+            return True
         try:
-            plan = plan_attempt(key[0], key[1], spec, cluster, _rfc3339(self._clock()), tuple(avoid_nodes))
             self._ensure_namespace(plan.namespace, cluster)
         except Refused as exc:
             self._decide(key, FAILED, str(exc))
@@ -276,6 +279,21 @@ class KubernetesBackend:
                                                        "namespace": plan.namespace})
         return created > 0
 
+    def _plan(self, key: tuple[int, int], document: dict, cluster: ClusterSettings,
+              avoid_nodes: tuple[str, ...] = ()) -> AttemptPlan | None:
+        """The attempt's objects; None once it is reported FAILED: refused (Refused says why), or a document
+        this agent could not make objects of, which fails its job, not the command each time it comes again."""
+        try:
+            return plan_attempt(key[0], key[1], document, cluster, _rfc3339(self._clock()), avoid_nodes)
+        except Refused as exc:
+            self._decide(key, FAILED, str(exc))
+        except Exception as exc:  # a defect met by one job's document: that job fails, the agent goes on
+            log.exception("kubernetes: could not make an attempt's objects", extra={"job_id": key[0],
+                                                                                  "attempt": key[1]})
+            self._decide(key, FAILED, f"the agent could not make the attempt's objects from its job document "
+                                      f"({type(exc).__name__}: {exc})")
+        return None
+
     def _adopt(self, key: tuple[int, int], document: dict, origin: dict[str, str],
                cluster: ClusterSettings, avoid_nodes: tuple[str, ...] = ()) -> bool | None:
         """Run the attempt as the suspended Job its job was submitted as in this cluster: True when adopted now
@@ -303,10 +321,8 @@ class KubernetesBackend:
                 log.info("kubernetes: the job's own Job cannot run it; creating a copy", extra={
                     "job_id": key[0], "attempt": key[1], "namespace": namespace, "name": name, "why": why})
                 return None
-            try:
-                plan = plan_attempt(key[0], key[1], document, in_place, _rfc3339(self._clock()))
-            except Refused as exc:
-                self._decide(key, FAILED, str(exc))
+            plan = self._plan(key, document, in_place)
+            if plan is None:
                 return True
             labels, annotations = plan.marks[0]
             patch = adoption_patch(job, labels, annotations, adoption_mark(*key), avoid_nodes)

@@ -161,9 +161,17 @@ def plan_attempt(job_id: int, attempt: int, document: dict, cluster: ClusterSett
         if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name) or not isinstance(count, int) or count < 1:
             raise Refused(f"spec.podSets[{i}] needs a DNS-label name and a positive count")
         template = pod_set["template"]
+        if not isinstance(template.get("spec"), dict):
+            raise Refused(f"spec.podSets[{i}].template.spec: must be a mapping")
+        metadata = template.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise Refused(f"spec.podSets[{i}].template.metadata: must be a mapping")
+        for key in ("labels", "annotations"):  # Sluice's own go beside the template's, on every object
+            if not isinstance((metadata or {}).get(key) or {}, dict):
+                raise Refused(f"spec.podSets[{i}].template.metadata.{key}: must be a mapping")
         for problem in violations(template, namespace, cluster):
             problems.append(f"pod set {name}: {problem}")
-        restart = (template.get("spec") or {}).get("restartPolicy")
+        restart = template["spec"].get("restartPolicy")
         if restart not in (None, "Never", "OnFailure"):
             problems.append(f"pod set {name}: restartPolicy {restart!r} never lets a pod finish "
                             "(use Never or OnFailure)")
@@ -329,13 +337,18 @@ def _kept_off(spec: dict, nodes: tuple[str, ...]) -> None:
         required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), off]} for t in terms]
 
 
+def _items(value: object) -> list:
+    """A list from a user's template as it is, anything else as none (left for the API server to judge)."""
+    return value if isinstance(value, list) else []
+
+
 def _add_environment(spec: dict, environment: dict[str, str]) -> None:
     for group in ("initContainers", "containers"):
-        for container in spec.get(group) or []:
+        for container in _items(spec.get(group)):
             if not isinstance(container, dict):
                 continue
-            env = container.get("env") if isinstance(container.get("env"), list) else []
-            defined = {item.get("name") for item in env if isinstance(item, dict)}
+            env = _items(container.get("env"))
+            defined = {item.get("name") for item in env if isinstance(item, dict) and isinstance(item.get("name"), str)}
             container["env"] = env + [{"name": name, "value": value} for name, value in environment.items()
                                       if name not in defined]
 
@@ -352,7 +365,7 @@ def _text(value: object) -> object:
 
 def _quantities_as_strings(spec: dict) -> None:
     for group in ("initContainers", "containers", "ephemeralContainers"):
-        for container in spec.get(group) or []:
+        for container in _items(spec.get(group)):
             resources = container.get("resources") if isinstance(container, dict) else None
             if isinstance(resources, dict):
                 for key in ("requests", "limits"):
@@ -364,7 +377,7 @@ def _quantities_as_strings(spec: dict) -> None:
         for key in ("requests", "limits"):
             if isinstance(spec["resources"].get(key), dict):
                 spec["resources"][key] = {k: _text(v) for k, v in spec["resources"][key].items()}
-    for volume in spec.get("volumes") or []:
+    for volume in _items(spec.get("volumes")):
         empty_dir = volume.get("emptyDir") if isinstance(volume, dict) else None
         if isinstance(empty_dir, dict) and "sizeLimit" in empty_dir:
             empty_dir["sizeLimit"] = _text(empty_dir["sizeLimit"])
