@@ -298,3 +298,21 @@ def test_logs_of_a_running_then_finished_job_and_of_a_frozen_agent(dispatcher, f
         assert time.monotonic() - began < 15
     finally:
         proc.send_signal(signal.SIGCONT)
+
+
+def test_a_job_whose_template_the_api_server_refuses_fails_and_the_jobs_after_it_still_run(dispatcher, fakes, agents):
+    """`sluice submit` checks of a pod template only what Sluice needs and passes the rest through. A template the
+    agent cannot make sense of (volumes that are no list) fails its job with the API server's words; it once made
+    the agent fail the dispatch command, each time it came again, and no job after it reached the cluster."""
+    agents.start("kube-a")
+    client = dispatcher.client
+    bad = gang_doc(run_seconds=0.2, max_retries=0)
+    bad["spec"]["podSets"] = [bad["spec"]["podSets"][0]]
+    bad["spec"]["podSets"][0]["template"]["spec"]["volumes"] = 5
+    [bad_id] = client.submit([bad])
+    failed = wait_state(client, bad_id, FINAL)
+    assert (failed["state"], failed["cluster"]) == ("FAILED", "kube-a"), failed
+    assert "Kubernetes refused Pod" in failed["reason"], failed["reason"]
+    [good_id] = client.submit([gang_doc(run_seconds=0.2)])
+    good = wait_state(client, good_id, FINAL)
+    assert (good["state"], good["cluster"]) == ("SUCCEEDED", "kube-a"), good
