@@ -360,11 +360,11 @@ def _take_off_nodes(nodes: tuple[dict[str, int], ...], requests: dict[str, int],
                 shape = pod
                 ranked = [-n for _, n in sorted(_nearness(pod, after), reverse=True)]
             # The node with the most of the pod free (the first of those): it fills up for the pod soonest.
-            n = next((n for n in ranked if n not in taken), None)
-            if n is None:
+            nearest = next((n for n in ranked if n not in taken), None)
+            if nearest is None:
                 break
-            after[n] = subtract(after[n], {r: min(after[n].get(r, 0), v) for r, v in pod.items()})
-            taken.add(n)
+            after[nearest] = subtract(after[nearest], {r: min(after[nearest].get(r, 0), v) for r, v in pod.items()})
+            taken.add(nearest)
     if None in slots:  # some of it lands where no node shows it (an elastic cluster's new nodes, a hold)
         after = nodes_within(after, free)
     return tuple(after)
