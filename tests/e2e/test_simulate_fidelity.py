@@ -1,11 +1,13 @@
 """Fidelity of `sluice simulate` (issue #24): one small trace replayed in virtual time and run for real.
 
-The trace (built below, seeded): 176 jobs in 11 bursts of 16, one burst every 8 s (submitAt 0, 8, ..., 80),
-over three queues of weights 2:1:1 and two clusters of different shapes (east: 2 nodes of 8 cpu; west:
-4 nodes of 4 cpu), each job one pod of 1, 2, 3, 4 or 6 cpu, run times 0.5-3 s (hundredths of a second,
-so ends rarely coincide). A burst asks for about 1.6 times what the clusters hold, so its jobs wait for
-each other's ends; jobs of 6 cpu fit east only. Every burst has ended (in the replay, with
-room to spare) before the next arrives, so each burst is its own experiment.
+The trace (built below, seeded): 176 jobs in 11 bursts of 16 over three queues of weights 2:1:1 and two
+clusters of different shapes (east: 2 nodes of 8 cpu; west: 4 nodes of 4 cpu), each job one pod of 1, 2, 3,
+4 or 6 cpu, run times 0.5-3 s (hundredths of a second, so ends rarely coincide). A burst asks for about 1.6
+times what the clusters hold, so its jobs wait for each other's ends; jobs of 6 cpu fit east only. Each burst
+arrives SPARE_S (1.5 s) or more after the one before it has ended in the replay (submitAt rounded up to the
+half second: 0, 5, 12.5, ..., 65 as it stands), and the test holds that every burst has ended, in the replay,
+at least a second before the next arrives: each burst is its own experiment, and the real run waits between
+them no longer than that needs.
 
 - Replayed: `simulation.run.simulate(trace, objects, ["sluice"])`: each job's first start and cluster.
 - For real: `sluice up` as `--config` would start it (tests/e2e/real_stack.py: each burst submitted at
@@ -37,6 +39,7 @@ pair and every cluster has agreed.
 """
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -47,7 +50,8 @@ from tests.e2e.real_stack import run_for_real, trace_file
 
 N_BURSTS = 11
 PER_BURST = 16
-BURST_GAP_S = 8.0
+SPARE_S = 1.5  # a burst arrives at least this long after the one before it has ended in the replay
+APART_S = 60.0  # bursts this far apart cannot touch: how long each one lasts alone
 QUEUES = {"alpha": 2, "beta": 1, "gamma": 1}  # weights
 CPUS = (1, 2, 3, 4, 6)
 ORDER_TOLERANCE_S = 0.25
@@ -78,13 +82,12 @@ spec: {{weight: {weight}, serviceClasses: [standard]}}
 """ for name, weight in QUEUES.items())
 
 
-def trace_documents(seed: int = 24) -> list[dict]:
-    """The trace's jobs as Sluice job documents with submitAt and runFor (seconds); the sim agent's
-    duration annotation says runFor too."""
+def trace_documents(arrivals: list[float], seed: int = 24) -> list[dict]:
+    """The trace's jobs as Sluice job documents with submitAt (burst b at arrivals[b]) and runFor (seconds);
+    the sim agent's duration annotation says runFor too. What each job is does not depend on `arrivals`."""
     rng = random.Random(seed)
     docs = []
-    for burst in range(N_BURSTS):
-        at = burst * BURST_GAP_S
+    for at in arrivals:
         for _ in range(PER_BURST):
             n = len(docs)
             run = round(rng.uniform(0.5, 3.0), 2)
@@ -112,6 +115,23 @@ def replayed(trace, objects) -> dict[str, tuple[float, str, float]]:
     return out
 
 
+def burst_names(docs: list[dict], burst: int) -> list[str]:
+    return [d["metadata"]["name"] for d in docs[burst * PER_BURST:(burst + 1) * PER_BURST]]
+
+
+def burst_arrivals(objects, tmp_path) -> list[float]:
+    """Each burst's submitAt: the first at 0, each next one SPARE_S after the one before it has ended, as long
+    as that one lasts in a replay with the bursts APART_S apart, rounded up to the half second."""
+    apart = [burst * APART_S for burst in range(N_BURSTS)]
+    docs = trace_documents(apart)
+    sim = replayed(trace_file(docs, tmp_path / "apart.yaml"), objects)
+    arrivals = [0.0]
+    for burst in range(N_BURSTS - 1):
+        lasts = max(sim[n][2] for n in burst_names(docs, burst)) - apart[burst]
+        arrivals.append(arrivals[-1] + math.ceil((lasts + SPARE_S) * 2) / 2)
+    return arrivals
+
+
 def races(sim: dict[str, tuple[float, str, float]]) -> set[str]:
     """Jobs whose replayed start came within CLUSTER_RACE_S after ends on both clusters (see the docstring)."""
     ends = [(end, cluster) for _, cluster, end in sim.values()]
@@ -125,16 +145,16 @@ def races(sim: dict[str, tuple[float, str, float]]) -> set[str]:
 
 @pytest.mark.slow
 def test_simulate_agrees_with_the_real_stack(db_url, tmp_path):
-    docs = trace_documents()
-    trace = trace_file(docs, tmp_path / "fidelity.yaml")
     objects = load_objects(OBJECTS, source="test_simulate_fidelity")
+    arrivals = burst_arrivals(objects, tmp_path)
+    docs = trace_documents(arrivals)
+    trace = trace_file(docs, tmp_path / "fidelity.yaml")
     assert len(trace.jobs) == N_BURSTS * PER_BURST
 
     sim = replayed(trace, objects)
     # The design holds in the replay: each burst has ended a second before the next arrives.
     for burst in range(N_BURSTS - 1):
-        names = [d["metadata"]["name"] for d in docs[burst * PER_BURST:(burst + 1) * PER_BURST]]
-        assert max(sim[n][2] for n in names) <= (burst + 1) * BURST_GAP_S - 1.0, burst
+        assert max(sim[n][2] for n in burst_names(docs, burst)) <= arrivals[burst + 1] - 1.0, (burst, arrivals)
 
     real, took = run_for_real(docs, objects, db_url, tmp_path / "data")
     names = sorted(sim)
