@@ -23,6 +23,8 @@ import time
 import pytest
 import yaml
 
+from tests.conftest import SCRATCH
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 JOB_KEYS = {"id", "name", "queue", "serviceClass", "priority", "state", "reason", "cluster", "attempt", "createdAt",
@@ -131,7 +133,7 @@ class Up:
 @pytest.fixture(scope="module")
 def up():
     home = pathlib.Path(tempfile.mkdtemp(prefix="sl-home-", dir="/tmp"))
-    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="sl-up-", dir="/tmp"))
+    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="sl-up-", dir=SCRATCH))
     server = Up(home, data_dir, free_port())
     try:
         server.start()

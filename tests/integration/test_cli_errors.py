@@ -16,6 +16,7 @@ import tempfile
 
 import pytest
 
+from tests.conftest import SCRATCH
 from tests.integration.test_cli import REPO, Up, base_env, free_port, job_yaml, one_error_line
 
 MEMORY_CAP = 2 << 30  # bytes of address space the alias bomb's commands get: it once took 3.8 GB
@@ -154,7 +155,7 @@ def test_files_a_server_command_reads_are_refused_in_a_line_when_not_text(tmp_pa
 def corrupted_up():
     """A `sluice up` data dir whose admin token file holds garbage, and the Up that would start on it."""
     home = pathlib.Path(tempfile.mkdtemp(prefix="sl-home-", dir="/tmp"))
-    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="sl-up-", dir="/tmp"))
+    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="sl-up-", dir=SCRATCH))
     server = Up(home, data_dir, free_port())
     try:
         yield server

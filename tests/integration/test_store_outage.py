@@ -25,6 +25,7 @@ from dispatcher.store import database
 from sluice.admin_client import AdminClient
 from sluice.client import Client, ClientError
 from sluice.objects import default_objects
+from tests.conftest import SCRATCH
 
 FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
@@ -80,7 +81,7 @@ def all_final(client: Client, ids: list[int]):
 @pytest.fixture
 def own_postgres():
     """A PostgreSQL of this test's own (the shared one must not be killed), with a migrated database."""
-    root = pathlib.Path(tempfile.mkdtemp(prefix="sl-out-", dir="/tmp"))
+    root = pathlib.Path(tempfile.mkdtemp(prefix="sl-out-", dir=SCRATCH))
     url, server = database.start_embedded(root, cleanup="delete")
     db = database.connect(database.DatabaseSettings(url=url))
     database.migrate(db.engine)
