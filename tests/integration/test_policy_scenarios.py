@@ -287,7 +287,10 @@ def test_big_job_reserves_capacity_and_is_not_starved_by_a_stream_of_small_ones(
     big_start, big_end = ts(big_job["startedAt"]), ts(big_job["finishedAt"])
     backfilled = [j for j in jobs.values() if j["startedAt"] and big_start < ts(j["startedAt"]) < big_end]
     assert backfilled, "no small job started while the big job ran"
-    during = [pods for _, (b, _, pods) in sampler.samples if b["state"] == "RUNNING"]
+    # Judged by the cluster's own pods: the dispatcher may hear of the big job's end after the room it freed,
+    # and a small job may start there before the dispatcher says the big one ended.
+    during = [pods for _, (_, _, pods) in sampler.samples if any(p.job_id == big and p.phase == "Running"
+                                                                   for p in pods)]
     assert during and all(sum(p.job_id != big and p.phase == "Running" for p in pods) <= 2 for pods in during)
     assert s.sims["c1"].max_overcommit == {}
     queued = [j["id"] for j in jobs.values() if j["state"] not in FINAL]
