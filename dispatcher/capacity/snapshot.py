@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from dispatcher.policy.placing import ClusterState
+from dispatcher.policy.placing import ClusterState, nodes_within
 from dispatcher.store import cycle_reads
 from dispatcher.store.database import Session
 from sluice.objects import ClusterObject, object_from_document
@@ -54,7 +54,7 @@ def _less(capacity: dict, requests: dict[str, int]
         free = subtract(free, requests)
         largest = {k: min(v, free.get(k, 0)) for k, v in largest.items()}
     # Pending pods are in `free` but on no node yet: capping each node by it keeps them from being packed twice.
-    nodes = tuple({k: min(v, free.get(k, 0)) for k, v in node.items()} for node in capacity.get("nodeFree", ()))
+    nodes = tuple(nodes_within(list(capacity.get("nodeFree", ())), free))
     return free, largest, nodes
 
 

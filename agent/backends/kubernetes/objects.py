@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 
 from agent.backends.base import array_fields, sluice_environment
-from agent.backends.kubernetes.policy import violations
+from agent.backends.kubernetes.policy import as_list, violations
 from agent.backends.kubernetes.settings import WORKLOAD_JOBS, ClusterSettings
 from sluice.quantity import QuantityError, parse_duration
 
@@ -337,17 +337,12 @@ def _kept_off(spec: dict, nodes: tuple[str, ...]) -> None:
         required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), off]} for t in terms]
 
 
-def _items(value: object) -> list:
-    """A list from a user's template as it is, anything else as none (left for the API server to judge)."""
-    return value if isinstance(value, list) else []
-
-
 def _add_environment(spec: dict, environment: dict[str, str]) -> None:
     for group in ("initContainers", "containers"):
-        for container in _items(spec.get(group)):
+        for container in as_list(spec.get(group)):
             if not isinstance(container, dict):
                 continue
-            env = _items(container.get("env"))
+            env = as_list(container.get("env"))
             defined = {item.get("name") for item in env if isinstance(item, dict) and isinstance(item.get("name"), str)}
             container["env"] = env + [{"name": name, "value": value} for name, value in environment.items()
                                       if name not in defined]
@@ -365,7 +360,7 @@ def _text(value: object) -> object:
 
 def _quantities_as_strings(spec: dict) -> None:
     for group in ("initContainers", "containers", "ephemeralContainers"):
-        for container in _items(spec.get(group)):
+        for container in as_list(spec.get(group)):
             resources = container.get("resources") if isinstance(container, dict) else None
             if isinstance(resources, dict):
                 for key in ("requests", "limits"):
@@ -377,7 +372,7 @@ def _quantities_as_strings(spec: dict) -> None:
         for key in ("requests", "limits"):
             if isinstance(spec["resources"].get(key), dict):
                 spec["resources"][key] = {k: _text(v) for k, v in spec["resources"][key].items()}
-    for volume in _items(spec.get("volumes")):
+    for volume in as_list(spec.get("volumes")):
         empty_dir = volume.get("emptyDir") if isinstance(volume, dict) else None
         if isinstance(empty_dir, dict) and "sizeLimit" in empty_dir:
             empty_dir["sizeLimit"] = _text(empty_dir["sizeLimit"])

@@ -20,33 +20,35 @@ from agent.backends.kubernetes.settings import ClusterSettings
 _CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 
 
-def _dict(value: object) -> dict:
+def as_dict(value: object) -> dict:
+    """A mapping from a user's template as it is; anything else as an empty one (left for the API server)."""
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: object) -> list:
+def as_list(value: object) -> list:
+    """A list from a user's template as it is; anything else as an empty one (left for the API server)."""
     return value if isinstance(value, list) else []
 
 
 def violations(template: dict, namespace: str, cluster: ClusterSettings) -> list[str]:
     """What in this pod template the cluster's policy forbids, one phrase each (empty: allowed)."""
-    metadata = _dict(template.get("metadata"))
-    spec = _dict(template.get("spec"))
+    metadata = as_dict(template.get("metadata"))
+    spec = as_dict(template.get("spec"))
     found: list[str] = []
     asked = metadata.get("namespace")
     if asked not in (None, "", namespace):
         found.append(f"namespace {asked!r} (this job's queue runs in namespace {namespace!r})")
     if not cluster.allow_privileged:
         for group in _CONTAINER_GROUPS:
-            for container in _list(spec.get(group)):
-                context = _dict(_dict(container).get("securityContext"))
+            for container in as_list(spec.get(group)):
+                context = as_dict(as_dict(container).get("securityContext"))
                 if context.get("privileged") is True:
-                    found.append(f"privileged container {_dict(container).get('name', '?')!r} "
+                    found.append(f"privileged container {as_dict(container).get('name', '?')!r} "
                                  "(podPolicy.allowPrivileged is false)")
     if not cluster.allow_host_path:
-        for volume in _list(spec.get("volumes")):
-            if _dict(volume).get("hostPath") is not None:
-                found.append(f"hostPath volume {_dict(volume).get('name', '?')!r} (podPolicy.allowHostPath is false)")
+        for volume in as_list(spec.get("volumes")):
+            if as_dict(volume).get("hostPath") is not None:
+                found.append(f"hostPath volume {as_dict(volume).get('name', '?')!r} (podPolicy.allowHostPath is false)")
     if spec.get("hostNetwork") is True and not cluster.allow_host_network:
         found.append("hostNetwork (podPolicy.allowHostNetwork is false)")
     if not cluster.allow_host_pid:
