@@ -153,6 +153,8 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
             print(f"# The mapping built from the trace: save it, edit it and pass it with --config\n"
                   f"{yaml.safe_dump_all(mapping, sort_keys=False)}{MAPPING_END}")
         print(render_table(result.trace, result.figures), end="")
+        if hint := _run_times_hint(result.trace, policy, exact_runtimes):
+            print(hint, file=sys.stderr)
     if plot is not None:
         try:
             written = write_plots(plot, result.outcomes, {p: r.busy for p, r in result.replays.items()},
@@ -160,3 +162,14 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
         except (PlotError, OSError) as exc:
             raise Failed(f"simulate --plot {plot}", str(exc)) from None
         print("plots: " + ", ".join(str(p) for p in written), file=sys.stderr)
+
+
+def _run_times_hint(trace: dict, policies: list[str], exact_runtimes: bool) -> str | None:
+    """For a table reader: why reservations and backfill did little, when the trace says no run time for some
+    jobs (the JSON's `requestedTimes` says it to a program)."""
+    unknown = trace["jobs"] - trace["requestedTimes"]
+    if exact_runtimes or not unknown or not {"sluice", "easy-backfill"} & set(policies):
+        return None
+    return (f"note: {unknown:,} of {trace['jobs']:,} jobs give no requested run time, so no policy knows when they "
+            "end: Sluice's reservations keep their room from every other job, and EASY cannot date a reservation and "
+            "starts whatever fits. --exact-runtimes tells every policy each job's run time.")

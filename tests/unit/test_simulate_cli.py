@@ -171,6 +171,19 @@ def test_the_trace_figures_say_how_many_run_times_the_policies_know():
     assert sdsc["trace"]["requestedTimes"] == 50
 
 
+def test_a_table_says_when_no_policy_knows_the_run_times_and_what_tells_them():
+    lublin = str(shared_trace("lublin_256.swf"))  # no requested times at all
+    told = sluice("--trace", lublin, "--window", "0:100")
+    assert told.stderr.splitlines()[-1] == (
+        "note: 100 of 100 jobs give no requested run time, so no policy knows when they end: Sluice's "
+        "reservations keep their room from every other job, and EASY cannot date a reservation and starts "
+        "whatever fits. --exact-runtimes tells every policy each job's run time.")
+    assert "note:" not in sluice("--trace", lublin, "--window", "0:100", "--exact-runtimes").stderr
+    assert "note:" not in sluice("--trace", lublin, "--window", "0:100", "--policy", "fifo").stderr  # nothing to date
+    assert "note:" not in sluice("--trace", str(shared_trace(SDSC)), "--window", "0:50").stderr  # every job says one
+    assert "note:" not in sluice("--trace", lublin, "--window", "0:100", "-o", "json").stderr  # requestedTimes says it
+
+
 def test_a_config_missing_the_trace_queues_is_refused(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("""\
