@@ -432,7 +432,11 @@ def test_a_job_placed_beside_a_held_node_is_kept_off_it_and_the_preemptor_starts
     gang = job("g", "4", "30s", name="gang")
     gang["spec"]["podSets"][0]["count"] = 2
     mine, small = c.submit([gang, job("h", "1", "300s", name="small")])
-    wait_for(lambda: c.get(mine)["state"] in ("RUNNING", *FINAL), 15, "g's gang runs")
+    try:
+        wait_for(lambda: c.get(mine)["state"] in ("RUNNING", *FINAL), 15, "g's gang runs")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; pods {[(p.name, p.node, p.phase) for p in s.sims['c1'].pods()]}; "
+                             f"{c.explain(mine)}; {c.get(small)}") from None
     assert sorted(b for b in borrowers if preempted_by(c, b)) == sorted(borrowers)
     nodes = {p.name: p.node for p in s.sims["c1"].pods() if p.node is not None}
     assert sorted(node for name, node in nodes.items() if name.startswith(f"{mine}-")) == ["node-0", "node-1"]
