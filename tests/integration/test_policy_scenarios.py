@@ -429,6 +429,10 @@ def test_a_job_placed_beside_a_held_node_is_kept_off_it_and_the_preemptor_starts
     wait_for(lambda: c.get(stays)["state"] == "RUNNING", 10, "k's job takes node-2")
     c.cancel([placeholder])
     wait_for(lambda: c.get(placeholder)["state"] in FINAL, 10, "node-1 is free")
+    # ... and the dispatcher has heard so from the cluster: a hold made from an older report counts node-1 as
+    # taken and keeps the small job off node-0 only (ADR 0009, consequences).
+    wait_for(lambda: {cl["name"]: cl for cl in c.clusters()}["c1"]["free"].get("cpu") == "5", 10,
+             "c1 reports node-1's room and node-2's cpu free")
     gang = job("g", "4", "30s", name="gang")
     gang["spec"]["podSets"][0]["count"] = 2
     mine, small = c.submit([gang, job("h", "1", "300s", name="small")])
