@@ -5,8 +5,12 @@ attempt is counted exactly once, never twice, never not at all:
 
 - **prometheus** (when the cluster has a reading younger than the staleness bound):
   free = reading.free - Σ requests of active attempts on the cluster whose (job, attempt) the reading
-  does not show. An attempt whose pods the series show is inside reading.free (while its pods are
-  Pending or Running) or has ended there; any other active attempt is not in it yet.
+  does not show + Σ requests of attempts the reading shows that have succeeded since. An attempt whose
+  pods the series show is inside reading.free (while its pods are Pending or Running) or has ended there;
+  any other active attempt is not in it yet. A succeeded attempt's pods are Succeeded, which holds no
+  room: without the last term, room freed by a job that ends would stay idle until the next scrape (and
+  jobs shorter than the scrape interval would leave most of the cluster idle). Attempts ended otherwise
+  (cancelled, preempted, lost) may still have pods terminating: their room counts from the next reading.
 - **agent** (otherwise, the agent's own report):
   free = report.free - Σ requests of active attempts dispatched by a command with an id above the
   report's applied_through. The agent read applied_through before its snapshot, so every command at
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -45,12 +50,16 @@ class ClusterCapacity:
     allocatable: dict[str, int]
 
 
-def _less(capacity: dict, requests: dict[str, int]
+def _less(capacity: dict, requests: dict[str, int], back: Sequence[tuple[dict, dict]] = ()
           ) -> tuple[dict[str, int], dict[str, int], tuple[dict[str, int], ...]]:
     """Free capacity, the largest free node and each node's free capacity, less `requests` (what is not in
-    the report yet)."""
+    the report yet), plus what the attempts in `back` held ((requests, largest pod) of each that succeeded
+    since the reading): the node of each one's largest pod has at least that pod's room free again."""
     free, largest = dict(capacity.get("free", {})), dict(capacity.get("largestFreeNode", {}))
-    if requests:
+    for held, pod in back:
+        free = add(free, held)
+        largest.update((k, max(largest.get(k, 0), v)) for k, v in pod.items())
+    if requests or back:
         free = subtract(free, requests)
         largest = {k: min(v, free.get(k, 0)) for k, v in largest.items()}
     # Pending pods are in `free` but on no node yet: capping each node by it keeps them from being packed twice.
@@ -76,22 +85,31 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
     active: dict[str, list] = {}
     for row in cycle_reads.active_attempts(session, clusters=[c.name for c in rows if fresh(c)]):
         active.setdefault(row.cluster, []).append(row)
+    # What each fresh reading shows, and of it what is no longer active: those attempts that succeeded since
+    # (their pods Succeeded) hold nothing now, though the reading still counts them until the next scrape.
+    seen: dict[str, set[tuple[int, int]]] = {}
+    for c in rows:
+        if fresh(c):
+            seen[c.name] = {tuple(pair) for pair in reported[c.name][1].get("attempts", [])}
+    live = {(r.id, r.attempt) for attempts in active.values() for r in attempts}
+    succeeded = cycle_reads.succeeded_attempts(session, set().union(*seen.values()) - live) if seen else []
     out = []
     for c in rows:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
+        back: list[tuple[dict, dict]] = []
         if fresh(c):
             capacity, source, age = reported[c.name][1], "prometheus", prom_age
-            seen = {tuple(pair) for pair in capacity.get("attempts", [])}
             unseen: dict[str, int] = {}
             for r in active.get(c.name, ()):
-                if (r.id, r.attempt) not in seen:
+                if (r.id, r.attempt) not in seen[c.name]:
                     unseen = add(unseen, r.requests)
+            back = [(r.requests, r.largest_pod) for r in succeeded if (r.id, r.attempt) in seen[c.name]]
         else:
             capacity = reported[c.name][0] or {}
             source = "agent" if capacity else "none"
             age = (now - c.capacity_at).total_seconds() if c.capacity_at else -1.0
             unseen = after_report.get(c.name, {})
-        free, largest, nodes = _less(capacity, unseen)
+        free, largest, nodes = _less(capacity, unseen, back)
         heard = (now - c.last_seen_at).total_seconds() if c.last_seen_at else None
         status = c.state
         unavailable = ""

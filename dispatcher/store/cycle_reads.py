@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from dispatcher.policy.states import ACTIVE, QUEUED, UNSCHEDULABLE
+from dispatcher.policy.states import ACTIVE, QUEUED, SUCCEEDED, UNSCHEDULABLE
 from dispatcher.store.clusters import CLUSTER_ROWS
 from dispatcher.store.database import at_once, driver, named
 from dispatcher.store.models import sql_strings
@@ -78,6 +78,17 @@ def active_attempts(session: Session, *, clusters=None, timed: bool = False, pre
     return named(session, " AND ".join([_ACTIVE_ATTEMPTS.format(nodes=_NODES if nodes else "NULL::jsonb"), *where]),
                  {"clusters": list(clusters or ()), "preemptible": list(preemptible), "below": below,
                   "queues": list(queues)})
+
+
+def succeeded_attempts(session: Session, pairs: set[tuple[int, int]]) -> list:
+    """Of these (job, attempt) pairs, the attempts that succeeded (their job ended SUCCEEDED with that attempt):
+    id, attempt, requests, largest_pod, as named tuples. A succeeded attempt's pods are Succeeded, which holds
+    no room on a node."""
+    if not pairs:
+        return []
+    rows = named(session, f"SELECT id, attempt, requests, largest_pod FROM jobs "
+                          f"WHERE id = ANY(%(ids)s) AND state = '{SUCCEEDED}'", {"ids": sorted({j for j, _ in pairs})})
+    return [r for r in rows if (r.id, r.attempt) in pairs]
 
 
 def recently_unschedulable(session: Session, job_ids: list[int], within_s: float) -> dict[int, tuple[str, ...]]:

@@ -95,10 +95,17 @@ def by_id(client, queue_name: str) -> dict[int, dict]:
     return {j["id"]: j for j in client.list(queue=queue_name)}
 
 
-def wait_final(client, ids, timeout: float) -> list[dict]:
+def wait_final(client, ids, timeout: float = 30.0) -> list[dict]:
+    final: dict[int, dict] = {}  # a final state is for good: each job is asked until it is in one, not after
+
     def check():
-        jobs = [client.get(i) for i in ids]
-        return jobs if all(j["state"] in FINAL for j in jobs) else None
+        for i in ids:
+            if i not in final:
+                job = client.get(i)
+                if job["state"] not in FINAL:
+                    return None  # the ones after it are asked next time: a round costs what changed
+                final[i] = job
+        return [final[i] for i in ids]
     try:
         return wait_for(check, timeout, "jobs final", 0.05)
     except AssertionError:

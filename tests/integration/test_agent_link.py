@@ -649,7 +649,8 @@ def test_jobs_deeper_than_the_head_say_how_many_are_ahead(dispatcher):
 
 
 def test_prometheus_readings_count_each_attempt_once(dispatcher):
-    """free = reading.free − requests of active attempts the reading does not show (and only those)."""
+    """free = reading.free − requests of active attempts the reading does not show (and only those) + requests
+    of the attempts it shows that succeeded since (and only those)."""
     from datetime import datetime
 
     from dispatcher.store import clusters as cluster_store
@@ -669,6 +670,23 @@ def test_prometheus_readings_count_each_attempt_once(dispatcher):
     with dispatcher.sessions.begin() as session:
         cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
     assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["free"] == {"cpu": "13"}
+    # The first job succeeds before the next scrape: its room is free again though the reading still counts it,
+    # and some node has at least its pod's room; a job cancelled meanwhile keeps its room until a reading
+    # without it (its pods may still be terminating).
+    agent.status(1, shown, 1, "SUCCEEDED")
+    dispatcher.client.cancel([unseen])
+    wait_for(lambda: dispatcher.client.get(shown)["state"] == "SUCCEEDED"
+             and dispatcher.client.get(unseen)["state"] == "CANCELLED")
+    reading.update(largestFreeNode={"cpu": 0})
+    with dispatcher.sessions.begin() as session:
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
+    view = {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]
+    assert view["free"] == {"cpu": "14"} and view["largestFreeNode"] == {"cpu": "1"}, view
+    # The next reading shows neither: nothing is added on top of it.
+    reading.update(free={"cpu": 16000}, largestFreeNode={"cpu": 8000}, attempts=[])
+    with dispatcher.sessions.begin() as session:
+        cluster_store.record_prometheus(session, "alpha", reading, datetime.now(UTC))
+    assert {c["name"]: c for c in dispatcher.client.clusters()}["alpha"]["free"] == {"cpu": "16"}
     # A reading older than the staleness bound is not trusted: the agent's report is used.
     with dispatcher.sessions.begin() as session:
         cluster_store.record_prometheus(session, "alpha", reading, datetime(2020, 1, 1, tzinfo=UTC))

@@ -11,8 +11,7 @@ import time
 import pytest
 
 from sluice.client import ClientError
-
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+from tests.integration.scenarios import wait_final
 
 
 def job_doc(name="j", cpu="1", duration="0.5s", exit_code="0", count=1, **spec):
@@ -20,16 +19,6 @@ def job_doc(name="j", cpu="1", duration="0.5s", exit_code="0", count=1, **spec):
             "spec": {"queue": "default", **spec, "podSets": [{"name": "w", "count": count, "template": {
                 "metadata": {"annotations": {"sluice.io/sim-duration": duration, "sluice.io/sim-exit-code": exit_code}},
                 "spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}}]}}
-
-
-def wait_final(client, ids, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = [client.get(i) for i in ids]
-        if all(j["state"] in FINAL for j in jobs):
-            return jobs
-        time.sleep(0.1)
-    raise AssertionError(f"not final in {timeout}s: {[(j['id'], j['state'], j['reason']) for j in jobs]}")
 
 
 def test_job_runs_to_success(system):

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from sluice.client import ClientError
-from tests.integration.test_spine import FINAL, job_doc, wait_final
+from tests.integration.scenarios import FINAL, wait_final
+from tests.integration.test_spine import job_doc
 
 
 def states_of(client, ids):
