@@ -23,6 +23,8 @@ import time
 import pytest
 import yaml
 
+from sluice import config
+from sluice.client import Client
 from tests.conftest import SCRATCH
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -68,6 +70,14 @@ class Up:
         self.env = base_env(home)
         self.proc: subprocess.Popen | None = None
         self.runs = 0
+        self._client: Client | None = None
+
+    def client(self) -> Client:
+        """A Python client on the config `sluice up` wrote, for the tests' waits (a CLI process per look
+        costs the loaded machine far more)."""
+        if self._client is None:
+            self._client = Client(config.load(self.data_dir / "client.yaml"))
+        return self._client
 
     @property
     def log(self) -> pathlib.Path:
@@ -97,6 +107,9 @@ class Up:
     def stop(self, grace: float = 15.0) -> int | None:
         """Ctrl-C, then SIGKILL if it does not exit within `grace`; returns the exit code."""
         proc, self.proc = self.proc, None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if proc is None:
             return None
         if proc.poll() is None:
@@ -177,9 +190,10 @@ def list_jobs(up: Up) -> list[dict]:
 
 
 def wait_state(up: Up, job_id: int, states: tuple[str, ...], timeout: float = 20.0) -> dict:
+    """Poll the job through the Python client (what `sluice get -o json` prints), not a CLI process per look."""
     deadline = time.monotonic() + timeout
     while True:
-        job = get(up, job_id)
+        job = up.client().get(job_id)
         if job["state"] in states:
             return job
         assert time.monotonic() < deadline, f"job {job_id} not in {states} within {timeout}s: {job}"

@@ -11,7 +11,7 @@ from tests.integration.test_cli import job_yaml, ok, one_error_line, sluice, up 
 def _wait(up, job_id: int, states: tuple[str, ...], timeout: float = 30) -> dict:  # noqa: F811
     deadline = time.monotonic() + timeout
     while True:
-        job = json.loads(ok(sluice(up, "get", str(job_id), "-o", "json")))
+        job = up.client().get(job_id)
         if job["state"] in states or time.monotonic() > deadline:
             return job
         time.sleep(0.2)
