@@ -302,8 +302,10 @@ def _swf_records(text: str, source: str, skip: bool,
             bad(number, f"field {index + 1} ({_SWF_FIELDS[index]}) is not a number: {value!r}")
             continue
         total = sum(values)
-        if total != total or math.isinf(total):  # a nan or inf in any field poisons the sum
-            index = next(i for i, x in enumerate(values) if not math.isfinite(x))
+        # A nan or inf in any field poisons the sum (so do finite fields too large to add, which the checks
+        # below refuse or drop by their own rules).
+        if (total != total or math.isinf(total)) and \
+                (index := next((i for i, x in enumerate(values) if not math.isfinite(x)), None)) is not None:
             bad(number, f"field {index + 1} ({_SWF_FIELDS[index]}) is not a finite number: {fields[index]!r}")
             continue
         if (index := next((i for i in _SWF_TIMES if values[i] > MAX_SECONDS), None)) is not None:

@@ -90,6 +90,9 @@ def test_gzipped_swf(tmp_path):
      "line 11: field 5 (allocated processors) is more than 1,000,000,000: '1e20'"),
     ("6 300 0 10 1 -1 -1 1 2e10 -1 1 1 1 -1 1 1 -1 -1",
      "line 11: field 9 (requested time) is more than 10,000,000,000 seconds (about 300 years): '2e10'"),
+    # Every field finite, their sum not (it was taken for a field that is not: an unexpected error).
+    ("6 300 0 10 1 -1 -1 1 -1 -1 1 1 1 -1 1 1 1.7e308 1.7e308",
+     "line 11: field 18 (think time) is more than 10,000,000,000 seconds (about 300 years): '1.7e308'"),
 ])
 def test_swf_bad_line_names_file_line_and_field(tmp_path, line, message):
     path = write(tmp_path / "trace.swf", SWF_HEADER + SWF_JOBS + line + "\n")
