@@ -40,6 +40,7 @@ from dispatcher.scheduler.cycle import plan_and_apply
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
+from simulation import POLICIES
 from simulation.memory_cycle import MemoryCycle
 from simulation.waiting import Waiting
 from simulation.world import DONE, QUEUED, UNRUNNABLE, SimCluster, SimJob, World
@@ -47,7 +48,6 @@ from sluice.objects import ClusterObject
 from sluice.quantity import add, fits, subtract
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()  # virtual time 0, a Thursday midnight UTC
-POLICIES = ("sluice", "fifo", "easy-backfill")
 MAX_CYCLES_PER_MOMENT = 1_000  # a policy that keeps deciding at one moment is cut off (it would loop)
 
 

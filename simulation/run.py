@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulation import report
-from simulation.engine import POLICIES, Replayed, replay
+from simulation import POLICIES, report
+from simulation.engine import Replayed, replay
 from simulation.scenario import Scenario, scenario, sim_jobs
 from simulation.world import UNRUNNABLE
 from sluice.objects import AdminObject

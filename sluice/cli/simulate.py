@@ -95,11 +95,9 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
                  help="Replay the trace's dependencies (SWF's preceding job and think time, a job file's dependsOn); "
                       "--no-dependencies: none (startAfter and arrays still hold)")) -> None:
     """Replay a trace in virtual time through Sluice's scheduling and baselines; print figures per policy."""
-    from simulation.engine import POLICIES
+    from simulation import POLICIES
     from simulation.plots import PlotError, ready, write_plots
     from simulation.report import render_table, to_json
-    from simulation.run import simulate as run_simulation
-    from simulation.scenario import ScenarioError
     from simulation.traces import TraceError, read_trace
     from sluice.objects import load_objects
     from sluice.spec import SpecError
@@ -138,6 +136,10 @@ def simulate(trace: pathlib.Path = typer.Option(..., "--trace", help="The trace 
             unit = "document" if read.format == "sluice" else "line"
             why += f" ({read.skipped:,} unreadable {unit}{'s' if read.skipped != 1 else ''} skipped)"
         raise Failed(f"simulate --trace {trace}", why)
+    # The replay's modules (the scheduling cycle, and the dispatcher's store it imports) load only now: a bad
+    # option or trace is said without waiting for them.
+    from simulation.run import simulate as run_simulation
+    from simulation.scenario import ScenarioError
     try:
         result = run_simulation(read, objects, policy, progress=_Progress(), checkpoint_s=checkpoint_s,
                                 exact_runtimes=exact_runtimes)
