@@ -82,22 +82,20 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
         return bool(reported[c.name][1]) and prom_age is not None and prom_age <= staleness_s
 
+    # Per cluster with a fresh reading, the (job, attempt) pairs it shows.
+    seen = {c.name: {tuple(pair) for pair in reported[c.name][1].get("attempts", [])} for c in rows if fresh(c)}
     active: dict[str, list] = {}
-    for row in cycle_reads.active_attempts(session, clusters=[c.name for c in rows if fresh(c)]):
+    for row in cycle_reads.active_attempts(session, clusters=list(seen)):
         active.setdefault(row.cluster, []).append(row)
-    # What each fresh reading shows, and of it what is no longer active: those attempts that succeeded since
-    # (their pods Succeeded) hold nothing now, though the reading still counts them until the next scrape.
-    seen: dict[str, set[tuple[int, int]]] = {}
-    for c in rows:
-        if fresh(c):
-            seen[c.name] = {tuple(pair) for pair in reported[c.name][1].get("attempts", [])}
+    # Of what the readings show, what is no longer active: those attempts that succeeded since (their pods
+    # Succeeded) hold nothing now, though the reading still counts them until the next scrape.
     live = {(r.id, r.attempt) for attempts in active.values() for r in attempts}
     succeeded = cycle_reads.succeeded_attempts(session, set().union(*seen.values()) - live) if seen else []
     out = []
     for c in rows:
         prom_age = (now - c.prometheus_at).total_seconds() if c.prometheus_at else None
         back: list[tuple[dict, dict]] = []
-        if fresh(c):
+        if c.name in seen:
             capacity, source, age = reported[c.name][1], "prometheus", prom_age
             unseen: dict[str, int] = {}
             for r in active.get(c.name, ()):
