@@ -43,9 +43,10 @@ from bench import backlog, workload
 from bench.figures import Figure, Run
 from bench.postgres import Postgres
 from bench.systems import percentiles
-from dispatcher.scheduler.cycle import run_cycle
+from dispatcher import wakes
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.postgres_cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import group_commit, reporting, submitting, waiting
 from dispatcher.store import channels, database, outbox
@@ -160,7 +161,7 @@ def drain(url: str, libpq: str, clusters: list[str], nodes: int, kind: str, conf
 
     def wake(payload: str) -> None:  # the leader's Scheduler._woken: submits and releases name their queue
         if parking.touch(payload):
-            if payload != channels.ROOM:
+            if payload != wakes.ROOM:
                 work.set()
             woken.set()
     notifier = Notifier(db.engine, (channels.WAKE_CHANNEL,))

@@ -22,9 +22,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
 from bench import backlog, workload
-from dispatcher.scheduler.cycle import run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.postgres_cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import submitting
 from dispatcher.store import database

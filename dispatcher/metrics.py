@@ -26,12 +26,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dispatcher.capacity import snapshot
+from dispatcher.capacity import snapshot, usable
 from dispatcher.errors import StoreUnavailable
 from dispatcher.policy.bursting import Spend
 from dispatcher.policy.quotas import rolled_up
-from dispatcher.scheduler import mapping
-from dispatcher.services import budgets
+from dispatcher.services import admin_objects, budgets
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import database
 from dispatcher.store import outbox as outbox_store
@@ -181,7 +180,7 @@ class StoreCollector(Collector):
     """Gauges read from Postgres at scrape time."""
 
     def __init__(self, sessions: Sessions, *, unreachable_after_s: float,
-                 staleness_s: float = snapshot.DEFAULT_STALENESS_S, timeout_s: float = SCRAPE_TIMEOUT_S):
+                 staleness_s: float = usable.DEFAULT_STALENESS_S, timeout_s: float = SCRAPE_TIMEOUT_S):
         # The same bounds as the scheduler's: the gauges show the capacity it schedules against.
         self._sessions = sessions
         self._unreachable_after_s = unreachable_after_s
@@ -219,7 +218,7 @@ class StoreCollector(Collector):
             classes = sorted(cluster_store.service_classes(session))
             rows = cluster_store.list_queues(session)
             queues = {q.name: q.spec.get("spec", {}).get("serviceClasses") or classes for q in rows}
-            quotas = [mapping.quota_of(object_from_document(q.spec)) for q in rows]
+            quotas = [admin_objects.quota_of(object_from_document(q.spec)) for q in rows]
             burst_rules = budgets.rules(session)
             spend = budgets.spend(session, now) if burst_rules else {}
             session.rollback()

@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from dispatcher.policy import bursting
 from dispatcher.policy.decay import DecayedUsage
 from dispatcher.policy.planning import ActiveNeeds, needed
-from dispatcher.policy.plans import Active, Candidate, CyclePlan
+from dispatcher.policy.plans import DISPATCH_PART, Active, Candidate, CyclePlan, Dispatched
 from dispatcher.policy.quotas import QuotaTree
-from dispatcher.scheduler.cycle import DISPATCH_PART, CycleInputs, Dispatched, Heads
+from dispatcher.scheduler.cycle import CycleInputs, Heads
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.settings import SchedulerSettings
 from simulation.world import SimJob, World

@@ -18,10 +18,9 @@ import re
 from dataclasses import dataclass
 
 from dispatcher.policy.quotas import QueueQuota
-from dispatcher.scheduler.mapping import PolicyConfig, class_policy_of, quota_of
-from dispatcher.services import administering
-from dispatcher.services.budgets import rule_of
-from dispatcher.services.submitting import default_class
+from dispatcher.scheduler.mapping import PolicyConfig
+from dispatcher.services import admin_objects
+from dispatcher.services.admin_objects import class_policy_of, default_class, quota_of, rule_of
 from simulation.world import Dependency, SimJob
 from sluice.objects import (
     MAX_NODES,
@@ -120,7 +119,7 @@ def scenario(trace, objects: list[AdminObject] | None = None) -> Scenario:
     if not classes:
         classes = [ServiceClassObject("standard", priority=500)]
         objects.append(classes[0])
-    if refused := administering.problems(objects):
+    if refused := admin_objects.problems(objects):
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         raise ScenarioError(f"{refused[0]}{more}: `sluice up --config` would refuse this config too")
     names = {q.name for q in queues}

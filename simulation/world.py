@@ -11,8 +11,8 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
-from dispatcher.capacity import snapshot
-from dispatcher.capacity.snapshot import ClusterCapacity
+from dispatcher.capacity import usable
+from dispatcher.capacity.usable import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob, nodes_within
 from dispatcher.policy.plans import Active, ClassPolicy
 from sluice.objects import ClusterObject
@@ -135,9 +135,9 @@ class SimCluster:
         self._capacity: ClusterCapacity | None = None
 
     def _terms(self) -> None:
-        """What the cluster's object adds to its state, as the dispatcher reads it (snapshot.terms), for the
+        """What the cluster's object adds to its state, as the dispatcher reads it (usable.terms), for the
         nodes it has now (an elastic one's headroom shrinks as it grows)."""
-        self.terms = snapshot.terms(self.obj.to_document(), self.allocatable)
+        self.terms = usable.terms(self.obj.to_document(), self.allocatable)
         self._capacity = None
 
     @property

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import grpc
 
+from dispatcher import wakes
 from dispatcher.api import streams
 from dispatcher.api.admission import AdmissionRate, AgentsFirst
 from dispatcher.api.asynchronous import Coalescer, Rerun, blocking, from_thread
@@ -287,7 +288,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
                 cluster_store.record_heartbeats(session, [(r.cluster, r.capacity, r.applied_through)
                                                           for r in beats.values()], datetime.now(UTC))
                 if any(r.more_room for r in beats.values()):
-                    channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+                    channels.notify(session, channels.WAKE_CHANNEL, wakes.ROOM)
         return [None] * len(records)
 
     async def _read(self, link: _Link, acked: int, request_iterator, out: asyncio.Queue) -> None:
@@ -439,7 +440,7 @@ class AgentsService(agents_pb2_grpc.AgentsServicer):
             if heartbeat is not None:
                 cluster_store.record_capacity(session, cluster, heartbeat[0], heartbeat[1], datetime.now(UTC))
                 if more_room(state.capacity, heartbeat[0]):
-                    channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+                    channels.notify(session, channels.WAKE_CHANNEL, wakes.ROOM)
         state.acked = acked
         if heartbeat is not None:
             state.capacity = heartbeat[0]

@@ -21,7 +21,7 @@ from dispatcher.metrics import DispatcherMetrics
 from dispatcher.policy import accounting, states
 from dispatcher.policy.quotas import rolled_up
 from dispatcher.scheduler.explaining import explain, fair_shares
-from dispatcher.scheduler.mapping import queue_quotas
+from dispatcher.scheduler.stored_policy import queue_quotas
 from dispatcher.services import budgets, group_commit, scoping, sessions
 from dispatcher.services import reporting as reports
 from dispatcher.services.submitting import Whole

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from dispatcher import wakes
 from dispatcher.errors import StoreUnavailable
 from dispatcher.store import channels
 from dispatcher.store import clusters as cluster_store
@@ -229,7 +230,7 @@ class Refresher:
                 with self._sessions.begin() as session:
                     cluster_store.record_prometheus(session, cluster, document, reading.sampled_at)
                     if document != last:
-                        channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+                        channels.notify(session, channels.WAKE_CHANNEL, wakes.ROOM)
                 last = document
                 if failing:
                     log.warning("prometheus reading of %s works again", cluster, extra={"cluster": cluster})

@@ -29,25 +29,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
+from dispatcher.capacity.usable import DEFAULT_STALENESS_S, KEPT_DOCUMENTS, ClusterCapacity, terms
 from dispatcher.policy.placing import ClusterState, nodes_within
 from dispatcher.store import cycle_reads
 from dispatcher.store.database import Session
-from sluice.objects import ClusterObject, object_from_document
 from sluice.quantity import add, subtract
-
-DEFAULT_STALENESS_S = 10.0  # a Prometheus reading older than this is not trusted
-
-
-@dataclass(frozen=True)
-class ClusterCapacity:
-    state: ClusterState
-    status: str  # active | cordoned | draining | unreachable
-    source: str  # prometheus | agent | none
-    age_seconds: float  # of the reading in use; -1 when there is none
-    allocatable: dict[str, int]
 
 
 def _less(capacity: dict, requests: dict[str, int], back: Sequence[tuple[dict, dict]] = ()
@@ -128,36 +116,7 @@ def read(session: Session, now: datetime, *, unreachable_after_s: float,
     return out
 
 
-def cluster_object(document: dict | str) -> ClusterObject:
-    """The Cluster object of a stored document, or of its JSON text (as the cycle reads it: CLUSTER_ROWS).
-    Each distinct text is parsed once, not every cycle, and its object shared: callers never change it."""
-    return _parsed(document) if isinstance(document, str) else object_from_document(document)
-
-
-# Parsed documents kept: more than there are clusters, or a cycle over them all would evict each before its reuse.
-KEPT_DOCUMENTS = 16384
-
-
-@functools.lru_cache(maxsize=KEPT_DOCUMENTS)
-def _parsed(text: str) -> ClusterObject:
-    return object_from_document(json.loads(text))
-
-
 @functools.lru_cache(maxsize=2 * KEPT_DOCUMENTS)  # a cluster's agent report and its Prometheus reading
 def _document(text: str | None) -> dict | None:
     """A capacity document of CLUSTER_ROWS, from its JSON text; shared: callers never change it."""
     return None if text is None else json.loads(text)
-
-
-def terms(document: dict | str, allocatable: dict[str, int]) -> dict:
-    """What a cluster's object adds to its ClusterState: paid (tier cloud), prices and, when elastic with a
-    known node shape, its headroom (maxNodes x node shape less what it has now), node shape and delay.
-    `document`: the object's document, or its JSON text (see cluster_object)."""
-    obj = cluster_object(document)
-    out = {"paid": obj.tier == "cloud", "price": dict(obj.price)}
-    if obj.elastic and obj.elastic.get("node"):
-        node = dict(obj.elastic["node"])
-        out.update(headroom={r: max(0, amount * obj.elastic["maxNodes"] - allocatable.get(r, 0))
-                             for r, amount in node.items()},
-                   node_shape=node, provisioning_delay_s=obj.elastic["provisioningDelay"])
-    return out

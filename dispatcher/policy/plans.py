@@ -3,11 +3,15 @@ the active attempts it sees, the room it holds for jobs, and the plan it returns
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from dispatcher.policy.bursting import BurstDecision
 from dispatcher.policy.placing import Place, QueuedJob
 
 PREEMPTION_HOLD_S = 120.0  # how long room freed by preemption stays held for the preemptor
+# A plan's places are written in parts of this many, each part in job id order (store.lifecycle.DispatchAhead),
+# and that order is the order a cluster gets them in: the replay cuts its plans the same way.
+DISPATCH_PART = 2_000
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,18 @@ class CyclePlan:
         in between (no place, preemption or burst made, no hold made, moved or given up). plan_cycle's
         holds are Holds, which count their changes; a plan made otherwise has none to count."""
         return len(self.places), len(self.preemptions), len(self.bursts), getattr(self.holds, "version", None)
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """A place as the store wrote it: the attempt it made and the command that carries it."""
+
+    job_id: int
+    attempt: int
+    cluster: str
+    command_id: int
+    created_at: datetime | None = None  # when the job was submitted
+    dispatched_at: datetime | None = None  # this dispatch (the transaction's time)
 
 
 class Holds(dict):

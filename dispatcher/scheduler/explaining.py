@@ -12,7 +12,8 @@ from dispatcher.capacity import snapshot
 from dispatcher.policy import states
 from dispatcher.policy.placing import verdicts
 from dispatcher.policy.quotas import QuotaTree
-from dispatcher.scheduler.mapping import candidate, decayed_history, queue_quotas
+from dispatcher.scheduler.mapping import candidate
+from dispatcher.scheduler.stored_policy import decayed_history, queue_quotas
 from dispatcher.store import cycle_reads, job_reads
 from dispatcher.store.database import Session
 from dispatcher.store.models import Job

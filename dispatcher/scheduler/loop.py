@@ -3,7 +3,7 @@
 Leadership is a Postgres session advisory lock held on a dedicated connection (store.leader): when the
 leader dies, its connection closes, the lock is released and another replica takes it within
 `leader_retry_s`. New work and freed capacity wake the loop through NOTIFY; the timeout is only a safety
-net. Each cycle is scheduler.cycle.run_cycle.
+net. Each cycle is scheduler.postgres_cycle.run_cycle.
 """
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dispatcher import wakes
 from dispatcher.errors import StoreUnavailable
 from dispatcher.metrics import DispatcherMetrics
 from dispatcher.policy.plans import Hold
-from dispatcher.scheduler.cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.postgres_cycle import LEADER_LOCK, LostLeadership, run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.scheduler.takeover import Takeover
 from dispatcher.services import recurring, sessions, waiting
@@ -51,7 +52,7 @@ class Scheduler:
         self._sessions = sessions
         self._settings = settings
         self._wake = threading.Event()  # any wake-up since the last cycle began
-        self._work = threading.Event()  # one other than ROOM (see store.channels.ROOM) since the last cycle began
+        self._work = threading.Event()  # one other than ROOM (see wakes.ROOM) since the last cycle began
         self._stop = threading.Event()
         self.is_leader = threading.Event()
         self._holds: dict[int, Hold] = {}  # reservations and preemption holds, kept between cycles
@@ -64,7 +65,7 @@ class Scheduler:
     def _woken(self, payload: str) -> None:
         if not self._parking.touch(payload):  # a queue's name (with a submit's order), ROOM, or "" for anything
             return  # a submit behind a parked queue's heads: no cycle would read it
-        if payload != channels.ROOM:
+        if payload != wakes.ROOM:
             self._work.set()
         self._wake.set()
 

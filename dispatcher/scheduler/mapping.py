@@ -1,6 +1,6 @@
-"""From stored rows to the policy's frozen inputs: queue quotas, service classes, burst rules (kept by the
-leader while their documents are unchanged: PolicyConfig), the heads of the queues as candidates, and the
-attempts that run."""
+"""From rows the store read to the policy's frozen inputs: the heads of the queues as candidates and the
+attempts that run; and PolicyConfig, the quotas, classes and burst rules a cycle plans with. Nothing here
+reads the store (the rows are given), so a replay shares it."""
 from __future__ import annotations
 
 import json
@@ -10,44 +10,8 @@ from datetime import datetime
 from dispatcher.policy import sessions
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.plans import Active, Candidate, ClassPolicy
-from dispatcher.policy.quotas import QueueQuota, QuotaTree
-from dispatcher.services import budgets
-from dispatcher.store import clusters as cluster_store
-from dispatcher.store import cycle_reads
-from sluice.objects import QueueObject, ServiceClassObject, object_from_document
+from dispatcher.policy.quotas import QueueQuota
 from sluice.quantity import parse_duration
-
-
-def quota_of(q: QueueObject) -> QueueQuota:
-    """A Queue object as the policy reads it."""
-    return QueueQuota(q.name, q.parent, dict(q.guaranteed), dict(q.max), q.weight, q.usage_half_life_s)
-
-
-def class_policy_of(c: ServiceClassObject) -> ClassPolicy:
-    """A ServiceClass object as the policy reads it."""
-    return ClassPolicy(c.name, c.priority, c.preemptible, c.can_preempt, c.weight, c.reservation_after_s,
-                       c.burst_allowed, c.burst_after_s, c.price_multiplier)
-
-
-def queue_quotas(session) -> list[QueueQuota]:
-    """The queue tree's quotas, from the Queue objects."""
-    return [quota_of(object_from_document(row.spec)) for row in cluster_store.list_queues(session)]
-
-
-def decayed_history(session, now: datetime, quotas: list[QueueQuota]) -> dict[str, dict[str, float]]:
-    """Per queue, the decayed resource-seconds its fair share remembers (policy/decay.py): only in trees whose root
-    has a usage half-life; none read when no root has one."""
-    if not any(q.usage_half_life_s for q in quotas):
-        return {}
-    tree = QuotaTree(quotas, {})
-    half_lives = {q.name: h for q in quotas if (h := tree.half_life(q.name))}
-    return cycle_reads.decayed_history(session, now, half_lives)
-
-
-def class_policies(session) -> dict[str, ClassPolicy]:
-    """Each service class as the policy reads it, by name."""
-    return {name: class_policy_of(object_from_document(row.spec))
-            for name, row in cluster_store.service_classes(session).items()}
 
 
 def _seconds(text: str | None) -> float | None:
@@ -110,20 +74,10 @@ def active_from_rows(rows, classes: dict[str, ClassPolicy]) -> list[Active]:
 @dataclass
 class PolicyConfig:
     """The service classes, queue quotas and burst rules of the last cycle, kept by the leader and read
-    again (and parsed) only when their documents' digest, computed in the cycle's transaction, changed."""
+    again (and parsed) only when their documents' digest, computed in the cycle's transaction, changed
+    (stored_policy.refresh); a replay builds one from its objects."""
 
     digest: str = ""
     classes: dict[str, ClassPolicy] = field(default_factory=dict)
     quotas: list[QueueQuota] = field(default_factory=list)
     rules: list = field(default_factory=list)
-
-    def refresh(self, session, digest: str | None = None) -> PolicyConfig:
-        """`digest`: the documents' digest, when the caller read it already in this transaction."""
-        digest = digest if digest is not None else cycle_reads.policy_digest(session)
-        if digest != self.digest:
-            self.classes, self.quotas = class_policies(session), queue_quotas(session)
-            self.rules = budgets.rules(session)
-            self.digest = digest
-        return self
-
-

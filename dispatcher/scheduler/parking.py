@@ -5,7 +5,7 @@ import math
 import threading
 
 from dispatcher.policy.plans import PREEMPTION_HOLD_S, Candidate, ClassPolicy, Hold
-from dispatcher.store.channels import ROOM, order_key, parse_wake
+from dispatcher.wakes import ROOM, order_key, parse_wake
 
 
 class Parking:
@@ -22,7 +22,7 @@ class Parking:
     listener reconnecting, has every queue planned again. A parked queue costs a cycle nothing and keeps
     the reasons last written for its jobs.
 
-    A submit's wake-up also gives the queue order of its best new job (store.channels.submit_wake). When the
+    A submit's wake-up also gives the queue order of its best new job (wakes.submit_wake). When the
     parking cycle read a parked queue's heads to the limit (more may wait behind them) and
     the new job comes after the last head it read, the heads a cycle would read are the same ones and
     the submit changes nothing: it wakes no cycle (`touch` returns False). Such a submit is kept until
@@ -38,14 +38,14 @@ class Parking:
         self.inputs: tuple | None = None  # the inputs' parking key under which the parked queues' heads could not start
         self.until = math.inf  # epoch seconds: when a parked head's verdict may change by itself
         self.waiting: dict[str, int] = {}  # per parked queue, how many of its heads wait
-        # Per parked queue whose heads were read to the limit, its last head's order key (channels.order_key).
+        # Per parked queue whose heads were read to the limit, its last head's order key (wakes.order_key).
         self._last: dict[str, tuple[int, int, int]] = {}
         self._behind: dict[str, tuple[int, int, int]] = {}  # per queue, the best submit let pass since the last settle
         self._rewake = False
 
     def touch(self, payload: str = "") -> bool:
         """Plan a queue in the next cycle: a queue's name, optionally with the order of a submit's best
-        new job (store.channels.submit_wake); every queue when "". ROOM names no queue: what changed (a
+        new job (wakes.submit_wake); every queue when "". ROOM names no queue: what changed (a
         cluster's capacity, a queue's usage) is among the inputs `only` compares. False: a submit behind
         a parked queue's heads, which needs no cycle."""
         if payload == ROOM:
@@ -53,7 +53,7 @@ class Parking:
         return self._touch(*parse_wake(payload))
 
     def submitted(self, queue: str, class_priority: int, priority: int, job_id: int) -> bool:
-        """touch for a job submitted to `queue` (the wake-up store.channels.submit_wake makes of it)."""
+        """touch for a job submitted to `queue` (the wake-up wakes.submit_wake makes of it)."""
         return self._touch(queue, order_key(class_priority, priority, job_id))
 
     def _touch(self, queue: str, key: tuple[int, int, int] | None) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dispatcher.capacity import snapshot
+from dispatcher.capacity import usable
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class SchedulerSettings:
     # A leader that has just taken over starts no job until the clusters reachable before are back, or for this
     # long at most (scheduler/takeover.py): after a restart it lets every agent reconnect first. 0: no wait.
     takeover_wait_s: float = 60.0
-    prometheus_staleness_s: float = snapshot.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
+    prometheus_staleness_s: float = usable.DEFAULT_STALENESS_S  # older Prometheus readings: use the agent's
     avoid_unschedulable_s: float = 600.0  # a cluster where a job's attempt could not start is left out this long
     # The leader deletes acked outbox commands older than this that nothing reads any more (outbox.prune),
     # at most every outbox_prune_interval_s, up to outbox_prune_limit per cluster each time: one row per

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from dispatcher.capacity.snapshot import ClusterCapacity
+from dispatcher.capacity.usable import ClusterCapacity
 from dispatcher.scheduler.settings import SchedulerSettings
 
 

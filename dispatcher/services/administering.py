@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,6 +19,7 @@ import yaml
 
 from dispatcher.errors import Conflict, InvalidRequest, NotFound
 from dispatcher.policy import states
+from dispatcher.services.admin_objects import Key, object_problems
 from dispatcher.store import admin as admin_store
 from dispatcher.store import channels, tokens
 from dispatcher.store import clusters as cluster_store
@@ -28,10 +28,7 @@ from dispatcher.store.models import ApiToken, AuditRecord, RevokedCertificate
 from sluice._validate import unstorable_at
 from sluice.documents import json_document
 from sluice.objects import KINDS, AdminObject, kind_named, object_from_document
-from sluice.quantity import format_quantity
 from sluice.spec import SpecError
-
-Key = tuple[str, str]  # (kind, name)
 
 WORDS = {"Queue": "queue", "ServiceClass": "service class", "Cluster": "cluster", "BurstPolicy": "burst policy"}
 CLUSTER_STATES = {"active": "uncordon", "cordoned": "cordon", "draining": "drain"}  # state: its audit action
@@ -229,13 +226,6 @@ def audit(session: Session, *, limit: int = 0, after_id: int = 0) -> list[AuditR
     return admin_store.audit(session, limit=min(limit or 100, MAX_AUDIT), after_id=after_id)
 
 
-def problems(objects: list[AdminObject]) -> list[str]:
-    """What refuses these objects applied together on their own (nothing stored beside them), as apply
-    words it: a queue's parent missing, queues in a cycle, guarantees above a parent's, a service class or
-    queue named but not there. `sluice simulate --config` replays only what `sluice up --config` would take."""
-    return [message for _, message in _problems({(o.kind, o.name): o for o in objects})]
-
-
 # -- internals ---------------------------------------------------------------------------------------
 def _stored(session: Session) -> dict[Key, AdminObject]:
     return {(kind, doc["metadata"]["name"]): object_from_document(doc) for kind, doc in admin_store.documents(session)}
@@ -270,7 +260,7 @@ def _apply(session: Session, actor: str, stored: dict[Key, AdminObject], objects
     """
     merged = dict(stored)
     merged.update({(o.kind, o.name): o for o in objects})
-    for involved, message in _problems(merged):
+    for involved, message in object_problems(merged):
         touched = [key for key in involved if key in documents]
         if touched:
             number = documents[touched[0]]
@@ -303,55 +293,6 @@ def _diff(before: dict | None, after: dict, name: str) -> str:
     label = f"{after['kind']}/{name}"
     return "".join(difflib.unified_diff(lines(before), lines(after), fromfile=label if before else "/dev/null",
                                         tofile=label))
-
-
-def _problems(objects: dict[Key, AdminObject]) -> Iterator[tuple[tuple[Key, ...], str]]:
-    """Every cross-object problem: (the objects involved, the one it is about first; the message)."""
-    queues = {name: o for (kind, name), o in objects.items() if kind == "Queue"}
-    classes = {name for kind, name in objects if kind == "ServiceClass"}
-    for q in queues.values():
-        key = ("Queue", q.name)
-        if q.parent is not None and q.parent not in queues:
-            yield (key,), f"queue {q.name}: spec.parent: queue {q.parent!r} not found"
-        for i, name in enumerate(q.service_classes):
-            if name not in classes:
-                yield (key,), f"queue {q.name}: spec.serviceClasses[{i}]: service class {name!r} not found"
-        parent = queues.get(q.parent)  # type: ignore[arg-type]
-        for resource, amount in (parent.guaranteed.items() if parent else ()):
-            if q.guaranteed.get(resource, 0) > amount:
-                yield (key, ("Queue", parent.name)), (
-                    f"queue {q.name}: spec.guaranteed.{resource} {format_quantity(resource, q.guaranteed[resource])} "
-                    f"exceeds its parent {parent.name}'s guaranteed {format_quantity(resource, amount)}")
-    for q in queues.values():
-        path, parent = [q.name], q.parent
-        while parent in queues and parent not in path:
-            path.append(parent)
-            parent = queues[parent].parent
-        if parent == q.name:
-            cycle = " -> ".join([*path, q.name])
-            yield tuple(("Queue", n) for n in path), f"queue {q.name}: spec.parent: the queues form a cycle: {cycle}"
-    children: dict[str, list] = {}
-    for q in queues.values():
-        if q.parent in queues:
-            children.setdefault(q.parent, []).append(q)
-    for name, kids in sorted(children.items()):
-        for resource, amount in queues[name].guaranteed.items():
-            total = sum(k.guaranteed.get(resource, 0) for k in kids)
-            if total > amount:
-                parts = ", ".join(f"{k.name} {format_quantity(resource, k.guaranteed[resource])}"
-                                  for k in sorted(kids, key=lambda k: k.name) if k.guaranteed.get(resource))
-                yield (("Queue", name), *(("Queue", k.name) for k in kids)), (
-                    f"queue {name}: its children's spec.guaranteed.{resource} sum to "
-                    f"{format_quantity(resource, total)} ({parts}), above its own guaranteed "
-                    f"{format_quantity(resource, amount)}")
-    for (kind, name), policy in objects.items():
-        if kind != "BurstPolicy":
-            continue
-        for field, names, known, word in (("queues", policy.queues, queues, "queue"),
-                                          ("serviceClasses", policy.service_classes, classes, "service class")):
-            for i, ref in enumerate(names):
-                if ref not in known:
-                    yield ((kind, name),), f"burst policy {name}: spec.{field}[{i}]: {word} {ref!r} not found"
 
 
 def _uses(session: Session, kind: str, name: str) -> list[str]:

@@ -11,17 +11,11 @@ from datetime import datetime
 
 from dispatcher.policy import accounting, bursting, states
 from dispatcher.policy.bursting import Budget, BurstRule, Spend
+from dispatcher.services.admin_objects import rule_of
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import usage as usage_totals
 from dispatcher.store.database import Session
-from sluice.objects import BurstPolicyObject, object_from_document
-
-
-def rule_of(p: BurstPolicyObject) -> BurstRule:
-    """A BurstPolicy object as the policy reads it."""
-    return BurstRule(p.name, p.queues, p.service_classes, dict(p.cluster_selector), p.after_s,
-                     Budget(p.budget_per_hour, p.budget_per_day, dict(p.max_resources)),
-                     Budget(p.queue_budget_per_hour, p.queue_budget_per_day, dict(p.queue_max_resources)))
+from sluice.objects import object_from_document
 
 
 def rules(session: Session) -> list[BurstRule]:

@@ -13,7 +13,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from dispatcher.capacity import snapshot
+from dispatcher import wakes
+from dispatcher.capacity import usable
 from dispatcher.policy import states
 from dispatcher.policy.reporting import JobView, on_report
 from dispatcher.services import scoping
@@ -86,7 +87,7 @@ def apply_many(session: Session, cluster: str, reports: list[AttemptReport],
     if not events and not attempts:
         return 0
     # A job back in its queue may start again (""); one that finished only leaves room (ROOM).
-    wake = "" if any(c["requeued"] for c in changed.values()) else channels.ROOM if ended else None
+    wake = "" if any(c["requeued"] for c in changed.values()) else wakes.ROOM if ended else None
     waits = lifecycle.apply_transitions(session, changed, events, attempts, wake=wake)
     if metrics is not None:
         for waited in waits:
@@ -200,7 +201,7 @@ def expire_leases(session: Session, now: datetime, clusters: list, *, heard_sinc
         if c.last_seen_at is None:
             continue
         name, seen = c.name, c.last_seen_at if heard_since is None else max(c.last_seen_at, heard_since)
-        lease = snapshot.cluster_object(c.spec).lease_duration_s
+        lease = usable.cluster_object(c.spec).lease_duration_s
         silent = (now - seen).total_seconds()
         if silent <= lease:
             continue

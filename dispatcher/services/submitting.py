@@ -14,10 +14,11 @@ from collections.abc import Callable
 
 import orjson
 
-from dispatcher.capacity import snapshot
+from dispatcher.capacity import usable
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.policy.placing import ClusterState, QueuedJob, impossible
 from dispatcher.policy.sessions import order_priority
+from dispatcher.services.admin_objects import default_class
 from dispatcher.store import clusters as cluster_store
 from dispatcher.store import copy_codec, job_reads, lifecycle
 from dispatcher.store.database import Session
@@ -196,7 +197,7 @@ class SubmitConfig:
                     unreported.append(name)
                 else:
                     reported.append(ClusterState(name, tier, site, dict(labels), allocatable, dict(allocatable),
-                                                 **snapshot.terms(spec, allocatable)))
+                                                 **usable.terms(spec, allocatable)))
         config = cls(classes, {name: (spec or {}).get("spec", {}) for name, spec in found.items()}, reported,
                      unreported)
         config.seen, config.found = (version, (reported, unreported)), found
@@ -304,13 +305,3 @@ def refuse_impossible(session: Session) -> list[int]:
     return refused
 
 
-def default_class(listed: list[str], classes: dict[str, int]) -> str:
-    """A job's class when it names none: its queue's first listed class; else `standard`; else the
-    lowest-priority class there is. `classes`: each class's priority, by name."""
-    if listed:
-        return listed[0]
-    if "standard" in classes:
-        return "standard"
-    if not classes:
-        raise InvalidRequest("job: spec.serviceClass: required, no service classes are defined")
-    return min(classes, key=lambda name: (classes[name], name))

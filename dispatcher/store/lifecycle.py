@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from dispatcher.errors import Conflict, Unauthenticated
 from dispatcher.policy import states
+from dispatcher.policy.plans import DISPATCH_PART, Dispatched
 from dispatcher.policy.states import DISPATCHED, QUEUED, RUNNING
 from dispatcher.store import copy_codec, submit_keys, tokens
 from dispatcher.store.channels import (
@@ -30,12 +31,12 @@ from dispatcher.store.channels import (
     WAKE_CHANNEL,
     notes_params,
     notify,
-    submit_wake,
 )
 from dispatcher.store.database import at_once, driver
 from dispatcher.store.models import Job, JobEvent
 from dispatcher.store.outbox import lock_clusters
 from dispatcher.store.tokens import Principal
+from dispatcher.wakes import submit_wake
 
 SUBMITTED = "submitted"  # the reason of a job no scheduling cycle has looked at yet
 
@@ -173,7 +174,7 @@ def _inserting(checked: bool) -> str:
                INSERT INTO job_events (job_id, attempt, from_state, to_state, reason)
                SELECT id, 0, '', '{QUEUED}', %(reason)s FROM new),
            -- Delivered on commit. The wake-up names each queue that got jobs, with its best new job's
-           -- place in the queue's order (channels.submit_wake): the scheduler plans that queue again even
+           -- place in the queue's order (wakes.submit_wake): the scheduler plans that queue again even
            -- while the others stay parked, unless that job comes after the heads parked (scheduler.parking).
            notified AS (SELECT count(pg_notify(%(wake)s, concat_ws(' ', q.queue, q.class_priority, q.priority, q.id)))
                                + count(pg_notify(%(events)s, ''))
@@ -474,16 +475,6 @@ def end_attempt(session: Session, job_id: int, attempt: int, state: str, reason:
                                              "a_started_at": [None], "a_ended_at": [None]})
 
 
-@dataclass(frozen=True)
-class Dispatched:
-    job_id: int
-    attempt: int
-    cluster: str
-    command_id: int
-    created_at: datetime | None = None  # when the job was submitted
-    dispatched_at: datetime | None = None  # this dispatch (the transaction's time)
-
-
 def dispatch(session: Session, decisions: list[tuple[int, str]], bursts: dict[int, dict] | None = None,
              reasons: dict[int, str] | None = None, commit: bool = False,
              avoid_nodes: dict[int, tuple[str, ...]] | None = None) -> list[Dispatched]:
@@ -566,7 +557,7 @@ class DispatchAhead:
     send); AHEAD keeps a part's rows within what the socket holds, so Postgres never waits on them.
     """
 
-    AHEAD = 2_000
+    AHEAD = DISPATCH_PART
 
     def __init__(self, session: Session, clusters: list[str]):
         self._session, self._clusters = session, clusters

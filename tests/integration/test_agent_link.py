@@ -255,7 +255,7 @@ def test_a_leader_counts_a_clusters_silence_only_from_when_it_took_over(dispatch
 
     from sqlalchemy import text
 
-    from dispatcher.scheduler.cycle import run_cycle
+    from dispatcher.scheduler.postgres_cycle import run_cycle
     from dispatcher.scheduler.takeover import Takeover
     agent = ScriptedAgent(dispatcher.address, dispatcher.agent_tokens["alpha"], "alpha")
     job_id, _ = dispatched_job(dispatcher, agent)
@@ -601,7 +601,7 @@ def test_outbox_writes_for_one_cluster_commit_in_id_order(dispatcher):
 def test_a_cycle_does_not_commit_without_the_leader_lock(dispatcher):
     from datetime import datetime
 
-    from dispatcher.scheduler.cycle import LostLeadership, run_cycle
+    from dispatcher.scheduler.postgres_cycle import LostLeadership, run_cycle
     from dispatcher.scheduler.settings import SchedulerSettings
     with pytest.raises(LostLeadership):
         run_cycle(dispatcher.sessions, SchedulerSettings(), datetime.now(UTC), leader_pid=1)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.postgres_cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import administering, submitting
 from dispatcher.store import clusters as cluster_store

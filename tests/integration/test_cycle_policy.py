@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from dispatcher.policy.decay import decayed_run
 from dispatcher.policy.plans import Hold
-from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.postgres_cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import submitting
 from dispatcher.store import clusters as cluster_store

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
 from dispatcher.policy.placing import Place
-from dispatcher.scheduler.cycle import run_cycle
+from dispatcher.scheduler.postgres_cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.store import lifecycle
 from sluice.objects import ServiceClassObject

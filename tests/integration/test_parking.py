@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
-from dispatcher.scheduler.cycle import LostLeadership, run_cycle
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
+from dispatcher.scheduler.postgres_cycle import LostLeadership, run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.services import administering, submitting
 from dispatcher.services import reporting as reports

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from devstack.embedded import Embedded, UpSettings
-from dispatcher.capacity.snapshot import DEFAULT_STALENESS_S
+from dispatcher.capacity.usable import DEFAULT_STALENESS_S
 from sluice.client import Client
 from sluice.objects import load_objects
 from sluice.quantity import format_resources

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import sessionmaker
 
+from dispatcher import wakes
 from dispatcher.services import administering, submitting
 from dispatcher.services import reporting as reports
 from dispatcher.store import channels, database, lifecycle
@@ -108,7 +109,7 @@ def test_a_batch_and_a_dispatch_notify_once_per_channel_on_commit(sessions):
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "RUNNING")])) == \
         [("sluice_events", "")]  # nothing freed: the scheduler sleeps on
     assert _notes(sessions, lambda s: reports.apply_many(s, "onprem", [Report(ids[0], 1, "SUCCEEDED")])) == \
-        [("sluice_events", ""), ("sluice_wake", channels.ROOM)]  # room freed, no job queued again
+        [("sluice_events", ""), ("sluice_wake", wakes.ROOM)]  # room freed, no job queued again
     assert _notes(sessions, lambda s: reports.apply_many(s, "edge", [Report(ids[1], 1, "LOST", "gone")])) == \
         [("sluice_events", ""), ("sluice_wake", "")]  # back in its queue: it may start again
 

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
-from dispatcher.scheduler.cycle import run_cycle
+from dispatcher import wakes
+from dispatcher.scheduler.postgres_cycle import run_cycle
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.server import Dispatcher, ServerSettings
 from dispatcher.services import administering, submitting
@@ -153,7 +154,7 @@ def test_room_freed_while_nothing_is_queued_runs_no_cycle_and_anything_else_does
         before = _settled(d)
         for _ in range(5):  # what heartbeats and finished attempts send
             with d.sessions.begin() as session:
-                channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+                channels.notify(session, channels.WAKE_CHANNEL, wakes.ROOM)
             time.sleep(0.1)
         assert _settled(d) == before
         with d.sessions.begin() as session:  # anything else (here: an admin apply's) runs a cycle
@@ -172,7 +173,7 @@ def test_room_freed_while_a_job_waits_runs_a_cycle_that_places_it(db_url):
         assert _states(d.sessions) == ["QUEUED"]
         _heard(d.sessions, NODE)
         with d.sessions.begin() as session:  # room: as an agent's heartbeat sends it
-            channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+            channels.notify(session, channels.WAKE_CHANNEL, wakes.ROOM)
         _until_dispatched(d.sessions, 1)
 
 
@@ -180,7 +181,7 @@ def test_a_leader_waiting_out_room_wake_ups_stops_when_asked(db_url):
     with _leading(db_url, SchedulerSettings(idle_wait_s=60.0)) as d:
         _settled(d)  # idle: nothing queued
         with d.sessions.begin() as session:
-            channels.notify(session, channels.WAKE_CHANNEL, channels.ROOM)
+            channels.notify(session, channels.WAKE_CHANNEL, wakes.ROOM)
         time.sleep(0.3)
         d.scheduler.stop()  # joins the loop for up to 10 s: it must not wait out the minute
         assert not d.scheduler.is_leader.is_set()

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from dispatcher.policy.planning import ActiveNeeds, needed
-from dispatcher.scheduler.mapping import active_from_rows, candidate, class_policies, heads_from_rows
+from dispatcher.scheduler.mapping import active_from_rows, candidate, heads_from_rows
+from dispatcher.scheduler.stored_policy import class_policies
 from dispatcher.store import cycle_reads
 from dispatcher.store.database import driver
 from sluice.objects import ClusterObject, QueueObject, ServiceClassObject, SimulatedSpec

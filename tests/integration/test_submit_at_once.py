@@ -14,10 +14,11 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from dispatcher import wakes
 from dispatcher.errors import InvalidRequest, PermissionDenied
 from dispatcher.services import administering, group_commit, submitting
-from dispatcher.store import channels, lifecycle
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store import lifecycle
 from sluice.objects import load_objects
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import ADMIN, ALICE, BOB, _specs, store  # noqa: F401 - a fixture
@@ -63,7 +64,7 @@ def test_the_second_small_write_goes_at_once_and_writes_what_the_long_way_does(s
     assert at_once == [False, True]
     with psycopg.connect(libpq) as conn:
         [(class_priority,)] = conn.execute("SELECT class_priority FROM jobs WHERE id = %s", (second[0],)).fetchall()
-    wake = channels.submit_wake("default", class_priority, 0, second[0])  # the best new job: the first
+    wake = wakes.submit_wake("default", class_priority, 0, second[0])  # the best new job: the first
     assert notes == [("sluice_events", ""), ("sluice_wake", wake)]
     assert second == sorted(second) and min(second) > max(first)
     columns = """name, queue, service_class, class_priority, priority, max_retries, spec, requests, largest_pod,

@@ -10,8 +10,9 @@ import time
 import psycopg
 import pytest
 
+from dispatcher import wakes
 from dispatcher.services import group_commit, submitting
-from dispatcher.store import channels, lifecycle
+from dispatcher.store import lifecycle
 from tests.integration.test_spine import job_doc
 from tests.integration.test_submit_groups import (  # noqa: F401 - store is a fixture
     ADMIN,
@@ -55,7 +56,7 @@ def test_the_rows_events_and_notifications_written_are_the_submitted_jobs(store,
         notes = sorted((n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=2))
     # The wake-up names the queue and its best new job's order; COPY draws the ids with it, so gives 0.
     best = max(range(3), key=lambda i: (rows[i].class_priority, rows[i].priority, -i))
-    wake = channels.submit_wake("default", rows[best].class_priority, rows[best].priority,
+    wake = wakes.submit_wake("default", rows[best].class_priority, rows[best].priority,
                                  0 if copy_from == 1 else ids[best])
     assert notes == [("sluice_events", ""), ("sluice_wake", wake)]
     assert ids == sorted(ids) and len(set(ids)) == 3

@@ -14,10 +14,11 @@ import psycopg
 import pytest
 from sqlalchemy.orm import sessionmaker
 
+from dispatcher import wakes
 from dispatcher.errors import InvalidRequest, NotFound, PermissionDenied
 from dispatcher.services import administering, group_commit, submitting
-from dispatcher.store import channels, database
 from dispatcher.store import clusters as cluster_store
+from dispatcher.store import database
 from dispatcher.store.tokens import Principal
 from sluice.objects import default_objects, load_objects
 from tests.integration.test_spine import job_doc
@@ -238,4 +239,4 @@ def test_a_write_wakes_the_scheduler_and_the_watchers_once(store):
     # with its best new job's order: all three alike, so the first.
     with psycopg.connect(libpq) as conn:
         [(class_priority,)] = conn.execute("SELECT class_priority FROM jobs WHERE id = %s", (ids[0],)).fetchall()
-    assert got == [("sluice_events", ""), ("sluice_wake", channels.submit_wake("default", class_priority, 0, ids[0]))]
+    assert got == [("sluice_events", ""), ("sluice_wake", wakes.submit_wake("default", class_priority, 0, ids[0]))]

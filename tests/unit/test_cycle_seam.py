@@ -9,15 +9,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dispatcher.capacity.snapshot import ClusterCapacity
+from dispatcher.capacity.usable import ClusterCapacity
 from dispatcher.policy.placing import ClusterState, QueuedJob
-from dispatcher.policy.plans import Candidate, ClassPolicy
+from dispatcher.policy.plans import Candidate, ClassPolicy, Dispatched
 from dispatcher.policy.quotas import QueueQuota
 from dispatcher.scheduler.cycle import _PARKING_KEYS, CycleInputs, Heads, plan_and_apply
 from dispatcher.scheduler.mapping import PolicyConfig
 from dispatcher.scheduler.parking import Parking
 from dispatcher.scheduler.settings import SchedulerSettings
-from dispatcher.store.lifecycle import Dispatched
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 CPU = "cpu"

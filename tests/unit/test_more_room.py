@@ -1,4 +1,4 @@
-"""dispatcher.api.agents.more_room: which capacity reports wake the scheduler (store.channels.ROOM)."""
+"""dispatcher.api.agents.more_room: which capacity reports wake the scheduler (wakes.ROOM)."""
 from dispatcher.api.agents import more_room
 
 BEFORE = {"allocatable": {"cpu": 8000, "memory": 100}, "free": {"cpu": 4000, "memory": 50},

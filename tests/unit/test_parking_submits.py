@@ -1,4 +1,4 @@
-"""scheduler.Parking and the order a submit's wake-up gives (store.channels.submit_wake): a submit behind
+"""scheduler.Parking and the order a submit's wake-up gives (wakes.submit_wake): a submit behind
 the heads a parked queue was read to needs no cycle; one ahead of them does; and one let pass while a
 cycle ran is planned after all when that cycle's heads end before it."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dispatcher.policy.placing import QueuedJob
 from dispatcher.policy.plans import PREEMPTION_HOLD_S, Candidate, Hold
 from dispatcher.scheduler.parking import Parking
-from dispatcher.store.channels import ROOM, submit_wake
+from dispatcher.wakes import ROOM, submit_wake
 
 INPUTS = ("digest", (), {}, {})
 PER_QUEUE = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from dispatcher.capacity.snapshot import ClusterCapacity
+from dispatcher.capacity.usable import ClusterCapacity
 from dispatcher.policy.placing import ClusterState
 from dispatcher.scheduler.settings import SchedulerSettings
 from dispatcher.scheduler.takeover import Takeover, awaited
