@@ -28,6 +28,7 @@ the cluster has all its nodes).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable
@@ -64,6 +65,10 @@ class Replayed:
     capacity: list[tuple[float, dict[str, int]]]  # (virtual time, every cluster's allocatable from then on)
 
 
+def _first(pair: tuple) -> float:
+    return pair[0]
+
+
 class _Sluice:
     """Sluice's own cycle, as the scheduler's loop runs it."""
 
@@ -76,6 +81,9 @@ class _Sluice:
         self.deeper: frozenset[str] = frozenset()
         self.refill: tuple[float, frozenset[str]] = (math.nan, frozenset())  # (moment, what a rerun then plans)
         self.reserved: set[int] = set()  # jobs that ever held a reservation
+        # Per queue, its last heads read and when each may start or reserve by time alone (wake).
+        self._times: dict[str, tuple[list[SimJob], list[tuple[float, SimJob]]]] = {}
+        self._afters: dict[str, tuple[float, ...]] = {}  # per class, those times after a submit
 
     def arrived(self, job: SimJob) -> bool:
         return self.parking.submitted(job.queue, job.class_priority, job.priority, job.id)
@@ -89,11 +97,9 @@ class _Sluice:
     def decide(self, t: float) -> bool:
         """One cycle at virtual time t; whether another cycle is due at once."""
         self.store.now = t
-        refill, before = self.refill[1] if self.refill[0] == t else frozenset(), self.store.last_heads
+        refill = self.refill[1] if self.refill[0] == t else frozenset()
         result = plan_and_apply(self.store, self.settings, datetime.fromtimestamp(EPOCH + t, UTC),
                                 holds=self.holds, parking=self.parking, deeper=self.deeper, refill=refill)
-        if refill:  # the other queues' heads, read by the cycle before at this moment, still wait as they were
-            self.store.last_heads = {**before, **self.store.last_heads}
         deeper_now = bool(result.deeper - self.deeper)  # as the scheduler's loop, at once
         self.holds, self.deeper = result.holds, result.deeper
         self.reserved.update(i for i, h in result.holds.items() if h.kind == "reservation")
@@ -106,23 +112,37 @@ class _Sluice:
     def wake(self, t: float) -> float:
         """The next moment a waiting head's verdict may change by time alone (math.inf: none)."""
         due = math.inf
-        classes, rules = self.policy.classes, [rule.after_s for rule in self.policy.rules]
-        thresholds: dict[str, tuple[float, ...]] = {}  # per class
-        for job in (job for heads in self.store.last_heads.values() for job in heads):
-            if job.state != QUEUED:
-                continue
-            afters = thresholds.get(job.service_class)
-            if afters is None:
-                cls = classes.get(job.service_class)
-                every = rules + ([cls.reservation_after_s, cls.burst_after_s] if cls is not None else [])
-                afters = thresholds[job.service_class] = tuple(a for a in every if a is not None)
-            for after in afters:
-                if t < job.submit + after < due:
-                    due = job.submit + after
+        for queue, heads in self.store.last_heads.items():
+            times = self._times.get(queue)
+            if times is None or times[0] is not heads:  # read again since: its heads' times afresh
+                times = self._times[queue] = (heads, self._thresholds(heads))
+            at = times[1]
+            for i in range(bisect.bisect_right(at, t, key=_first), len(at)):
+                if at[i][1].state == QUEUED:  # the first of a head still waiting
+                    due = min(due, at[i][0])
+                    break
         for hold in self.holds.values():
             if hold.kind == "preemption":
                 due = min(due, hold.since - EPOCH + PREEMPTION_HOLD_S)
+        # A parked head's reservation time that came during a refill (which plans some queues only): the
+        # leader's loop, which runs a cycle every idle_wait_s, plans every queue at its next one.
+        if self.parking.until - EPOCH <= t:
+            due = min(due, t + self.settings.idle_wait_s)
         return due if due > t else math.inf
+
+    def _thresholds(self, heads: list[SimJob]) -> list[tuple[float, SimJob]]:
+        """When each head's class or a burst rule may start it, or reserve for it, sorted."""
+        classes, rules = self.policy.classes, [rule.after_s for rule in self.policy.rules]
+        out = []
+        for job in heads:
+            afters = self._afters.get(job.service_class)
+            if afters is None:
+                cls = classes.get(job.service_class)
+                every = rules + ([cls.reservation_after_s, cls.burst_after_s] if cls is not None else [])
+                afters = self._afters[job.service_class] = tuple(a for a in every if a is not None)
+            out += ((job.submit + after, job) for after in afters)
+        out.sort(key=_first)
+        return out
 
 
 class _Fifo:

@@ -68,7 +68,9 @@ class MemoryCycle:
         self.bursts: list[bursting.BurstRun] = []  # every burst dispatched, for the budgets
         self.burst_of: dict[int, int] = {}  # job -> its index in bursts while it runs there
         self.spent = 0.0
-        self.last_heads: dict[str, list[SimJob]] = {}  # per queue, the heads the last cycle read
+        # Per queue, the heads the last cycle that planned it read (a cycle may plan some queues only): those
+        # the loop's next cycles would read, as nothing left them but what a cycle planned.
+        self.last_heads: dict[str, list[SimJob]] = {}
         self.now = 0.0  # the virtual time of the cycle being run (set by the replay before each cycle)
         # Fair share's memory (a root Queue's usageHalfLife): one accumulator per half-life, over its queues,
         # advanced by what each queue held since the last cycle (_held), as the store sums attempts.
@@ -103,7 +105,7 @@ class MemoryCycle:
         by_queue: dict[str, list[Candidate]] = {}
         reasons: dict[int, str] = {}
         per_queue: dict[str, int] = {}
-        read: dict[str, list[SimJob]] = {}
+        read: dict[str, list[SimJob]] = {} if queues is None else self.last_heads
         settings = self.settings
         for queue in (self.world.queued if queues is None else queues):
             jobs = read[queue] = self.world.heads(queue, settings.backfill_per_queue if queue in deeper

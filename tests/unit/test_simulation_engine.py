@@ -465,3 +465,14 @@ def test_a_reservation_made_in_the_cycle_that_starts_jobs_on_its_cluster_counts_
               job(3, 2, 100, 8, requested=100), job(4, 3, 50, 1, requested=50))
     result = simulate(t, objects("a"), ["sluice", "easy-backfill"])
     assert starts(result, "sluice") == starts(result, "easy-backfill") == {1: 0, 2: 100, 3: 1100, 4: 100}
+
+
+def test_a_parked_queues_head_reserves_at_its_reservation_time_as_the_leaders_loop_plans_it():
+    """The loop runs a cycle every idle_wait_s, which plans a parked queue again once its head's reservation
+    time comes; the replay runs that cycle too, though the cycles since planned other queues only."""
+    t = trace(job(1, 0, 7200, 6, queue="a", requested=7200),  # 2 of 8 cpus left until 7200
+              job(2, 10, 100, 7, queue="b", requested=100),  # waits: its queue is parked, reserving at 3610
+              job(3, 20, 20_000, 1, queue="c", requested=20_000))  # a cycle for queue c alone starts it
+    result = simulate(t, objects("a", "b", "c", reservation=3600.0), ["sluice"])
+    assert starts(result, "sluice") == {1: 0, 2: 7200, 3: 20}
+    assert result.figures["sluice"]["reservations"] == 1  # made at 3610, with no other event then
