@@ -4,8 +4,8 @@ A cycle reads `now` once. Everything it reads and writes goes through a `CycleSt
 two: `postgres_cycle.PostgresCycle` serves it in production, in one transaction per cycle (dispatches,
 preemptions, their events and outbox commands, pending reasons, then COMMIT); simulation.memory_cycle serves
 it from a simulated world, so that a replay runs the very code production runs. Nothing here touches the
-store. The inputs come back as one typed object (`CycleInputs`) from which
-parking's key is computed, so an input added to it cannot be left out of that comparison.
+store. The inputs come back as one typed object (`CycleInputs`) from which parking's key is computed, so an
+input added to it cannot be left out of that comparison.
 """
 from __future__ import annotations
 
