@@ -8,7 +8,9 @@ two cores (docs/scaling.md, "One dispatcher, two processes"). The child shares n
 but a pipe: it connects to the same database, listens for wake-ups itself, and sends back what the parent
 shows for it: its log records, its cycles and leadership for /metrics. It ends when the pipe does, so a
 parent killed with SIGKILL takes its scheduler with it (and the leader lock is free for the next one); a
-child that dies is started again by its parent.
+child that dies is started again by its parent. The parent stops it with SIGTERM: once it schedules, that
+ends its cycle and leadership cleanly; while it still starts (imports, connects: seconds on a busy machine)
+it holds nothing yet, and SIGTERM ends it at once, so a stop never waits for a start.
 """
 from __future__ import annotations
 
@@ -115,6 +117,13 @@ class SchedulerProcess:
         process = self._process
         return process.pid if process is not None and process.is_alive() else None
 
+    @property
+    def exitcode(self) -> int | None:
+        """How the last child ended: 0 stopped cleanly, -15 ended by SIGTERM while it still started; None while
+        it runs."""
+        process = self._process
+        return None if process is None else process.exitcode
+
     def start(self) -> None:
         self._spawn()
         self._watch.start()
@@ -122,13 +131,10 @@ class SchedulerProcess:
     def stop(self) -> None:
         with self._lock:
             self._stop.set()
-            conn, process = self._conn, self._process
-        if conn is not None:
-            try:
-                conn.send(("stop",))
-            except (OSError, ValueError):
-                pass  # it is gone already
+            process = self._process
         if process is not None:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: see the module's docstring
             process.join(15)  # the scheduler joins its cycle for up to 10 s
             if process.is_alive():
                 log.warning("the scheduler process did not stop in 15 s; killing it", extra={"pid": process.pid})
@@ -234,8 +240,17 @@ class _LogRelay(logging.Handler):
             self.handleError(record)
 
 
+class _Stop(Exception):
+    """SIGTERM came while the scheduler process schedules: the parent stops it."""
+
+
+def _stop(signum, frame) -> None:
+    raise _Stop
+
+
 def _child(conn: Connection, settings: ChildSettings) -> None:
-    """The scheduler process: schedule until the parent says stop or goes away (its end of the pipe closes)."""
+    """The scheduler process: schedule until the parent stops it (SIGTERM) or goes away (its end of the pipe
+    closes)."""
     from sluice import process as tuning
     tuning.apply()  # a process entry point (nothing here serves gRPC, but what it imports may load it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
@@ -261,16 +276,21 @@ def _child(conn: Connection, settings: ChildSettings) -> None:
     notifier = Notifier(db.engine, (channels.WAKE_CHANNEL,))
     scheduling = Scheduling(db.engine, db.sessions(), notifier, settings.scheduler,
                             prometheus_interval_s=settings.prometheus_interval_s, metrics=_CycleRelay(send))
+    # From here on a SIGTERM stops us cleanly (until here it ended us at once). It is blocked while the threads
+    # start, which keep it blocked: only this thread takes it, between its polls of the pipe.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    signal.signal(signal.SIGTERM, _stop)
     notifier.start()
     scheduling.start()
     try:
-        while True:
-            try:
-                if conn.recv()[0] == "stop":
-                    break
-            except (EOFError, OSError):
-                break  # the parent is gone
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        while not conn.poll(0.2):
+            pass
+        conn.recv()  # the parent sends nothing: this is its end of the pipe closing (EOFError)
+    except (EOFError, OSError, _Stop):
+        pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already
         scheduling.stop()
         notifier.stop()
         db.close()

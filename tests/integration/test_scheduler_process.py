@@ -60,6 +60,22 @@ def test_the_scheduler_process_leads_dispatches_and_reports_to_its_parent(db_url
         d.stop()
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
     assert not d.scheduler.is_leader.is_set()
+    assert d.scheduler.exitcode == 0  # stopped cleanly: its cycle and its leadership ended
+
+
+def test_a_dispatcher_stopped_while_its_scheduler_process_starts_does_not_wait_for_that_start(db_url):
+    """Ctrl-C right after `sluice dispatcher serve` starts: the child, still importing, holds nothing and is
+    ended at once (on a busy machine its start alone takes seconds)."""
+    d = _apart(db_url)
+    d.stop()
+    assert d.scheduler.exitcode == -signal.SIGTERM
+    assert d.scheduler.pid is None and not d.scheduler.is_leader.is_set()
+    follower = Dispatcher(ServerSettings(listen="127.0.0.1:0", metrics_listen=None,
+                                         database=DatabaseSettings(url=db_url))).start()
+    try:
+        assert follower.scheduler.is_leader.wait(15), "the lock is not free"
+    finally:
+        follower.stop()
 
 
 def test_a_scheduler_process_that_dies_is_started_again(db_url, caplog):
