@@ -4,12 +4,14 @@ without a config, a mapping built from the trace itself; and each trace job as t
 The built mapping: one on-premises cluster of the trace's machine size (SWF: its MaxProcs as cpu, on
 one node, as the logs count processors; GPU traces: 8-GPU nodes, enough for 1.25 × the trace's mean
 demand and at least its largest job), one queue per user group (SWF) or virtual cluster (Philly) with
-equal weights, and one service class, `standard`, that reserves room for a job that has waited an hour
-(docs/simulate.md: on the SDSC-SP2 and HPC2N logs this beat reserving at once, as EASY does, and never
-reserving, which lets wide jobs starve). In a GPU pool each queue is also guaranteed its equal part of
-the GPUs (whole GPUs), as the admins of a shared pool set it: a queue below its part takes GPUs back
-from queues above theirs, which holds every queue near its share hour by hour where jobs run for days
-(docs/simulate.md). An SWF log's queues are user groups, which no guarantee was ever set for.
+equal weights, and one service class, `standard`, that reserves room for a job that has waited half an
+hour (docs/simulate.md: on the SDSC-SP2 and HPC2N logs this beat reserving at once, as EASY does, which
+waits longer, never reserving, which lets wide jobs starve, and reserving after an hour, which let the
+last wide job of SDSC-SP2's window wait for fair share and end it later). In a GPU pool each queue is
+also guaranteed its equal part of the GPUs (whole GPUs), as the admins of a shared pool set it: a queue
+below its part takes GPUs back from queues above theirs, which holds every queue near its share hour by
+hour where jobs run for days (docs/simulate.md). An SWF log's queues are user groups, which no guarantee
+was ever set for.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from sluice.objects import (
 GPU = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
 HEADROOM = 1.25  # the built GPU pool holds this many times the trace's mean demand
-RESERVATION_AFTER_S = 3600.0  # the built class reserves room for a job that has waited this long
+RESERVATION_AFTER_S = 1800.0  # the built class reserves room for a job that has waited this long (see above)
 _NOT_NAME = re.compile(r"[^a-z0-9_.-]+")
 
 
