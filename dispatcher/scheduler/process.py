@@ -153,7 +153,7 @@ class SchedulerProcess:
             ours, theirs = context.Pipe()
             process = context.Process(target=_child, args=(theirs, self._child_settings), name="sluice-scheduler",
                                       daemon=True)
-            process.start()
+            _start_deaf_to_ctrl_c(process)
             theirs.close()  # only the child holds that end now: its death is our EOF
             self._conn, self._process = ours, process
             self._started_at = time.monotonic()
@@ -238,6 +238,21 @@ class _LogRelay(logging.Handler):
             self._send(("log", record))
         except Exception:  # noqa: BLE001 - a record that will not pickle
             self.handleError(record)
+
+
+def _start_deaf_to_ctrl_c(process: multiprocessing.process.BaseProcess) -> None:
+    """Start the child ignoring SIGINT from its first instruction: Ctrl-C reaches the whole process group,
+    and a child still importing would print a KeyboardInterrupt's traceback (the parent stops it itself).
+    Python keeps ignoring a signal it was started ignoring, so SIGINT is ignored here while the child is
+    made; only the main thread may do that (a restart, from the watch thread, starts the child as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        process.start()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Stop(Exception):

@@ -128,6 +128,24 @@ def test_the_scheduler_process_ends_when_its_parent_is_killed_and_frees_the_lead
     _the_lead_is_free(db_url)
 
 
+def test_ctrl_c_while_the_scheduler_process_still_imports_prints_no_traceback(db_url):
+    """Ctrl-C reaches the whole process group: the child, a second or more into its imports, ignores it, and
+    serve stops cleanly."""
+    serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", db_url,
+                              "--listen", "127.0.0.1:0", "--metrics-listen", "", "--insecure"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        assert serve.stderr.readline().startswith("serving on ")
+        time.sleep(0.3)  # the child was started with the server: it is importing now
+        os.killpg(serve.pid, signal.SIGINT)
+        _, stderr = serve.communicate(timeout=30)
+        assert serve.returncode == 0 and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+
+
 def test_dispatcher_serve_can_keep_the_scheduler_on_a_thread(db_url, tmp_path):
     log = tmp_path / "serve.log"
     serve = subprocess.Popen([sys.executable, "-m", "sluice", "dispatcher", "serve", "--database-url", db_url,
