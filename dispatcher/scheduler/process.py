@@ -244,8 +244,9 @@ def _start_deaf_to_ctrl_c(process: multiprocessing.process.BaseProcess) -> None:
     """Start the child ignoring SIGINT from its first instruction: Ctrl-C reaches the whole process group,
     and a child still importing would print a KeyboardInterrupt's traceback (the parent stops it itself).
     Python keeps ignoring a signal it was started ignoring, so SIGINT is ignored here while the child is
-    made; only the main thread may do that (a restart, from the watch thread, starts the child as it is)."""
-    if threading.current_thread() is not threading.main_thread():
+    made; only the main thread may do that (a restart, from the watch thread, starts the child as it is),
+    and only where SIGINT's handler is one Python can put back (None: one set outside Python)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
         process.start()
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
