@@ -46,7 +46,10 @@ def _serve_until_interrupted(stop, ready: str = "") -> None:
         signal.signal(signal.SIGINT, lambda *_: done.set())
         if ready:
             print(ready, file=sys.stderr, flush=True)
-        done.wait()
+        # In steps: a signal the kernel hands to another thread only marks its handler pending, and that runs
+        # once this thread runs Python again; a wait without end never did, and serve ignored a Ctrl-C.
+        while not done.wait(0.5):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
