@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
-from sluice.packing import expand, first_fit, first_fit_decreasing
+from sluice.packing import expand, first_fit, first_fit_decreasing, gang_nodes_to_request
 from sluice.quantity import add, fits, format_quantity, shortfall, subtract
 
 TIER_ORDER = {"onprem": 0, "cloud": 1, "edge": 2}
@@ -170,16 +170,10 @@ def _unpacked(job: QueuedJob, cluster: ClusterState, grow: bool = True) -> str |
 def _fresh_nodes(requests: list[dict[str, int]], cluster: ClusterState) -> int | None:
     """How many new nodes of the cluster's node shape hold these pods (first fit), or None if its headroom
     does not have that many."""
-    nodes: list[dict[str, int]] = []
-    for request in requests:
-        slot = first_fit(request, nodes)
-        if slot is None:
-            if not fits(request, cluster.node_shape):
-                return None
-            nodes.append(dict(cluster.node_shape))
-            slot = len(nodes) - 1
-        nodes[slot] = subtract(nodes[slot], request)
-    return len(nodes) if fits(add({}, cluster.node_shape, len(nodes)), cluster.headroom) else None
+    count = gang_nodes_to_request([requests], cluster.node_shape, 0, len(requests))
+    if not count:  # a pod larger than a node (`requests` is never empty)
+        return None
+    return count if fits(add({}, cluster.node_shape, count), cluster.headroom) else None
 
 
 def _pods_text(pods: tuple[tuple[int, dict[str, int]], ...]) -> str:
