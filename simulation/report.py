@@ -178,7 +178,8 @@ def busy_from_outcomes(outcomes: Iterable[JobOutcome]) -> list[tuple[float, dict
 
 def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, capacity: dict[str, int],
                   entitled: dict[str, float]) -> list[dict]:
-    """Per window of window_s seconds from the first submit to the last event, per queue that ran or had
+    """Per window of window_s seconds from the first submit to the last event in which some job that can run
+    was present (submitted, not finished: windows of an idle stretch are left out), per queue that ran or had
     work waiting in it: what share of the window's used dominant-resource seconds the queue got, and what
     it can be held to.
 
@@ -214,11 +215,12 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     horizon = max(max(t for t in (o.submit_s, o.start_s, o.end_s, *(r[1] for r in o.runs)) if t is not None)
                   for o in outcomes)
     count = max(1, math.ceil((horizon - origin) / window_s))
+    kept = _windows_present(outcomes, origin, window_s, count, horizon)
     queues = sorted({o.queue for o in outcomes})
-    used = {q: _PerWindow(origin, window_s, count) for q in queues}
-    demand = {q: _PerWindow(origin, window_s, count) for q in queues}
-    waiting_time = {q: _PerWindow(origin, window_s, count) for q in queues}
-    waiting_any = {q: _PerWindow(origin, window_s, count) for q in queues}
+    used = {q: _PerWindow(origin, window_s, count, kept) for q in queues}
+    demand = {q: _PerWindow(origin, window_s, count, kept) for q in queues}
+    waiting_time = {q: _PerWindow(origin, window_s, count, kept) for q in queues}
+    waiting_any = {q: _PerWindow(origin, window_s, count, kept) for q in queues}
     waits: dict[str, list[tuple[float, float]]] = {q: [] for q in queues}
     for o in outcomes:
         if o.unrunnable is not None:
@@ -246,10 +248,10 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
             waiting_any[queue].add(start, end, _one)
     totals = {q: (used[q].totals(), demand[q].totals(), waiting_time[q].totals(), waiting_any[q].totals())
               for q in queues}
-    due = _due_moment_by_moment(outcomes, capacity, entitled, origin, window_s, count, horizon)
+    due = _due_moment_by_moment(outcomes, capacity, entitled, origin, window_s, count, horizon, kept)
     windows = []
-    for k in range(count):
-        start = origin + k * window_s
+    for k, window in enumerate(kept):
+        start = origin + window * window_s
         end = min(start + window_s, horizon) if horizon > start else start + window_s
         used_total = sum(totals[q][0][k] for q in queues)
         present = [q for q in queues if totals[q][0][k] > 0 or totals[q][1][k] > 0 or totals[q][3][k] > 0]
@@ -270,10 +272,27 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     return windows
 
 
+def _windows_present(outcomes: list[JobOutcome], origin: float, window_s: float, count: int,
+                     horizon: float) -> list[int]:
+    """The indices of the windows in which some job that can run was present (submitted, not finished),
+    ascending: only these have anything to report, and a trace with a long idle stretch has few of them."""
+    last_of: dict[int, int] = {}  # per first window of a job's presence, the last window of any such job's
+    for o in outcomes:
+        if o.unrunnable is None:
+            first, end = _window_of(o.submit_s, origin, window_s, count), horizon if o.end_s is None else o.end_s
+            last = _window_of(end, origin, window_s, count, ending=True) if end > o.submit_s else first
+            last_of[first] = max(last_of.get(first, first), last)
+    kept: list[int] = []
+    for first in sorted(last_of):
+        kept.extend(range(max(first, kept[-1] + 1 if kept else first), last_of[first] + 1))
+    return kept
+
+
 def _due_moment_by_moment(outcomes: list[JobOutcome], capacity: dict[str, int], entitled: dict[str, float],
-                          origin: float, window_s: float, count: int, horizon: float) -> dict[str, list[float]]:
-    """Per queue, per window: the integral over the window of min(entitled share x dominant shares running,
-    dominant shares of the queue's jobs present), in dominant-resource seconds (window_shares)."""
+                          origin: float, window_s: float, count: int, horizon: float,
+                          kept: list[int]) -> dict[str, list[float]]:
+    """Per queue, per window kept: the integral over the window of min(entitled share x dominant shares
+    running, dominant shares of the queue's jobs present), in dominant-resource seconds (window_shares)."""
     running: list[tuple[float, float]] = []  # (time, change in the dominant shares running)
     present: dict[str, list[tuple[float, float]]] = {}
     for o in outcomes:
@@ -286,7 +305,7 @@ def _due_moment_by_moment(outcomes: list[JobOutcome], capacity: dict[str, int], 
     times, levels = _steps(running)
     out: dict[str, list[float]] = {}
     for queue in {o.queue for o in outcomes}:
-        sums = _PerWindow(origin, window_s, count)
+        sums = _PerWindow(origin, window_s, count, kept)
         share = entitled[queue]
         demand_times, demand_levels = _steps(present.get(queue, []))
         # Both step functions walked together, over the moments the queue has work present only.
@@ -571,32 +590,48 @@ def _one(overlap: float) -> float:
     return 1.0
 
 
-class _PerWindow:
-    """Sums a function of each interval's overlap with each window: O(1) per interval, whatever it spans."""
+def _window_of(time: float, origin: float, width: float, count: int, *, ending: bool = False) -> int:
+    """The index of the window a time falls in (the one an interval ending then ends in, if `ending`)."""
+    k = math.ceil((time - origin) / width) - 1 if ending else int((time - origin) // width)
+    return min(count - 1, max(0, k))
 
-    def __init__(self, origin: float, width: float, count: int):
+
+class _PerWindow:
+    """Sums a function of each interval's overlap with each window: O(1) per interval, whatever it spans.
+
+    `kept`: the indices of the only windows to keep, ascending (default: all `count`); an interval added must
+    lie within a run of kept windows (window_shares keeps those in which some job was present)."""
+
+    def __init__(self, origin: float, width: float, count: int, kept: list[int] | None = None):
         self.origin, self.width, self.count = origin, width, count
-        self.direct = [0.0] * count
-        self.spread = [0.0] * (count + 1)  # differences: the full windows strictly inside an interval
+        self.position = None if kept is None else {k: i for i, k in enumerate(kept)}
+        size = count if kept is None else len(kept)
+        self.direct = [0.0] * size
+        self.spread = [0.0] * (size + 1)  # differences: the full windows strictly inside an interval
 
     def add(self, start: float, end: float, of_overlap) -> None:
         if end <= start:
             return
-        first = min(self.count - 1, max(0, int((start - self.origin) // self.width)))
-        last = min(self.count - 1, max(0, math.ceil((end - self.origin) / self.width) - 1))
+        first = _window_of(start, self.origin, self.width, self.count)
+        last = _window_of(end, self.origin, self.width, self.count, ending=True)
         if first == last:
-            self.direct[first] += of_overlap(end - start)
+            self.direct[self._at(first)] += of_overlap(end - start)
             return
-        self.direct[first] += of_overlap(self.origin + (first + 1) * self.width - start)
-        self.direct[last] += of_overlap(end - (self.origin + last * self.width))
+        at_first, at_last = self._at(first), self._at(last)
+        self.direct[at_first] += of_overlap(self.origin + (first + 1) * self.width - start)
+        self.direct[at_last] += of_overlap(end - (self.origin + last * self.width))
         if last > first + 1:
             full = of_overlap(self.width)
-            self.spread[first + 1] += full
-            self.spread[last] -= full
+            self.spread[at_first + 1] += full
+            self.spread[at_last] -= full
+
+    def _at(self, k: int) -> int:
+        return k if self.position is None else self.position[k]
 
     def totals(self) -> list[float]:
+        """Per window kept, in order."""
         out, running = [], 0.0
-        for k in range(self.count):
+        for k in range(len(self.direct)):
             running += self.spread[k]
             out.append(self.direct[k] + running)
         return out

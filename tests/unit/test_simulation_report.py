@@ -150,6 +150,19 @@ def test_window_shares_worked_by_hand():
         {"startSeconds": 0, "endSeconds": 100, "queue": "b", "share": 0.0, "due": 22.5 / 52.5}]
 
 
+def test_an_idle_stretch_has_no_windows_and_changes_no_figure():
+    # The hand-worked run, then a job ten thousand windows later: only the windows someone was present
+    # in are reported (a trace mixing dates with small numbers of seconds spans decades, and its windows
+    # were once each built), and the early ones say what they said alone.
+    late = JobOutcome(5, "a", 1e6, 1e6, 1e6 + 150, 150.0, {"cpu": 2000}, "c1", 0, None)
+    windows = window_shares([*outcomes(), late], window_s=100, capacity=CAPACITY, entitled=ENTITLED)
+    assert [(w["startSeconds"], w["endSeconds"]) for w in windows] == [
+        (0, 100), (100, 200), (200, 300), (1e6, 1e6 + 100), (1e6 + 100, 1e6 + 150)]
+    assert windows[:3] == window_shares(outcomes(), window_s=100, capacity=CAPACITY, entitled=ENTITLED)
+    assert [w["queues"]["a"]["share"] for w in windows[3:]] == [1.0, 1.0]
+    assert fair_share_violations(windows) == fair_share_violations(windows[:3])
+
+
 def test_windows_spanning_many_and_a_partial_last_window():
     windows = window_shares(outcomes(), window_s=70, capacity=CAPACITY, entitled=ENTITLED)
     assert [w["usedCapacitySeconds"] for w in windows] == pytest.approx([
