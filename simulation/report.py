@@ -276,7 +276,7 @@ def _windows_present(outcomes: list[JobOutcome], origin: float, window_s: float,
                      horizon: float) -> list[int]:
     """The indices of the windows in which some job that can run was present (submitted, not finished),
     ascending: only these have anything to report, and a trace with a long idle stretch has few of them."""
-    last_of: dict[int, int] = {}  # per first window of a job's presence, the last window of any such job's
+    last_of: dict[int, int] = {}  # the window a job arrived in -> the last window any job arriving then reaches
     for o in outcomes:
         if o.unrunnable is None:
             first, end = _window_of(o.submit_s, origin, window_s, count), horizon if o.end_s is None else o.end_s
