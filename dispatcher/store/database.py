@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 import psutil
 import psycopg
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.orm import Session, sessionmaker
@@ -283,32 +287,22 @@ def _ping_when_idle(engine: Engine, idle_s: float) -> None:
             raise
 
 
-# Alembic is imported where migrations are read, not at the top: the scheduler process and most CLI commands
-# import this module and never migrate, and alembic costs a third of the scheduler process's start.
-def _alembic_config():
-    from alembic.config import Config
-
+def _alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
     return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
-    from alembic import command
-
     cfg = _alembic_config()
     with engine.begin() as conn:
         # Serialise concurrent migrators (several replicas starting at once).
