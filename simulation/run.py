@@ -35,7 +35,8 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
              progress: Callable[[str, int, int], None] | None = None,
              checkpoint_s: float | None = None, exact_runtimes: bool = False) -> Simulation:
     """Replay `trace` (traces.read_trace) under each of `policies` (engine.POLICIES) on `objects` (None:
-    the mapping built from the trace). progress(policy, jobs done, jobs) is called as the replays go.
+    the mapping built from the trace). progress(policy, jobs done, jobs) is called as the replays go, and with
+    every job done when a replay ends (the jobs that never ran are settled then too).
     checkpoint_s: the trace's jobs save their progress this often, so an evicted job loses only what ran
     since its last checkpoint (None: an evicted job starts again from scratch). exact_runtimes: every policy
     is told each job's run time as its requested time (perfect estimates), not what the trace requested."""
@@ -51,6 +52,8 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
         done = None if progress is None else (lambda n, name=name, total=len(jobs): progress(name, n, total))
         replayed = replay(jobs, list(scene.clusters), scene.policy, name, progress=done)
         seconds = time.perf_counter() - started
+        if progress is not None:
+            progress(name, len(jobs), len(jobs))
         outcomes[name] = outcomes_of(replayed)
         found = report.policy_figures(outcomes[name], capacity=scene.capacity, entitled=entitled, busy=replayed.busy,
                                       capacity_over_time=replayed.capacity)

@@ -46,23 +46,41 @@ def _checkpoint_interval(text: str | None) -> float | None:
 
 
 class _Progress:
-    """A one-line progress bar on the terminal (stderr), redrawn at most every PROGRESS_EVERY_S."""
+    """A one-line progress bar on the terminal (stderr), redrawn at most every PROGRESS_EVERY_S, with the time a
+    policy's replay has taken and, once it is ETA_AFTER_S in, about how long the rest will take at its pace."""
 
     def __init__(self) -> None:
         self.shown = 0.0
         self.on = sys.stderr.isatty()
+        self.began: dict[str, float] = {}
+        self.ended: set[str] = set()  # the policies whose bar is drawn full (the end may be told twice)
 
     def __call__(self, policy: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if not self.on or (now - self.shown < PROGRESS_EVERY_S and done < total):
+        began = self.began.setdefault(policy, now)
+        if not self.on or policy in self.ended or (now - self.shown < PROGRESS_EVERY_S and done < total):
             return
-        self.shown = now
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r{policy:>14} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} jobs")
+        sys.stderr.write(progress_line(policy, done, total, now - began))
         if done >= total:
             sys.stderr.write("\n")
+            self.ended.add(policy)
         sys.stderr.flush()
+        self.shown = now
+
+
+ETA_AFTER_S = 5.0  # a pace read off the first seconds (the trace's first jobs end first) would say little
+
+
+def progress_line(policy: str, done: int, total: int, elapsed_s: float) -> str:
+    """The bar redrawn over the line before (\\r, then erased to its end: a shorter line leaves nothing behind)."""
+    from simulation.report import format_seconds
+    width = 30
+    filled = width * done // max(total, 1)
+    bar = "#" * filled + "." * (width - filled)
+    line = f"\r{policy:>14} [{bar}] {done:,}/{total:,} jobs, {format_seconds(elapsed_s)}"
+    if 0 < done < total and elapsed_s >= ETA_AFTER_S:
+        line += f", about {format_seconds(elapsed_s * (total - done) / done)} left"
+    return line + "\x1b[K"
 
 
 @app.command()

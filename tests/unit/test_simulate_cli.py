@@ -199,3 +199,43 @@ spec: {tier: onprem, site: s, simulated: {nodes: 1, node: {cpu: "128"}}}
 """)
     done = sluice("--trace", str(shared_trace(SDSC)), "--window", "0:50", "--config", str(config), check=False)
     assert done.returncode == 1 and "queues the config does not define" in done.stderr
+
+
+def test_on_a_terminal_each_policy_gets_a_bar_that_ends_its_line_though_a_job_never_runs(tmp_path):
+    import os
+    import pty
+    trace = tmp_path / "wide.swf"
+    trace.write_text("; MaxProcs: 16\n" + SWF.splitlines()[1] + "\n"  # job 2 asks 32 of the 16 cpus
+                     + SWF.splitlines()[2].replace(" 2 -1 -1 2 ", " 32 -1 -1 32 ") + "\n")
+    leader, follower = pty.openpty()
+    run = subprocess.Popen([sys.executable, "-m", "sluice", "simulate", "--trace", str(trace), "--policy", "sluice",
+                            "--policy", "fifo"], stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    stdout, _ = run.communicate(timeout=300)
+    terminal = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the replay closed its end of the terminal
+            break
+        if not chunk:
+            break
+        terminal += chunk
+    os.close(leader)
+    assert run.returncode == 0 and "Unrunnable" in stdout
+    shown = terminal.decode().replace("\r\n", "\n")  # the terminal's own line ending
+    bars = [redraws.split("\r")[-1] for redraws in shown.split("\n") if "jobs," in redraws]
+    assert [b.split("[")[0].strip() for b in bars] == ["sluice", "fifo"], shown
+    assert all("] 2/2 jobs, " in b and b.endswith("\x1b[K") for b in bars), shown
+    assert "Traceback" not in shown
+
+
+@pytest.mark.parametrize("done, elapsed, says", [
+    (0, 0.0, "[..............................] 0/4,000 jobs, 0.0s"),
+    (1_000, 4.0, "[#######.......................] 1,000/4,000 jobs, 4.0s"),  # too soon to tell a pace
+    (1_000, 20.0, "[#######.......................] 1,000/4,000 jobs, 20.0s, about 1m 00s left"),
+    (4_000, 80.0, "[##############################] 4,000/4,000 jobs, 1m 20s"),
+])
+def test_the_bar_says_how_long_the_replay_took_and_once_it_has_a_pace_how_long_it_will(done, elapsed, says):
+    from sluice.cli.simulate import progress_line
+    assert progress_line("sluice", done, 4_000, elapsed) == f"\r{'sluice':>14} {says}\x1b[K"
