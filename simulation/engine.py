@@ -50,6 +50,10 @@ from sluice.quantity import add, fits, subtract
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()  # virtual time 0, a Thursday midnight UTC
 MAX_CYCLES_PER_MOMENT = 1_000  # a policy that keeps deciding at one moment is cut off (it would loop)
+# The replay's clock stops here, about 6,300 years in: the cycle is given datetimes, which end with the year
+# 9999. Each of a trace's times is at most traces.MAX_SECONDS, but jobs that run one after another add up.
+CLOCK_END_S = 2e11
+CLOCK_ENDED = f"the replay's clock ended {CLOCK_END_S:,.0f} s (about 6,300 years) in"
 
 
 @dataclass
@@ -288,7 +292,7 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
     while True:
         t = min(arrivals[next_arrival].submit if next_arrival < len(arrivals) else math.inf,
                 ends[0][0] if ends else math.inf, wake, waiting.next_time(), world.next_change())
-        if t == math.inf:
+        if t == math.inf or t > CLOCK_END_S:
             break
         # A moment needs a cycle when time, an end, a node joining or leaving, or a submit that is not behind
         # parked heads says so.
@@ -325,8 +329,9 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         if progress is not None:
             progress(done)
     waiting.leftover()
+    clock_ended = t > CLOCK_END_S and t != math.inf  # what still runs then is unfinished
     for job in jobs:
         if job.state == QUEUED:
             job.state = UNRUNNABLE
-            job.reason = f"never started: {job.reason or 'nothing it waited for came'}"
+            job.reason = f"never started: {CLOCK_ENDED if clock_ended else job.reason or 'nothing it waited for came'}"
     return Replayed(name, jobs, busy, cycles, strategy.burst_spend(), len(strategy.reserved), world.capacity)

@@ -183,9 +183,11 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     work waiting in it: what share of the window's used dominant-resource seconds the queue got, and what
     it can be held to.
 
-    A window's dict: startSeconds, endSeconds, usedCapacitySeconds (dominant-resource seconds used: 1 is the
-    whole capacity for one second), queues: {QUEUE: {share, entitledShare, attainableShare, fairShare,
-    waitingThroughout, waitingAnyTime}}. share is None in a window where nothing ran.
+    A window's dict: startSeconds, endSeconds, windows, usedCapacitySeconds (dominant-resource seconds used: 1
+    is the whole capacity for one second), queues: {QUEUE: {share, entitledShare, attainableShare, fairShare,
+    waitingThroughout, waitingAnyTime}}. share is None in a window where nothing ran. `windows` is how many
+    windows in a row the dict stands for, each with these figures: 1, or a stretch in which nothing arrived,
+    started or ended (a job that runs for years), whose windows are all alike; endSeconds is the last one's end.
 
     A queue cannot be held to more than its own jobs could have used, nor to its entitlement while it had no
     work. Its demand in a window is, over its jobs present then (submitted, not finished; unrunnable jobs
@@ -215,7 +217,8 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     horizon = max(max(t for t in (o.submit_s, o.start_s, o.end_s, *(r[1] for r in o.runs)) if t is not None)
                   for o in outcomes)
     count = max(1, math.ceil((horizon - origin) / window_s))
-    kept = _windows_present(outcomes, origin, window_s, count, horizon)
+    kept, repeats = _like_windows_once(outcomes, origin, window_s, count,
+                                       _windows_present(outcomes, origin, window_s, count, horizon))
     queues = sorted({o.queue for o in outcomes})
     used = {q: _PerWindow(origin, window_s, count, kept) for q in queues}
     demand = {q: _PerWindow(origin, window_s, count, kept) for q in queues}
@@ -252,7 +255,7 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
     windows = []
     for k, window in enumerate(kept):
         start = origin + window * window_s
-        end = min(start + window_s, horizon) if horizon > start else start + window_s
+        end = min(start + window_s, horizon) if horizon > start else start + window_s  # of its first window
         used_total = sum(totals[q][0][k] for q in queues)
         present = [q for q in queues if totals[q][0][k] > 0 or totals[q][1][k] > 0 or totals[q][3][k] > 0]
         caps = {q: (totals[q][1][k] / used_total if used_total else 0.0) for q in present}
@@ -267,25 +270,62 @@ def window_shares(outcomes: Iterable[JobOutcome], *, window_s: float = 3600, cap
                 "waitingThroughout": totals[q][2][k] >= (end - start) - _WAITING_EPSILON_S,
                 "waitingAnyTime": totals[q][3][k] > 0,
             }
-        windows.append({"startSeconds": start, "endSeconds": end, "usedCapacitySeconds": used_total,
-                        "queues": window_queues})
+        windows.append({"startSeconds": start, "endSeconds": end + (repeats[k] - 1) * window_s, "windows": repeats[k],
+                        "usedCapacitySeconds": used_total, "queues": window_queues})
     return windows
 
 
 def _windows_present(outcomes: list[JobOutcome], origin: float, window_s: float, count: int,
-                     horizon: float) -> list[int]:
-    """The indices of the windows in which some job that can run was present (submitted, not finished),
-    ascending: only these have anything to report, and a trace with a long idle stretch has few of them."""
+                     horizon: float) -> list[tuple[int, int]]:
+    """The windows in which some job that can run was present (submitted, not finished), as runs (first, last)
+    of window indices, ascending and apart: only these have anything to report, and a trace with a long idle
+    stretch has few of them."""
     last_of: dict[int, int] = {}  # the window a job arrived in -> the last window any job arriving then reaches
     for o in outcomes:
         if o.unrunnable is None:
             first, end = _window_of(o.submit_s, origin, window_s, count), horizon if o.end_s is None else o.end_s
             last = _window_of(end, origin, window_s, count, ending=True) if end > o.submit_s else first
             last_of[first] = max(last_of.get(first, first), last)
-    kept: list[int] = []
+    runs: list[tuple[int, int]] = []
     for first in sorted(last_of):
-        kept.extend(range(max(first, kept[-1] + 1 if kept else first), last_of[first] + 1))
-    return kept
+        if runs and first <= runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], last_of[first]))
+        else:
+            runs.append((first, last_of[first]))
+    return runs
+
+
+def _like_windows_once(outcomes: list[JobOutcome], origin: float, window_s: float, count: int,
+                       present: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The windows to work out, of those `present`, and how many in a row each stands for. A window in which no
+    time of any job falls (a submit, start, end, or run's start or end: where every interval summed per
+    window begins or ends) is summed from the same intervals, each over the whole window, as the next such
+    window: the first of a stretch of them stands for it. A job present for years is a few entries, not one
+    per hour."""
+    eventful = {count - 1}  # the last window ends at the horizon
+    for o in outcomes:
+        if o.unrunnable is not None:
+            continue
+        for t in (o.submit_s, o.start_s, o.end_s, *(edge for run in o.runs for edge in run)):
+            if t is not None:
+                eventful.add(_window_of(t, origin, window_s, count))
+                eventful.add(_window_of(t, origin, window_s, count, ending=True))
+    marks = sorted(eventful)
+    worked: list[int] = []
+    repeats: list[int] = []
+    for first, last in present:
+        k = first
+        for mark in marks[bisect.bisect_left(marks, first):bisect.bisect_right(marks, last)]:
+            if mark > k:  # the stretch of like windows before it
+                worked.append(k)
+                repeats.append(mark - k)
+            worked.append(mark)
+            repeats.append(1)
+            k = mark + 1
+        if k <= last:
+            worked.append(k)
+            repeats.append(last + 1 - k)
+    return worked, repeats
 
 
 def _due_moment_by_moment(outcomes: list[JobOutcome], capacity: dict[str, int], entitled: dict[str, float],
@@ -352,7 +392,8 @@ def fair_share_violations(windows: list[dict], *, tolerance: float = 0.10, relat
     tolerance when not (10 percentage points, which says nothing about queues entitled to less than 10 %).
     due: the queue's attainableShare (its entitlement capped by its own demand; the default) or fairShare
     (its work-conserving max-min share, stricter when other queues are idle); see window_shares.
-    Windows where nothing ran are not judged. Each violation: startSeconds, endSeconds, queue, share, due.
+    Windows where nothing ran are not judged. Each violation: startSeconds, endSeconds, windows (how many in a
+    row, each alike: window_shares), queue, share, due.
     """
     if against not in ("attainableShare", "fairShare"):
         raise ValueError(f"against must be 'attainableShare' or 'fairShare', got {against!r}")
@@ -367,7 +408,7 @@ def fair_share_violations(windows: list[dict], *, tolerance: float = 0.10, relat
             floor = due * (1 - tolerance) if relative else due - tolerance
             if share < floor:
                 violations.append({"startSeconds": window["startSeconds"], "endSeconds": window["endSeconds"],
-                                   "queue": queue, "share": share, "due": due})
+                                   "windows": window.get("windows", 1), "queue": queue, "share": share, "due": due})
     return violations
 
 

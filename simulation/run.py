@@ -59,8 +59,8 @@ def simulate(trace, objects: list[AdminObject] | None, policies: list[str], *,
                                       capacity_over_time=replayed.capacity)
         windows = report.window_shares(outcomes[name], capacity=scene.capacity, entitled=entitled)
         found.update(reservations=replayed.reservations, burstSpend=round(replayed.burst_spend, 2),
-                     fairShareViolations=len(report.fair_share_violations(windows)),
-                     fairShareJudged=sum(1 for w in windows for q in w["queues"].values()
+                     fairShareViolations=sum(v["windows"] for v in report.fair_share_violations(windows)),
+                     fairShareJudged=sum(w["windows"] for w in windows for q in w["queues"].values()
                                          if q["share"] is not None and q["attainableShare"] and q["waitingAnyTime"]),
                      cycles=replayed.cycles, replaySeconds=round(seconds, 2))
         figures[name], replays[name] = found, replayed

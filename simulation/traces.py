@@ -565,6 +565,8 @@ def _sluice_document(number: int, first: int, document: dict, source: str) -> _D
             times[key] = parse_duration(document.pop(key))
         except QuantityError as err:
             raise TraceError(f"{where}: {key}: {err}", document=number) from None
+        if not math.isfinite(times[key]):  # JSON's NaN and Infinity, YAML's .nan and .inf
+            raise TraceError(f"{where}: {key}: must be a finite duration", document=number)
         if times[key] > MAX_SECONDS:
             raise TraceError(f"{where}: {key}: {_too_long(f'{times[key]:g}s')}", document=number)
     if times["runFor"] <= 0:
@@ -576,6 +578,8 @@ def _sluice_document(number: int, first: int, document: dict, source: str) -> _D
     if isinstance(spec.start_after, datetime):
         raise TraceError(f"{where}: spec.startAfter: {spec.start_after.isoformat().replace('+00:00', 'Z')} is a time, "
                          f"but a replay has no calendar: give a duration after submitAt (e.g. 30m)", document=number)
+    if spec.start_after and spec.start_after > MAX_SECONDS:
+        raise TraceError(f"{where}: spec.startAfter: {_too_long(f'{spec.start_after:g}s')}", document=number)
     return _Document(number, first, times["submitAt"], times["runFor"], spec.start_after or None, spec)
 
 

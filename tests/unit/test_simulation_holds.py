@@ -4,12 +4,17 @@ end, worked out by hand; bad traces answered with one line naming the document."
 from __future__ import annotations
 
 import json
+import math
+import os
 import pathlib
 import subprocess
 import sys
 import time
 
 import pytest
+import yaml
+from hypothesis import event, example, given, settings
+from hypothesis import strategies as st
 
 from simulation.engine import replay
 from simulation.run import simulate
@@ -215,3 +220,84 @@ def test_the_cli_replays_holds_and_says_what_is_wrong_in_one_line(tmp_path):
     bad = run_cli("--trace", str(write(tmp_path, [doc("x", 0, 1, dependsOn=[{"job": "y"}])])))
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "no document of the trace is named 'y'" in bad.stderr
+
+
+# -- any job file ------------------------------------------------------------------------------------------
+
+_TIMES = st.one_of(st.integers(-5, 400), st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from(["90s", "2m", "1h", "0s", "-5s", "1e300", "soon", "", "2026-12-01T00:00:00Z", None,
+                                    [], {}, True, 10 ** 30]))
+_REFERENCES = st.one_of(st.sampled_from(["a", "b", "c", "nobody", "", "a-b"]), st.integers(-2, 12),
+                        st.sampled_from([None, 1.5, [], {"x": 1}]))
+_DEPENDENCY = st.one_of(st.fixed_dictionaries({"job": _REFERENCES},
+                                              optional={"condition": st.sampled_from(["succeeded", "failed",
+                                                                                      "finished", "done", 3])}),
+                        st.sampled_from(["a", 1, None]))
+_ARRAY = st.one_of(st.fixed_dictionaries({"count": st.one_of(st.integers(-1, 6), st.sampled_from(["3", 10 ** 9]))},
+                                         optional={"parallelism": st.one_of(st.integers(-1, 4), st.just("2"))}),
+                   st.sampled_from(["0-3%2", 4, None]))
+_DOCUMENT = st.fixed_dictionaries(
+    {"submitAt": _TIMES, "runFor": _TIMES},
+    optional={"name": st.sampled_from(["a", "b", "c", "a"]), "cpu": st.one_of(st.integers(0, 12), st.just("x")),
+              "startAfter": _TIMES, "dependsOn": st.one_of(st.lists(_DEPENDENCY, max_size=3), st.just("a")),
+              "array": _ARRAY})
+
+
+def _document(drawn: dict) -> dict:
+    spec = {k: drawn[k] for k in ("startAfter", "dependsOn", "array") if k in drawn}
+    out = doc(drawn.get("name"), 0, 0, cpu=drawn.get("cpu", 1), **spec)
+    out["submitAt"], out["runFor"] = drawn["submitAt"], drawn["runFor"]
+    return out
+
+
+@settings(max_examples=int(os.environ.get("SLUICE_FUZZ_EXAMPLES") or 120), deadline=None, database=None)
+@given(drawn=st.lists(_DOCUMENT, min_size=1, max_size=6), as_yaml=st.booleans())
+@example(drawn=[{"submitAt": 0, "runFor": math.nan}], as_yaml=False)  # once read, and replayed as never ending
+@example(drawn=[{"submitAt": 0, "runFor": 1, "startAfter": 6.8e16}], as_yaml=False)  # once looped for ever
+def test_any_job_file_is_read_or_refused_naming_a_document_and_what_is_read_replays(tmp_path_factory, drawn, as_yaml):
+    """Fuzzed job files (times, names, dependencies, arrays, right and wrong): each is read, or refused with a
+    TraceError that names a document; with --skip-bad-lines the rest is read; whatever is read replays under
+    every policy, each job settled (ended, or unrunnable with a reason)."""
+    folder = tmp_path_factory.mktemp("jobs")
+    docs = [_document(d) for d in drawn]
+    if as_yaml:
+        path = folder / "jobs.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+    else:
+        path = write(folder, docs)
+    for skip in (False, True):
+        try:
+            trace = read_trace(path, skip_bad_lines=skip)
+        except TraceError as err:
+            assert "document" in str(err) or "no job" in str(err), str(err)
+            event("refused" if not skip else "refused though skipping")
+            continue
+        if not trace.jobs:
+            continue
+        result = simulate(trace, objects(), POLICIES)
+        event(f"replayed {len(trace.jobs)} jobs" + (", skipping" if skip else ""))
+        for policy in POLICIES:
+            assert result.figures[policy]["jobs"] == len(trace.jobs)
+            for outcome in result.outcomes[policy]:
+                assert outcome.end_s is not None or outcome.unrunnable, (policy, outcome)
+
+
+def test_a_start_after_beyond_any_workloads_span_is_refused_naming_its_document(tmp_path):
+    path = write(tmp_path, [doc("a", 0, 10), doc("b", 0, 10, startAfter=2.5e11)])
+    with pytest.raises(TraceError, match=r"document 2: spec.startAfter: more than 10,000,000,000 seconds"):
+        read_trace(path)
+    assert [j.name for j in read_trace(path, skip_bad_lines=True).jobs] == ["a"]
+
+
+def test_jobs_that_run_one_after_another_past_the_replays_clock_end_are_unfinished_or_never_start(tmp_path):
+    # 26 jobs of the whole machine for 317 years each: the replay's clock stops 6,300 years in (a cycle's
+    # datetime would overflow after the year 9999), and its report is a few windows, not 55 million.
+    path = write(tmp_path, [doc(f"j{i}", 0, 10 ** 10, cpu=8) for i in range(26)])
+    result = simulate(read_trace(path), objects(), POLICIES)
+    for policy in POLICIES:
+        figures = result.figures[policy]
+        assert (figures["finished"], figures["unfinished"], figures["unrunnable"]) == (20, 1, 5)
+        assert figures["unrunnableReasons"] == {
+            "never started: the replay's clock ended 200,000,000,000 s (about 6,300 years) in": 5}
+        # Every hour of the 6,300 years had work waiting, each judged (and got its whole share).
+        assert (figures["fairShareJudged"], figures["fairShareViolations"]) == (math.ceil(2e11 / 3600), 0)

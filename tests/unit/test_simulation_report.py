@@ -147,7 +147,7 @@ def test_window_shares_worked_by_hand():
     assert second["queues"]["b"]["fairShare"] == 1.0 and second["queues"]["b"]["attainableShare"] == 0.5
     assert third["usedCapacitySeconds"] == 100.0
     assert fair_share_violations(windows) == [
-        {"startSeconds": 0, "endSeconds": 100, "queue": "b", "share": 0.0, "due": 22.5 / 52.5}]
+        {"startSeconds": 0, "endSeconds": 100, "windows": 1, "queue": "b", "share": 0.0, "due": 22.5 / 52.5}]
 
 
 def test_an_idle_stretch_has_no_windows_and_changes_no_figure():
@@ -168,12 +168,29 @@ def test_windows_spanning_many_and_a_partial_last_window():
     assert [w["usedCapacitySeconds"] for w in windows] == pytest.approx([
         0.5 * 70 + 0.5 * 5,  # [0, 70)
         0.5 * 30 + 1.0 * 40,  # [70, 140): a until 100, b from 100
-        70, 70,  # [140, 210), [210, 280)
+        70,  # [140, 210) and [210, 280): nothing begins or ends in them, so they are alike and given once
         20,  # [280, 300): the last window ends with the run
     ])
-    assert windows[-1]["endSeconds"] == 300
+    assert [(w["startSeconds"], w["endSeconds"], w["windows"]) for w in windows] == [
+        (0, 70, 1), (70, 140, 1), (140, 280, 2), (280, 300, 1)]
     assert windows[0]["queues"]["b"]["waitingAnyTime"] and not windows[0]["queues"]["b"]["waitingThroughout"]
     assert windows[1]["queues"]["b"]["waitingAnyTime"]
+
+
+def test_a_job_present_for_years_is_a_few_entries_each_standing_for_its_like_windows():
+    # b's one job waits a year while a's runs, then runs a day: every hour between the ends is alike.
+    year, day = 365 * 86400.0, 86400.0
+    runs = [JobOutcome(1, "a", 0.0, 0.0, year, year, {"cpu": 4000}),
+            JobOutcome(2, "b", 0.0, year, year + day, day, {"cpu": 400})]
+    windows = window_shares(runs, capacity=CAPACITY, entitled={"a": 0.5, "b": 0.5})
+    assert [(w["startSeconds"], w["endSeconds"], w["windows"]) for w in windows] == [
+        (0.0, 3600.0, 1), (3600.0, year - 3600, 8758), (year - 3600, year, 1), (year, year + 3600, 1),
+        (year + 3600, year + day - 3600, 22), (year + day - 3600, year + day, 1)]
+    assert sum(w["windows"] for w in windows) == (year + day) / 3600
+    assert windows[1]["queues"] == windows[0]["queues"]  # b waiting throughout, a holding the machine
+    assert windows[1]["usedCapacitySeconds"] == 3600.0
+    violations = fair_share_violations(windows)
+    assert [(v["queue"], v["windows"]) for v in violations] == [("b", 1), ("b", 8758), ("b", 1)]
 
 
 def test_waiting_throughout_and_demand_capped_entitlement():
