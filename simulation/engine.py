@@ -329,7 +329,7 @@ def replay(jobs: list[SimJob], clusters: list[ClusterObject], policy: PolicyConf
         if progress is not None:
             progress(done)
     waiting.leftover()
-    clock_ended = t > CLOCK_END_S and t != math.inf  # what still runs then is unfinished
+    clock_ended = CLOCK_END_S < t < math.inf  # what still runs then is unfinished
     for job in jobs:
         if job.state == QUEUED:
             job.state = UNRUNNABLE

@@ -299,9 +299,9 @@ def _like_windows_once(outcomes: list[JobOutcome], origin: float, window_s: floa
                        present: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     """The windows to work out, of those `present`, and how many in a row each stands for. A window in which no
     time of any job falls (a submit, start, end, or run's start or end: where every interval summed per
-    window begins or ends) is summed from the same intervals, each over the whole window, as the next such
-    window: the first of a stretch of them stands for it. A job present for years is a few entries, not one
-    per hour."""
+    window begins or ends) is summed from the same intervals, each over the whole window, as the other such
+    windows next to it: the first of a stretch of them is worked out and stands for all. A job present for
+    years is a few entries, not one per hour."""
     eventful = {count - 1}  # the last window ends at the horizon
     for o in outcomes:
         if o.unrunnable is not None:
