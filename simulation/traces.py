@@ -35,9 +35,10 @@ from datetime import datetime
 from pathlib import Path
 
 from dispatcher.policy.holding import cycle_in
+from sluice import _validate
 from sluice._validate import NAME
 from sluice.documents import parse_numbered_documents
-from sluice.quantity import QuantityError, add, parse_duration
+from sluice.quantity import add
 from sluice.spec import JobSpec, SpecError, job_from_document
 
 __all__ = ["TraceJob", "TraceDependency", "TraceArray", "Trace", "TraceError", "read_trace", "FORMATS", "GPU", "CPU",
@@ -562,11 +563,9 @@ def _sluice_document(number: int, first: int, document: dict, source: str) -> _D
             raise TraceError(f"{where}: {key}: required for a replayed job (a duration such as '90s' or '2m', "
                              f"or seconds)", document=number)
         try:
-            times[key] = parse_duration(document.pop(key))
-        except QuantityError as err:
-            raise TraceError(f"{where}: {key}: {err}", document=number) from None
-        if not math.isfinite(times[key]):  # JSON's NaN and Infinity, YAML's .nan and .inf
-            raise TraceError(f"{where}: {key}: must be a finite duration", document=number)
+            times[key] = _validate.duration(document.pop(key), key)  # finite: JSON's NaN and Infinity refused
+        except SpecError as err:
+            raise TraceError(f"{where}: {err}", document=number) from None
         if times[key] > MAX_SECONDS:
             raise TraceError(f"{where}: {key}: {_too_long(f'{times[key]:g}s')}", document=number)
     if times["runFor"] <= 0:
